@@ -1,0 +1,78 @@
+"""State shared by all commands of one invocation: global flags, repository, config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from git_iterare import ui
+
+if TYPE_CHECKING:
+    from git_iterare.config import Config
+    from git_iterare.repo import Repo
+
+
+@dataclass
+class AppContext:
+    """Per-invocation state, stored as click's ``ctx.obj``.
+
+    The repository and configuration are found on first use, so commands that need
+    neither (``install``, ``completion``) work outside a repository.
+
+    Attributes:
+        overrides: ``section.key`` -> value from command-line flags, for the config layer
+            with the highest precedence.
+    """
+
+    overrides: dict[str, Any] = field(default_factory=dict)
+    _repo: Repo | None = None
+    _config: Config | None = None
+
+    @property
+    def repo(self) -> Repo:
+        """The repository (see :func:`git_iterare.repo.discover`).
+
+        Raises:
+            UserError: not inside a repository.
+        """
+        if self._repo is None:
+            from git_iterare.repo import discover
+
+            self._repo = discover()
+        return self._repo
+
+    def optional_repo(self) -> Repo | None:
+        """The repository, or None outside one."""
+        from git_iterare.errors import UserError
+
+        try:
+            return self.repo
+        except UserError:
+            return None
+
+    @property
+    def config(self) -> Config:
+        """The effective configuration, warnings printed once.
+
+        Raises:
+            UserError: bad TOML or a value of the wrong type.
+        """
+        if self._config is None:
+            from git_iterare import config
+
+            self._config = config.load(self.optional_repo(), self.overrides)
+            for line in self._config.warnings:
+                ui.warn(line)
+        return self._config
+
+
+def app() -> AppContext:
+    """The :class:`AppContext` of the running command."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if root.obj is None:
+        root.obj = AppContext()
+    obj: AppContext = root.obj
+    return obj

@@ -1,0 +1,167 @@
+"""Entry point: ``git iterare <cmd>``, ``git iterare-<cmd>`` and ``git-iterare-<cmd>``.
+
+Subcommands are imported only when run (see :mod:`git_iterare.cli.registry`), so
+``--version``, ``-h`` and completion stay as cheap as importing click.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from git_iterare import __version__, proc, ui
+from git_iterare.cli.registry import COMMANDS
+from git_iterare.errors import ExitCode, IterareError, UserError
+
+BUG_URL = "https://github.com/git-iterare/git-iterare/issues"
+
+
+def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ui.COLOR_FLAG = value
+        ui.reset()
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        proc.VERBOSE = True
+
+
+def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from git_iterare import manpage
+
+    name = "git-iterare" if ctx.parent is None else f"git-iterare-{ctx.info_name}"
+    ctx.exit(manpage.show(name))
+
+
+def common_options() -> list[click.Parameter]:
+    """Options every command takes: ``--color``, ``--verbose`` and ``--help`` (the manual).
+
+    ``-h`` stays click's short usage.
+    """
+    return [
+        click.Option(["--color"], type=click.Choice(["auto", "always", "never"]),
+                     is_flag=False, flag_value="always", default=None, expose_value=False,
+                     is_eager=True, callback=_set_color,
+                     help="Color output: auto (terminals only), always or never."),
+        click.Option(["--verbose"], is_flag=True, expose_value=False, is_eager=True,
+                     callback=_set_verbose, help="Echo the commands git-iterare runs."),
+        click.Option(["--help"], is_flag=True, expose_value=False, is_eager=True,
+                     callback=_open_manual, help="Open the manual page."),
+    ]
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"git_iterare.cli.{COMMANDS[cmd_name][0]}")
+        command: click.Command = module.command
+        if not any(p.name == "help" for p in command.params):
+            command.params.extend(common_options())
+            command.context_settings.setdefault("help_option_names", ["-h"])
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in COMMANDS and not name.startswith("-"):
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+            hint = f"; the nearest is '{close[0]}'" if close else ""
+            raise UserError(f"'{name}' is not a git iterare command{hint}",
+                            hint="see 'git iterare -h'")
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Summaries come from the registry, so listing imports no command module.
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h"]},
+    params=common_options(),
+)
+@click.version_option(__version__, "--version", prog_name="git iterare",
+                      message="%(prog)s version %(version)s")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Run an autonomous coding agent on a prompt in a firewalled Docker sandbox.
+
+    'git iterare --help' opens the manual; 'git iterare COMMAND --help' opens the
+    command's page.
+    """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
+    """Map how we were started to click's arguments.
+
+    ``git-iterare-list ARGS`` (also reached as ``git iterare-list``) means
+    ``git-iterare list ARGS``.
+    """
+    base = os.path.basename(argv[0]) if argv else "git-iterare"
+    if base.startswith("git-iterare-") and base[len("git-iterare-"):] in COMMANDS:
+        return "git iterare", [base[len("git-iterare-"):], *argv[1:]]
+    return "git iterare", list(argv[1:])
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (``sys.argv`` when None) and return the exit status.
+
+    User errors print one line (exit 2 or 1); failures of tools we ran print one line
+    (exit 1); Ctrl-C exits 130; anything else is a bug and prints a traceback.
+    """
+    prog, args = _prog_and_args(sys.argv if argv is None else argv)
+    try:
+        cli.main(args=args, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return ExitCode.INTERRUPTED
+    except click.ClickException as exc:
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            ui.error(f"{exc.format_message()} (see '{exc.ctx.command_path} -h')")
+        else:
+            ui.error(exc.format_message())
+        return ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+    except IterareError as exc:
+        ui.error(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # `git iterare list | head`: the reader left; not an error worth a message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.OK
+    except Exception:
+        traceback.print_exc()
+        print(f"git iterare {__version__}: this is a bug; please report it with the "
+              f"traceback above at {BUG_URL}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def entry(*_: Any) -> None:
+    """Console entry point for ``bin/git-iterare`` and ``bin/git-iterare-<cmd>``."""
+    sys.exit(run())

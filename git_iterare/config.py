@@ -1,0 +1,362 @@
+"""Layered configuration.
+
+Layers, lowest to highest precedence (``git iterare config --list --show-origin`` shows
+which one each effective value came from):
+
+1. built-in defaults (:data:`KEYS`);
+2. the global file ``$XDG_CONFIG_HOME/iterare/config.toml`` (``~/.config/iterare``), after
+   iterare's own ``~/.iterare/config.toml`` when that exists, so its users keep their file;
+3. the project file ``.iterare/config.toml`` of the main worktree;
+4. ``git config iterare.<section>.<key>`` (all of git's files and ``git -c``); key names
+   may use ``-`` or camelCase for ``_``, since git does not allow ``_`` in names;
+5. ``ITERARE_<SECTION>_<KEY>`` environment variables;
+6. command-line flags (passed in as ``overrides``).
+
+TOML files are parsed with :mod:`tomllib` (``tomli`` before Python 3.11). Values from git
+and the environment are strings, converted per key type: booleans as git reads them
+(true/yes/on/1, false/no/off/0), lists as comma-separated items (git: one item per
+value as well).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from git_iterare.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Key:
+    """A configuration key.
+
+    Attributes:
+        name: ``section.key`` as written in TOML (``[section]`` then ``key = ...``).
+        type: one of ``str``, ``int``, ``float``, ``bool``, ``list``  (a list of strings).
+        default: the built-in value.
+        doc: one line for the generated config file and ``config --list``.
+    """
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+
+    @property
+    def section(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def key(self) -> str:
+        return self.name.split(".", 1)[1]
+
+
+DEFAULT_IMAGE = "git-iterare:latest"
+
+#: Every key git-iterare reads. iterare's keys (docker.image, session.shell,
+#: claude.credentials_path, firewall.allowed_domains, mounts.volumes) keep their names.
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in (
+        Key("docker.image", "str", DEFAULT_IMAGE,
+            "Sandbox image; built by `git iterare image build` when missing."),
+        Key("docker.network", "str", "",
+            "Docker network to attach the sandbox to (default: a bridge network of its own)."),
+        Key("docker.dns", "list", [],
+            "Upstream DNS servers the sandbox resolver forwards allowlisted names to."),
+        Key("docker.ca_bundle", "str", "",
+            "CA bundle (PEM) passed into image builds and runs, for TLS-intercepting proxies."),
+        Key("docker.cpus", "float", 2.0, "CPU limit of a run, in cores."),
+        Key("docker.memory", "str", "4g", "Memory limit of a run (Docker syntax: 512m, 4g)."),
+        Key("docker.pids", "int", 1024, "Maximum number of processes in a run."),
+        Key("run.agent", "str", "claude", "Agent that runs prompts: claude or shell."),
+        Key("run.timeout", "int", 3600,
+            "Wall-clock limit of a run, in seconds; 0 means no limit."),
+        Key("session.shell", "str", "/bin/bash", "Shell for `git iterare interactive --shell`."),
+        Key("claude.credentials_path", "str", "",
+            "Directory holding Claude credentials (default: the global config directory)."),
+        Key("claude.base_url", "str", "",
+            "Route Claude through this gateway (ANTHROPIC_BASE_URL); its host is allowlisted."),
+        Key("claude.model", "str", "", "Model Claude Code uses (default: its own choice)."),
+        Key("firewall.allowed_domains", "list", [],
+            "Extra domains the sandbox may reach; `*.example.com` matches subdomains."),
+        Key("firewall.allowed_cidrs", "list", [],
+            "Extra literal networks (CIDR) the sandbox may reach."),
+        Key("mounts.volumes", "list", [],
+            "Extra bind mounts, SOURCE:TARGET[:ro|rw], as in iterare."),
+    )
+}
+
+_TYPE_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "list": "a list of strings",
+}
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0", ""}
+
+
+def global_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/iterare``, or ``~/.config/iterare`` (the XDG base directory spec).
+
+    This also holds credentials (0600 files) and is created 0700 by ``git iterare install``.
+    """
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "iterare"
+
+
+def legacy_global_config(env: Mapping[str, str] | None = None) -> Path:
+    """iterare's global file, ``~/.iterare/config.toml``, read below ours for compatibility."""
+    return Path(os.path.expanduser("~")) / ".iterare" / "config.toml"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An effective value and the layer it came from.
+
+    Attributes:
+        key: ``section.key``.
+        value: converted to the key's type.
+        origin: ``default``, ``file:<path>``, ``git:<origin>``, ``env:<NAME>`` or ``flag``.
+    """
+
+    key: str
+    value: Any
+    origin: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """Effective configuration: one :class:`Setting` per key in :data:`KEYS`.
+
+    Attributes:
+        settings: mapping ``section.key`` -> Setting.
+        warnings: lines about unknown keys, to print as warnings.
+    """
+
+    settings: Mapping[str, Setting]
+    warnings: tuple[str, ...] = field(default=())
+
+    def __getitem__(self, name: str) -> Any:
+        """The value of ``section.key``; KeyError for a key not in :data:`KEYS`."""
+        return self.settings[name].value
+
+    def origin(self, name: str) -> str:
+        """Where the value of ``section.key`` came from (see :class:`Setting`)."""
+        return self.settings[name].origin
+
+
+def _convert(key: Key, value: Any, where: str) -> Any:
+    """Check or convert ``value`` for ``key``; ``where`` names the source in errors.
+
+    TOML values are checked as they are; strings (from git or the environment) are
+    converted. Raises UserError naming the key and the expected type.
+    """
+
+    def bad() -> UserError:
+        return UserError(
+            f"{where}: {key.name} must be {_TYPE_NAMES[key.type]}, got {value!r}"
+        )
+
+    if isinstance(value, str) and key.type != "str":
+        text = value.strip()
+        if key.type == "list":
+            return [item.strip() for item in text.split(",") if item.strip()]
+        if key.type == "bool":
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise bad()
+        try:
+            number = int(text) if key.type == "int" else float(text)
+        except ValueError:
+            raise bad() from None
+        if not math.isfinite(number) or number < 0:
+            raise bad()
+        return number
+    if key.type == "str" and isinstance(value, str):
+        return value
+    if key.type == "bool" and isinstance(value, bool):
+        return value
+    if key.type == "int" and isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise bad()
+        return value
+    if key.type == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise bad()
+        return float(value)
+    if key.type == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise bad()
+
+
+def _suggest(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(KEYS), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_toml_file(path: Path) -> dict[str, Any]:
+    """Parse one TOML config file.
+
+    Args:
+        path: the file; a missing file gives an empty dict.
+
+    Returns:
+        The parsed document.
+
+    Raises:
+        UserError: the file is not valid TOML, as ``file:line:col: message``; or it
+            cannot be read.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        match = re.search(r"\s*\(at line (\d+), column (\d+)\)\s*$", msg)
+        line = getattr(exc, "lineno", None) or (match and int(match.group(1))) or 1
+        col = getattr(exc, "colno", None) or (match and int(match.group(2))) or 1
+        text = getattr(exc, "msg", None) or (msg[: match.start()] if match else msg)
+        if text == "Invalid statement" or not text:
+            text = "invalid TOML statement"
+        raise UserError(f"{path}:{line}:{col}: {text}") from None
+
+
+def _file_layer(
+    path: Path, settings: dict[str, Setting], warnings: list[str]
+) -> None:
+    doc = parse_toml_file(path)
+    for section, table in doc.items():
+        if not isinstance(table, dict):
+            warnings.append(f"{path}: unknown key {section}{_suggest(section)}")
+            continue
+        for name, value in table.items():
+            full = f"{section}.{name}"
+            key = KEYS.get(full)
+            if key is None:
+                warnings.append(f"{path}: unknown key {full}{_suggest(full)}")
+                continue
+            settings[full] = Setting(full, _convert(key, value, str(path)), f"file:{path}")
+
+
+def _normal(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+_BY_NORMAL_NAME = {(_normal(k.section), _normal(k.key)): k for k in KEYS.values()}
+
+
+def _git_layer(
+    entries: list[Any], settings: dict[str, Setting], warnings: list[str]
+) -> None:
+    lists: dict[str, list[str]] = {}
+    for entry in entries:
+        parts = entry.key.split(".")
+        if parts[0] != "iterare":
+            continue
+        if len(parts) != 3:
+            warnings.append(f"git config: unknown key {entry.key}")
+            continue
+        key = _BY_NORMAL_NAME.get((_normal(parts[1]), _normal(parts[2])))
+        if key is None:
+            warnings.append(f"git config: unknown key {entry.key}")
+            continue
+        where = f"git config {entry.key} ({entry.origin})"
+        value = _convert(key, entry.value, where)
+        if key.type == "list":
+            # Multi-valued git keys add up, lowest scope first, like git's own lists.
+            value = lists.setdefault(key.name, []) + value
+            lists[key.name] = value
+        settings[key.name] = Setting(key.name, value, f"git:{entry.origin}")
+
+
+def _env_layer(
+    env: Mapping[str, str], settings: dict[str, Setting], warnings: list[str]
+) -> None:
+    for var, raw in env.items():
+        if not var.startswith("ITERARE_") or var.count("_") < 2:
+            continue
+        _, section, name = var.split("_", 2)
+        full = f"{section.lower()}.{name.lower()}"
+        key = KEYS.get(full)
+        if key is None:
+            continue  # other ITERARE_* variables (ITERARE_TEST_..., say) are not config
+        settings[full] = Setting(full, _convert(key, raw, f"environment {var}"), f"env:{var}")
+
+
+def load(
+    repo: Any | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    git_entries: list[Any] | None = None,
+) -> Config:
+    """Load the effective configuration.
+
+    Args:
+        repo: a :class:`git_iterare.repo.Repo` for the project file and git config, or
+            None outside a repository (defaults, global file, git's global config, env).
+        overrides: ``section.key`` -> value from command-line flags; None values skipped.
+        env: environment; ``os.environ`` when None.
+        git_entries: ``git config`` entries to use instead of asking git (for tests).
+
+    Returns:
+        The configuration with origins and warnings.
+
+    Raises:
+        UserError: bad TOML (``file:line:col: message``), or a value of the wrong type
+            (naming the key and the expected type).
+        ExternalError: ``git config`` failed.
+    """
+    env = os.environ if env is None else env
+    settings = {name: Setting(name, key.default, "default") for name, key in KEYS.items()}
+    warnings: list[str] = []
+    _file_layer(legacy_global_config(env), settings, warnings)
+    _file_layer(global_config_dir(env) / "config.toml", settings, warnings)
+    if repo is not None and repo.main_work_tree is not None:
+        _file_layer(repo.iterare_dir / "config.toml", settings, warnings)
+    if git_entries is None:
+        from git_iterare.repo import read_git_config
+
+        cwd = repo.work_tree or repo.git_dir if repo is not None else None
+        git_entries = read_git_config(r"^iterare\.", cwd=cwd)
+    _git_layer(git_entries, settings, warnings)
+    _env_layer(env, settings, warnings)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            settings[name] = Setting(name, _convert(KEYS[name], value, "flag"), "flag")
+    return Config(settings=settings, warnings=tuple(warnings))
+
+
+def format_value(value: Any) -> str:
+    """Render a value for ``config --list``: lists comma-separated, booleans lower case."""
+    if isinstance(value, list):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,124 @@
+"""The one place git-iterare starts other programs.
+
+Every subprocess goes through :func:`run`, so ``--verbose`` can echo each command line
+(with registered secrets redacted) and failures become :class:`~git_iterare.errors.ExternalError`
+with the command, exit code and stderr kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from git_iterare.errors import ExternalError
+
+#: Set by the CLI from ``--verbose``; when true every command line is echoed to stderr.
+VERBOSE = False
+
+_SECRETS: set[str] = set()
+
+#: Variables that point git at another repository; dropped when we run git on a gitdir of
+#: our own choosing, so the user's GIT_DIR cannot redirect it.
+GIT_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+)
+
+
+def register_secret(value: str) -> None:
+    """Redact ``value`` from every echoed command line from now on.
+
+    Args:
+        value: a token, key or password; empty strings are ignored.
+    """
+    if value:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with every registered secret replaced by ``***``."""
+    for secret in _SECRETS:
+        text = text.replace(secret, "***")
+    return text
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    scrub_git_env: bool = False,
+    input: str | bytes | None = None,
+    check: bool = True,
+    text: bool = True,
+    capture: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run a command and return its result.
+
+    Args:
+        argv: program and arguments.
+        cwd: working directory; the current one when None.
+        env: variables to set on top of the inherited environment.
+        scrub_git_env: drop :data:`GIT_LOCATION_VARS` from the environment, for git
+            commands aimed at a repository we chose rather than the user's.
+        input: data written to stdin (str when ``text``, else bytes).
+        check: raise :class:`ExternalError` on a non-zero exit status.
+        text: decode stdout and stderr as UTF-8 (invalid bytes replaced).
+        capture: capture stdout/stderr; when False they go to ours.
+
+    Returns:
+        The completed process, stdout and stderr captured when ``capture``.
+
+    Raises:
+        ExternalError: the program exited non-zero and ``check`` is true, or it could not
+            be started (exit code 127 then).
+    """
+    args = [os.fspath(a) for a in argv]
+    full_env = dict(os.environ)
+    if scrub_git_env:
+        for name in GIT_LOCATION_VARS:
+            full_env.pop(name, None)
+    if env:
+        full_env.update(env)
+    if VERBOSE:
+        where = f" (in {cwd})" if cwd else ""
+        print(f"+ {redact(shlex.join(args))}{where}", file=sys.stderr)
+    try:
+        result = subprocess.run(
+            args,
+            cwd=cwd,
+            env=full_env,
+            input=input,
+            capture_output=capture,
+            text=text,
+            encoding="utf-8" if text else None,
+            errors="replace" if text else None,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ExternalError(args, 127, str(exc), f"cannot run {args[0]}: not found") from exc
+    if check and result.returncode != 0:
+        stderr = result.stderr if capture else ""
+        if not text and isinstance(stderr, bytes):
+            stderr = stderr.decode("utf-8", "replace")
+        raise ExternalError([redact(a) for a in args], result.returncode, redact(stderr or ""))
+    return result
+
+
+def git(
+    *args: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | Path | None = None,
+    **kwargs,
+) -> subprocess.CompletedProcess:
+    """Run ``git ARGS`` through :func:`run`; keyword arguments are passed on."""
+    return run(["git", *args], cwd=cwd, **kwargs)

@@ -1,0 +1,139 @@
+"""Finding the repository the way git does, and reading its configuration.
+
+``git iterare`` is started by git, so the current directory, ``git -C``, ``GIT_DIR`` and
+``GIT_WORK_TREE`` already say which repository is meant; we ask ``git rev-parse`` rather
+than guess, which also handles linked worktrees and subdirectories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare import proc
+from git_iterare.errors import ExternalError, UserError
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A repository as git sees it from the current directory.
+
+    Attributes:
+        git_dir: the gitdir of the current worktree (``.git``, or ``.git/worktrees/<name>``
+            for a linked worktree), absolute.
+        common_dir: the gitdir shared by all worktrees (objects, refs, config), absolute.
+        work_tree: top of the current worktree, absolute; None in a bare repository.
+    """
+
+    git_dir: Path
+    common_dir: Path
+    work_tree: Path | None
+
+    @property
+    def main_work_tree(self) -> Path | None:
+        """The main worktree (where ``.iterare/`` lives), or None when bare.
+
+        For a linked worktree this is the parent of the common dir when that is named
+        ``.git``, as ``git worktree`` lays it out; otherwise the current worktree.
+        """
+        if self.common_dir.name == ".git" and (self.common_dir.parent / ".git").exists():
+            return self.common_dir.parent
+        return self.work_tree
+
+    @property
+    def iterare_dir(self) -> Path:
+        """``.iterare`` of the main worktree (config, prompts, Dockerfile).
+
+        Raises:
+            UserError: the repository is bare, so it has no ``.iterare`` directory.
+        """
+        top = self.main_work_tree
+        if top is None:
+            raise UserError("this is a bare repository; run git iterare in a worktree")
+        return top / ".iterare"
+
+
+NOT_A_REPO = "not a git repository (run git iterare inside one, or use git -C <path>)"
+
+
+def discover(cwd: str | Path | None = None) -> Repo:
+    """Find the repository for ``cwd`` as git would.
+
+    Honours ``GIT_DIR``, ``GIT_WORK_TREE`` and ``git -C`` (which git applied before
+    starting us), subdirectories and linked worktrees.
+
+    Args:
+        cwd: directory to start from; the current directory when None.
+
+    Returns:
+        The repository.
+
+    Raises:
+        UserError: not inside a repository (exit status 2).
+        ExternalError: git failed for another reason.
+    """
+    try:
+        out = proc.git(
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-dir",
+            "--git-common-dir",
+            "--is-bare-repository",
+            cwd=cwd,
+        ).stdout.splitlines()
+    except ExternalError as exc:
+        if "not a git repository" in exc.stderr:
+            raise UserError(NOT_A_REPO) from None
+        raise
+    git_dir, common_dir, bare = Path(out[0]), Path(out[1]), out[2] == "true"
+    work_tree: Path | None = None
+    if not bare:
+        top = proc.git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
+        if top.returncode == 0 and top.stdout.strip():
+            work_tree = Path(top.stdout.strip())
+    return Repo(git_dir=git_dir, common_dir=common_dir, work_tree=work_tree)
+
+
+@dataclass(frozen=True)
+class GitConfigEntry:
+    """One value from ``git config``: the key as git prints it (lower case), the value and
+    its origin (``file:/path`` or ``command line:``)."""
+
+    key: str
+    value: str
+    origin: str
+
+
+def read_git_config(pattern: str, cwd: str | Path | None = None) -> list[GitConfigEntry]:
+    """Read git configuration entries whose key matches a regular expression.
+
+    Includes ``git -c`` values (git passes them in ``GIT_CONFIG_PARAMETERS``), and works
+    outside a repository (global and system files only).
+
+    Args:
+        pattern: extended regular expression matched against lower-cased keys, as
+            ``git config --get-regexp`` does.
+        cwd: directory to run in.
+
+    Returns:
+        Entries in git's order (system, global, local, worktree, command line), so later
+        entries override earlier ones.
+
+    Raises:
+        ExternalError: git failed (a malformed config file, for instance).
+    """
+    result = proc.git(
+        "config", "-z", "--show-origin", "--get-regexp", pattern, cwd=cwd, check=False
+    )
+    if result.returncode == 1:  # no key matched
+        return []
+    if result.returncode != 0:
+        raise ExternalError(["git", "config", "--get-regexp", pattern], result.returncode,
+                            result.stderr)
+    entries = []
+    fields = result.stdout.split("\0")
+    # -z with --show-origin gives: origin NUL key NEWLINE value NUL
+    for origin, keyval in zip(fields[0::2], fields[1::2]):
+        key, _, value = keyval.partition("\n")
+        entries.append(GitConfigEntry(key=key, value=value, origin=origin))
+    return entries
