@@ -35,6 +35,33 @@ def find_page(name: str, section: str = "1") -> Path | None:
     return None
 
 
+def link_source_pages() -> None:
+    """Make a source checkout's pages visible to ``man`` and ``git help``.
+
+    setuptools' editable installs (``pip install -e .``) carry no data files, so the pages
+    in ``man/`` never reach ``<sys.prefix>/share/man``, where man-db looks for the commands
+    on PATH. Run on every start: for an installed package it costs one ``stat``; in a
+    checkout it links pages that are missing (silently skipped when the prefix is not
+    writable).
+    """
+    source = Path(__file__).resolve().parent.parent / "man"
+    target = Path(sys.prefix) / "share" / "man"
+    if not (source / "git-iterare.1").is_file():
+        return
+    try:
+        for page in source.iterdir():
+            section = page.suffix[1:]
+            if not section.isdigit():
+                continue
+            folder = target / f"man{section}"
+            folder.mkdir(parents=True, exist_ok=True)
+            link = folder / page.name
+            if not link.is_symlink() and not link.exists():
+                link.symlink_to(page)
+    except OSError:
+        pass
+
+
 def show(name: str, section: str = "1") -> int:
     """Show manual page ``name(section)`` with ``man``, or print it as text without it.
 

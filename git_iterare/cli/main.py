@@ -131,6 +131,9 @@ def run(argv: list[str] | None = None) -> int:
     (exit 1); Ctrl-C exits 130; anything else is a bug and prints a traceback.
     """
     prog, args = _prog_and_args(sys.argv if argv is None else argv)
+    from git_iterare.manpage import link_source_pages
+
+    link_source_pages()
     try:
         cli.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as exc:
