@@ -94,7 +94,8 @@ __git_iterare_prompts ()
 
 __git_iterare_runs ()
 {{
-\t__git for-each-ref --sort=-committerdate --format='%(refname:strip=3)' refs/iterare/runs 2>/dev/null
+\t__git for-each-ref --sort=-committerdate --format='%(refname:strip=3)' \\
+\t\trefs/iterare/runs 2>/dev/null
 }}
 
 _git_iterare ()

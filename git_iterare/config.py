@@ -161,11 +161,12 @@ class Config:
         return self.settings[name].origin
 
 
-def _convert(key: Key, value: Any, where: str) -> Any:
+def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
     """Check or convert ``value`` for ``key``; ``where`` names the source in errors.
 
-    TOML values are checked as they are; strings (from git or the environment) are
-    converted. Raises UserError naming the key and the expected type.
+    TOML values are checked as they are; with ``from_text`` (git config, the environment,
+    flags given as text) strings are converted to the key's type. Raises UserError naming
+    the key and the expected type.
     """
 
     def bad() -> UserError:
@@ -173,7 +174,7 @@ def _convert(key: Key, value: Any, where: str) -> Any:
             f"{where}: {key.name} must be {_TYPE_NAMES[key.type]}, got {value!r}"
         )
 
-    if isinstance(value, str) and key.type != "str":
+    if from_text and isinstance(value, str) and key.type != "str":
         text = value.strip()
         if key.type == "list":
             return [item.strip() for item in text.split(",") if item.strip()]
@@ -288,7 +289,7 @@ def _git_layer(
             warnings.append(f"git config: unknown key {entry.key}")
             continue
         where = f"git config {entry.key} ({entry.origin})"
-        value = _convert(key, entry.value, where)
+        value = _convert(key, entry.value, where, from_text=True)
         if key.type == "list":
             # Multi-valued git keys add up, lowest scope first, like git's own lists.
             value = lists.setdefault(key.name, []) + value
@@ -307,7 +308,8 @@ def _env_layer(
         key = KEYS.get(full)
         if key is None:
             continue  # other ITERARE_* variables (ITERARE_TEST_..., say) are not config
-        settings[full] = Setting(full, _convert(key, raw, f"environment {var}"), f"env:{var}")
+        value = _convert(key, raw, f"environment {var}", from_text=True)
+        settings[full] = Setting(full, value, f"env:{var}")
 
 
 def load(
@@ -349,7 +351,8 @@ def load(
     _env_layer(env, settings, warnings)
     for name, value in (overrides or {}).items():
         if value is not None:
-            settings[name] = Setting(name, _convert(KEYS[name], value, "flag"), "flag")
+            converted = _convert(KEYS[name], value, "flag", from_text=True)
+            settings[name] = Setting(name, converted, "flag")
     return Config(settings=settings, warnings=tuple(warnings))
 
 

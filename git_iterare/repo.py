@@ -133,7 +133,7 @@ def read_git_config(pattern: str, cwd: str | Path | None = None) -> list[GitConf
     entries = []
     fields = result.stdout.split("\0")
     # -z with --show-origin gives: origin NUL key NEWLINE value NUL
-    for origin, keyval in zip(fields[0::2], fields[1::2]):
+    for origin, keyval in zip(fields[0:-1:2], fields[1::2], strict=True):
         key, _, value = keyval.partition("\n")
         entries.append(GitConfigEntry(key=key, value=value, origin=origin))
     return entries

@@ -119,9 +119,14 @@ def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     ``git-iterare list ARGS``.
     """
     base = os.path.basename(argv[0]) if argv else "git-iterare"
+    args = list(argv[1:])
+    # A bare --color means --color=always, as in git; click would take the next word as
+    # its value, so spell it out (only before "--").
+    end = args.index("--") if "--" in args else len(args)
+    args[:end] = ["--color=always" if a == "--color" else a for a in args[:end]]
     if base.startswith("git-iterare-") and base[len("git-iterare-"):] in COMMANDS:
-        return "git iterare", [base[len("git-iterare-"):], *argv[1:]]
-    return "git iterare", list(argv[1:])
+        return "git iterare", [base[len("git-iterare-"):], *args]
+    return "git iterare", args
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmarks: timing commands and reporting ratios.
+
+Timings on shared machines are noisy, so every benchmark measures a baseline in the same run
+and reports the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+
+def time_command(argv: Sequence[str], repeat: int, cwd: str | None = None) -> list[float]:
+    """Run ``argv`` ``repeat`` times; return the wall time of each run, in seconds.
+
+    Raises:
+        subprocess.CalledProcessError: the command failed.
+    """
+    return time_call(lambda: subprocess.run(list(argv), cwd=cwd, check=True,
+                                            stdout=subprocess.DEVNULL), repeat)
+
+
+def time_call(fn: Callable[[], object], repeat: int) -> list[float]:
+    """Call ``fn`` ``repeat`` times; return the wall time of each call, in seconds."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def report(name: str, subject: list[float], baseline: list[float], goal: float) -> float:
+    """Print the medians and their ratio; return the ratio."""
+    ratio = statistics.median(subject) / statistics.median(baseline)
+    verdict = "ok" if ratio <= goal else "over goal"
+    print(f"{name}: {statistics.median(subject) * 1000:.1f} ms vs baseline "
+          f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f} "
+          f"(goal <= {goal}: {verdict})")
+    return ratio

@@ -1,0 +1,103 @@
+"""The command line as git runs it: names, repository discovery, exit statuses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from git_iterare import __version__
+from git_iterare.cli.registry import COMMANDS
+from tests.conftest import BIN_DIR, git, iterare
+
+
+def test_version_works_outside_a_repository(tmp_path: Path) -> None:
+    result = iterare("--version", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0, f"git iterare version {__version__}\n", "")
+
+
+def test_bare_invocation_lists_every_command(repo: Path) -> None:
+    result = iterare(cwd=repo)
+    assert result.returncode == 0
+    listed = [line.split()[0] for line in result.stdout.split("Commands:\n")[1].splitlines()]
+    assert listed == sorted(COMMANDS)
+
+
+def test_unknown_command_names_the_nearest_and_exits_2(repo: Path) -> None:
+    result = iterare("confg", cwd=repo)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == ("error: 'confg' is not a git iterare command; the nearest is "
+                             "'config' (see 'git iterare -h')\n")
+
+
+def test_unknown_option_is_a_usage_error(repo: Path) -> None:
+    result = iterare("config", "--bogus", cwd=repo)
+    assert result.returncode == 2
+    assert result.stderr == ("error: No such option '--bogus'. Did you mean '--verbose'? "
+                             "(see 'git iterare config -h')\n")
+
+
+def test_every_command_has_an_executable_and_all_spellings_agree(repo: Path) -> None:
+    for name in COMMANDS:
+        assert os.access(BIN_DIR / f"git-iterare-{name}", os.X_OK), name
+    expected = iterare("config", "docker.image", cwd=repo)
+    assert expected.returncode == 0
+    for argv in (["git", "iterare-config"], [str(BIN_DIR / "git-iterare-config")]):
+        import subprocess
+
+        got = subprocess.run([*argv, "docker.image"], cwd=repo, capture_output=True, text=True)
+        assert (got.returncode, got.stdout) == (0, expected.stdout)
+
+
+def _set_image(repo: Path, image: str) -> None:
+    (repo / ".iterare").mkdir(exist_ok=True)
+    (repo / ".iterare" / "config.toml").write_text(f'[docker]\nimage = "{image}"\n')
+
+
+def test_works_from_a_subdirectory(repo: Path) -> None:
+    _set_image(repo, "sub:1")
+    (repo / "a" / "b").mkdir(parents=True)
+    assert iterare("config", "docker.image", cwd=repo / "a" / "b").stdout == "sub:1\n"
+
+
+def test_works_from_a_linked_worktree_using_the_main_project_file(repo: Path, tmp_path: Path
+                                                                  ) -> None:
+    _set_image(repo, "main:1")
+    linked = tmp_path / "linked"
+    git("worktree", "add", "-q", str(linked), "-b", "side", cwd=repo)
+    assert iterare("config", "docker.image", cwd=linked).stdout == "main:1\n"
+
+
+def test_works_with_git_dash_C(repo: Path, tmp_path: Path) -> None:
+    _set_image(repo, "dashc:1")
+    result = git("-C", str(repo), "iterare", "config", "docker.image", cwd=tmp_path)
+    assert result.stdout == "dashc:1\n"
+
+
+def test_works_with_GIT_DIR_and_GIT_WORK_TREE(repo: Path, tmp_path: Path) -> None:
+    _set_image(repo, "gitdir:1")
+    env = {"GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo)}
+    assert iterare("config", "docker.image", cwd=tmp_path, env=env).stdout == "gitdir:1\n"
+
+
+def test_git_dash_c_overrides_config(repo: Path) -> None:
+    _set_image(repo, "file:1")
+    result = git("-c", "iterare.docker.image=flag:2", "iterare", "config", "--show-origin",
+                 "docker.image", cwd=repo)
+    assert result.stdout == "git:command line:\tflag:2\n"
+
+
+def test_outside_a_repository_a_command_needing_one_exits_2(tmp_path: Path) -> None:
+    result = iterare("init", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: not a git repository (run git iterare inside one, or use git -C <path>)\n")
+
+
+def test_unreadable_config_is_a_user_error_not_a_traceback(repo: Path) -> None:
+    path = repo / ".iterare" / "config.toml"
+    path.mkdir(parents=True)
+    result = iterare("config", "--list", cwd=repo)
+    assert (result.returncode, result.stderr) == (
+        2, f"error: {path}: cannot read: Is a directory\n")

@@ -1,0 +1,41 @@
+"""Colors follow --color, NO_COLOR and git's color.iterare / color.ui."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, iterare
+
+RED = "\x1b[31m"
+
+
+def _error_colored(repo: Path, *flags: str, env: dict[str, str] | None = None) -> bool:
+    result = iterare(*flags, "confg", cwd=repo, env=env)
+    assert result.returncode == 2
+    return result.stderr.startswith(RED)
+
+
+def test_auto_is_plain_when_not_a_terminal(repo: Path) -> None:
+    assert not _error_colored(repo)
+
+
+@pytest.mark.parametrize(("flag", "colored"), [("--color=always", True), ("--color", True),
+                                               ("--color=never", False)])
+def test_color_flag(repo: Path, flag: str, colored: bool) -> None:
+    assert _error_colored(repo, flag) is colored
+
+
+def test_no_color_turns_it_off_but_the_flag_wins(repo: Path) -> None:
+    git("config", "color.ui", "always", cwd=repo)
+    assert not _error_colored(repo, env={"NO_COLOR": "1"})
+    assert _error_colored(repo, "--color=always", env={"NO_COLOR": "1"})
+
+
+def test_git_color_settings(repo: Path) -> None:
+    git("config", "color.ui", "always", cwd=repo)
+    assert _error_colored(repo)
+    git("config", "color.iterare", "never", cwd=repo)
+    assert not _error_colored(repo)
+    assert not _error_colored(repo, env={"GIT_CONFIG_PARAMETERS": "'color.iterare=false'"})
