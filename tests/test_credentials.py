@@ -152,3 +152,43 @@ def test_login_in_sandbox_failure(tmp_path: Path, store: Path) -> None:
         credentials.login_in_sandbox(lambda argv, home: 1, store, tmp_path)
     with pytest.raises(OperationFailed, match=r"without storing a login"):
         credentials.login_in_sandbox(lambda argv, home: 0, store, tmp_path)
+
+
+def test_pasted_token_is_not_echoed(tmp_path: Path, store: Path) -> None:
+    """At a terminal the token is read without echo (a pty as controlling terminal)."""
+    import fcntl
+    import os
+    import pty
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+
+    def take_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    child = subprocess.Popen(["git", "iterare", "credentials"], cwd=tmp_path, stdin=slave,
+                             stdout=slave, stderr=slave, start_new_session=True,
+                             preexec_fn=take_terminal)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"token: " not in seen and time.monotonic() < deadline:
+        seen += os.read(master, 1024)
+    os.write(master, b"sk-ant-oat01-typed\n")
+    while True:
+        try:
+            chunk = os.read(master, 1024)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert child.wait(timeout=30) == 0
+    os.close(master)
+    text = seen.decode().replace("\r\n", "\n")
+    assert "sk-ant-oat01-typed" not in text
+    assert text == ("Paste an API key or `claude setup-token` token: \n"
+                    f"stored Claude OAuth token in {store / 'claude-oauth-token'} (mode 0600)\n")
+    assert (store / "claude-oauth-token").read_text() == "sk-ant-oat01-typed\n"

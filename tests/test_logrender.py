@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ COMMAND = ("echo hello > hello.txt && git add hello.txt && git -c user.name=Agen
 
 
 @pytest.fixture(autouse=True)
-def no_color() -> None:
-    ui.COLOR_FLAG = "never"
+def no_color(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(ui, "COLOR_FLAG", "never")
+    ui.reset()
+    yield
     ui.reset()
 
 
@@ -47,7 +50,7 @@ def test_raw() -> None:
 
 
 def test_colors() -> None:
-    ui.COLOR_FLAG = "always"
+    ui.COLOR_FLAG = "always"  # restored by no_color's monkeypatch
     ui.reset()
     out = render(1)
     assert out[1].startswith("\033[36m\033[1m> Bash: \033[0m\033[36mecho hello")
