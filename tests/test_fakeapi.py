@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
@@ -223,3 +224,47 @@ def test_real_claude_commits_through_fake_api(claude_bin: Path, agent_user: str 
     assert all(r["headers"].get("x-api-key") in (None, "***") for r in requests)
     second = requests[-1]["body"]["messages"][-1]["content"]
     assert any(b.get("type") == "tool_result" for b in second)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
+@pytest.mark.parametrize("quiet", [True, False], ids=["quiet-env", "default-env"])
+def test_real_claude_names_looked_up_behind_a_gateway(
+        claude_bin: Path, agent_user: str | None, shared_dir: Path, quiet: bool) -> None:
+    """With our environment and a gateway, Claude Code looks up no host at all, so the
+    gateway is the only domain a run needs (what required_domains says). Without it,
+    it resolves api.anthropic.com even though every request goes to the gateway (which
+    also shows the resolver log sees lookups)."""
+    from git_iterare.agents.claude import QUIET_ENV
+    from tests.fakeapi.netwatch import API_PORT
+
+    (shared_dir / "home").mkdir()
+    prompt = shared_dir / "prompt.md"
+    prompt.write_text("Say hello.\n")
+    subprocess.run(["chown", "-R", str(agent_user), str(shared_dir)], check=True)
+    claude = agents.get_agent("claude")
+    gateway = f"http://127.0.0.1:{API_PORT}"
+    cfg = config.load(None, {"claude.base_url": gateway}, env={}, git_entries=[])
+    assert claude.required_domains(cfg) == ["127.0.0.1"]
+    env = {"HOME": str(shared_dir / "home"), "PATH": f"{claude_bin.parent}:/usr/bin:/bin",
+           **claude.environment(cfg), **claude.credentials(cfg, {"ANTHROPIC_API_KEY": "k"}).env}
+    if not quiet:
+        env = {k: v for k, v in env.items() if k not in QUIET_ENV}
+    spec = shared_dir / "spec.json"
+    spec.write_text(json.dumps({
+        "turns": [[{"type": "text", "text": "Hello."}]], "user": agent_user, "env": env,
+        "cwd": str(shared_dir), "argv": claude.command(prompt_file=str(prompt), config=cfg)}))
+    root = Path(__file__).parent.parent
+    done = subprocess.run(["unshare", "--net", "--mount", sys.executable, "-m",
+                           "tests.fakeapi.netwatch", str(spec)], cwd=root, capture_output=True,
+                          text=True, timeout=300, check=True)
+    seen = json.loads(done.stdout)
+    assert seen["returncode"] == 0, seen["stderr"]
+    events = [claude.parse_line(line) for line in seen["stdout"].splitlines()]
+    assert claude.summarize(events).summary == "Hello."
+    if quiet:
+        assert seen["dns"] == []
+        assert {(r["method"], r["path"].split("?")[0]) for r in seen["requests"]} == {
+            ("HEAD", "/"), ("POST", "/v1/messages")}
+    else:
+        assert set(seen["dns"]) == {"api.anthropic.com"}
