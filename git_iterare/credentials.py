@@ -109,11 +109,27 @@ def load(config: Config) -> Credentials | None:
     login = _read_secret(folder / CREDENTIALS_JSON)
     if login is None:
         return None
+    _register_login_secrets(login)
     files = {f".claude/{CREDENTIALS_JSON}": login}
     settings = _read_secret(folder / CLAUDE_JSON)
     if settings is not None:
         files[CLAUDE_JSON] = settings
     return Credentials(files=files)
+
+
+def _register_login_secrets(login: bytes) -> None:
+    """Register the tokens in a Claude Code login (``{"claudeAiOauth": {"accessToken":
+    ..., "refreshToken": ...}}``) as secrets; other shapes are left as they are."""
+    import json
+
+    try:
+        oauth = json.loads(login).get("claudeAiOauth", {})
+    except (ValueError, AttributeError):
+        return
+    if isinstance(oauth, dict):
+        for key in ("accessToken", "refreshToken"):
+            if isinstance(oauth.get(key), str):
+                proc.register_secret(oauth[key])
 
 
 def existing(folder: Path) -> list[Path]:

@@ -76,7 +76,7 @@ def test_refuses_to_replace_without_force(tmp_path: Path, store: Path) -> None:
 
 
 def test_copies_claude_login(tmp_path: Path, hermetic_env: Path, store: Path) -> None:
-    login = {"claudeAiOauth": {"accessToken": "sk-ant-oat01-x", "refreshToken": "r"}}
+    login = {"claudeAiOauth": {"accessToken": "sk-ant-oat01-x", "refreshToken": "sk-ant-ort01-refresh"}}
     (hermetic_env / ".claude").mkdir()
     (hermetic_env / ".claude" / ".credentials.json").write_text(json.dumps(login))
     (hermetic_env / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
@@ -85,6 +85,7 @@ def test_copies_claude_login(tmp_path: Path, hermetic_env: Path, store: Path) ->
                            f"{store / '.claude.json'} (mode 0600)\n")
     assert mode(store / ".credentials.json") == mode(store / ".claude.json") == 0o600
     creds = agents.get_agent("claude").credentials(cfg(), {})
+    assert proc.redact("sk-ant-oat01-x") == "***"
     assert creds == Credentials(files={
         ".claude/.credentials.json": json.dumps(login).encode(),
         ".claude.json": b'{"hasCompletedOnboarding": true}'})

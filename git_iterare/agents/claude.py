@@ -15,7 +15,10 @@ and the CLI's own output.
 Network: the Messages API at api.anthropic.com, and platform.claude.com where OAuth
 tokens are refreshed. Telemetry, error reporting and auto-update are turned off with the
 variables in :data:`QUIET_ENV`. A gateway (``[claude] base_url`` or ANTHROPIC_BASE_URL)
-replaces the Anthropic hosts.
+replaces the Anthropic hosts. Observed with Claude Code 2.1.197 behind a gateway
+(tests/test_fakeapi.py): with :data:`QUIET_ENV` it sends ``HEAD /`` then the
+``POST /v1/messages?beta=true`` turns to the gateway and resolves no other name; without
+it, it also looks up api.anthropic.com and sends one extra tool-less request.
 """
 
 from __future__ import annotations
