@@ -77,10 +77,11 @@ def test_claude_command_reads_prompt_on_stdin(tmp_path: Path) -> None:
         "claude", "--print", "--output-format", "stream-json", "--verbose",
         "--dangerously-skip-permissions", "--model", "opus"]
     # The wrapper really feeds the file to the program's stdin: run it with `cat` instead.
-    (tmp_path / "p.md").write_text("a prompt\nwith 'quotes' and $VARS\n")
+    big = "a prompt\nwith 'quotes' and $VARS\n" + "x" * 300_000 + "\n"  # > one argv string
+    (tmp_path / "p.md").write_text(big)
     wrapper = argv[: argv.index("claude")]
     out = subprocess.run([*wrapper, "cat"], capture_output=True, text=True, check=True)
-    assert out.stdout == "a prompt\nwith 'quotes' and $VARS\n"
+    assert out.stdout == big
 
 
 def test_claude_network_default(monkeypatch: pytest.MonkeyPatch) -> None:

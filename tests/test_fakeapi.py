@@ -176,12 +176,13 @@ def test_real_claude_commits_through_fake_api(claude_bin: Path, agent_user: str 
     if agent_user:
         subprocess.run(["chown", "-R", agent_user, str(shared_dir)], check=True)
 
-    command = ("printf 'made by claude\\n' > notes.txt && git add notes.txt && "
-               "git commit -q -m 'Add notes' && git log --oneline -1")
+    command = "git add notes.txt && git commit -q -m 'Add notes' && git log --oneline -1"
     turns: list[list[dict[str, Any]]] = [
-        [{"type": "text", "text": "I'll create the file and commit it."},
-         {"type": "tool_use", "name": "Bash",
-          "input": {"command": command, "description": "Create and commit notes.txt"}}],
+        [{"type": "text", "text": "I'll write the file."},
+         {"type": "tool_use", "name": "Write",
+          "input": {"file_path": str(repo / "notes.txt"), "content": "made by claude\n"}}],
+        [{"type": "tool_use", "name": "Bash",
+          "input": {"command": command, "description": "Commit notes.txt"}}],
         [{"type": "text", "text": "Created notes.txt and committed it."}],
     ]
     claude = agents.get_agent("claude")
@@ -210,17 +211,18 @@ def test_real_claude_commits_through_fake_api(claude_bin: Path, agent_user: str 
     printed = json.loads(lines[-1])
     assert printed["type"] == "result"
     assert result.is_error is False
-    assert result.turns == 2
+    assert result.turns == 3
     assert result.cost_usd is not None and result.cost_usd > 0
     assert result.cost_usd == printed["total_cost_usd"]
     assert result.tokens["output"] > 0
     assert result.summary == "Created notes.txt and committed it."
     tool_results = [p for e in events for p in e.parts if p.kind == "tool_result"]
-    assert [(p.text.split()[-1], p.is_error) for p in tool_results] == [("notes", False)]
+    assert [p.is_error for p in tool_results] == [False, False]
+    assert tool_results[1].text.split()[-1] == "notes"  # git log --oneline: "<id> Add notes"
 
     requests = [json.loads(line) for line in (shared_dir / "requests.jsonl").read_text()
                 .splitlines()]
-    assert [r["turn"] for r in requests if r["turn"] is not None] == [0, 1]
+    assert [r["turn"] for r in requests if r["turn"] is not None] == [0, 1, 2]
     assert all(r["headers"].get("x-api-key") in (None, "***") for r in requests)
     second = requests[-1]["body"]["messages"][-1]["content"]
     assert any(b.get("type") == "tool_result" for b in second)
