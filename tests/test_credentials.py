@@ -76,7 +76,8 @@ def test_refuses_to_replace_without_force(tmp_path: Path, store: Path) -> None:
 
 
 def test_copies_claude_login(tmp_path: Path, hermetic_env: Path, store: Path) -> None:
-    login = {"claudeAiOauth": {"accessToken": "sk-ant-oat01-x", "refreshToken": "sk-ant-ort01-refresh"}}
+    login = {"claudeAiOauth": {"accessToken": "sk-ant-oat01-x",
+                               "refreshToken": "sk-ant-ort01-refresh"}}
     (hermetic_env / ".claude").mkdir()
     (hermetic_env / ".claude" / ".credentials.json").write_text(json.dumps(login))
     (hermetic_env / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
