@@ -1,0 +1,239 @@
+"""Claude Code (``@anthropic-ai/claude-code``), run headless with stream-json output.
+
+Command line (Claude Code 2.1): ``claude --print --output-format stream-json --verbose
+--dangerously-skip-permissions [--model M]`` with the prompt on stdin (``--print`` reads
+it there when no prompt argument is given; stdin has no argv length limit). The CLI
+refuses ``--dangerously-skip-permissions`` as root, so the sandbox runs it as a user.
+
+Output: one JSON object a line (``--output-format stream-json``; ``--verbose`` is
+required with it): ``system`` (subtype ``init``: model, cwd, tools), ``assistant``
+(``message.content`` blocks: text, thinking, tool_use), ``user`` (tool_result blocks)
+and a closing ``result`` (``is_error``, ``total_cost_usd``, ``usage``, ``num_turns``,
+``duration_ms``, ``result``). Source: https://docs.claude.com/en/docs/claude-code/sdk
+and the CLI's own output.
+
+Network: the Messages API at api.anthropic.com, and platform.claude.com where OAuth
+tokens are refreshed. Telemetry, error reporting and auto-update are turned off with the
+variables in :data:`QUIET_ENV`. A gateway (``[claude] base_url`` or ANTHROPIC_BASE_URL)
+replaces the Anthropic hosts. Observed with Claude Code 2.1.197 behind a gateway
+(tests/test_fakeapi.py): with :data:`QUIET_ENV` it sends ``HEAD /`` then the
+``POST /v1/messages?beta=true`` turns to the gateway and resolves no other name; without
+it, it also looks up api.anthropic.com and sends one extra tool-less request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from git_iterare.agents.base import (
+    Agent,
+    Credentials,
+    Event,
+    Part,
+    RunResult,
+    parse_json_object,
+    text_event,
+)
+from git_iterare.config import Config
+from git_iterare.errors import UserError
+
+#: Hosts Claude Code needs without a gateway: the API, and the OAuth token endpoint.
+ANTHROPIC_DOMAINS = ["api.anthropic.com", "platform.claude.com"]
+
+#: Turn off everything that is not the model API (telemetry, error reports, updates).
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
+}
+
+#: Host variables that carry a credential, in the order Claude Code prefers them.
+CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+#: Tool input field that says best what a call does, by tool name.
+_TOOL_SUMMARY_FIELD = {
+    "Bash": "command",
+    "Read": "file_path",
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+    "Glob": "pattern",
+    "Grep": "pattern",
+    "WebFetch": "url",
+    "WebSearch": "query",
+    "Task": "description",
+}
+
+
+def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
+    """The gateway URL: ``[claude] base_url``, else ANTHROPIC_BASE_URL, else "".
+
+    Raises:
+        UserError: the value is not an http(s) URL with a host.
+    """
+    env = os.environ if env is None else env
+    url = config["claude.base_url"] or env.get("ANTHROPIC_BASE_URL", "")
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            where = "claude.base_url" if config["claude.base_url"] else "ANTHROPIC_BASE_URL"
+            raise UserError(f"{where}: {url!r} is not an http(s) URL",
+                            hint="e.g. https://gateway.example.com")
+    return str(url)
+
+
+def tool_summary(name: str, tool_input: Any) -> str:
+    """One line saying what a tool call does (its command, file or pattern)."""
+    if isinstance(tool_input, dict):
+        value = tool_input.get(_TOOL_SUMMARY_FIELD.get(name, ""))
+        if isinstance(value, str):
+            return value
+    return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tool_result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(item.get("text", "")) if isinstance(item, dict) else str(item)
+            for item in content
+        )
+    return "" if content is None else json.dumps(content)
+
+
+def _parts(content: Any) -> tuple[Part, ...]:
+    if isinstance(content, str):
+        return (Part("text", content),)
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(Part("text", str(block.get("text", ""))))
+        elif kind == "thinking":
+            parts.append(Part("thinking", str(block.get("thinking", ""))))
+        elif kind == "tool_use":
+            name = str(block.get("name", ""))
+            tool_input = block.get("input", {})
+            parts.append(Part("tool_use", tool_summary(name, tool_input), name=name,
+                              detail=json.dumps(tool_input, ensure_ascii=False)))
+        elif kind == "tool_result":
+            parts.append(Part("tool_result", _tool_result_text(block.get("content")),
+                              is_error=bool(block.get("is_error"))))
+    return tuple(parts)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class Claude(Agent):
+    """The Claude Code CLI."""
+
+    name = "claude"
+
+    def required_domains(self, config: Config) -> list[str]:
+        url = base_url(config)
+        if url:
+            host = urlsplit(url).hostname
+            return [host] if host else []
+        return list(ANTHROPIC_DOMAINS)
+
+    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+        argv = ["claude", "--print", "--output-format", "stream-json", "--verbose",
+                "--dangerously-skip-permissions"]
+        if config["claude.model"]:
+            argv += ["--model", config["claude.model"]]
+        # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
+        return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
+
+    def environment(self, config: Config) -> dict[str, str]:
+        env = dict(QUIET_ENV)
+        url = base_url(config)
+        if url:
+            env["ANTHROPIC_BASE_URL"] = url
+        return env
+
+    def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
+        from git_iterare import credentials, proc
+
+        for var in CREDENTIAL_VARS:
+            if env.get(var):
+                proc.register_secret(env[var])
+                return Credentials(env={var: env[var]})
+        found = credentials.load(config)
+        if found is None:
+            raise UserError("no Claude credentials: run `git iterare credentials`")
+        return found
+
+    def parse_line(self, line: str) -> Event:
+        line = line.rstrip("\r\n")
+        data = parse_json_object(line)
+        if data is None:
+            return text_event(line)
+        kind = data.get("type")
+        if kind in ("assistant", "user"):
+            message = data.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            return Event(kind=str(kind), parts=_parts(content), line=line, data=data)
+        if kind == "system":
+            facts = [f"{k} {data[k]}" for k in ("model", "cwd") if isinstance(data.get(k), str)]
+            if isinstance(data.get("tools"), list):
+                facts.append(f"{len(data['tools'])} tools")
+            parts = (Part("text", ", ".join(facts)),) if facts else ()
+            return Event(kind="system", parts=parts, line=line, data=data)
+        if kind == "result":
+            text = data.get("result")
+            parts = (Part("text", text),) if isinstance(text, str) and text else ()
+            return Event(kind="result", parts=parts, line=line, data=data)
+        return Event(kind="other", line=line, data=data)
+
+    def summarize(self, events: Iterable[Event], *, exit_code: int | None = None) -> RunResult:
+        result: Mapping[str, Any] | None = None
+        last_text = ""
+        for event in events:
+            if event.kind == "result" and event.data is not None:
+                result = event.data
+            for part in event.parts:
+                said = part.kind == "text" and event.kind in ("assistant", "text")
+                if said and part.text.strip():
+                    last_text = part.text.strip()
+        failed_exit = exit_code not in (0, None)
+        if result is None:
+            return RunResult(is_error=True, summary=last_text)
+        usage = result.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
+        tokens = {
+            ours: count
+            for ours, theirs in (("input", "input_tokens"), ("output", "output_tokens"),
+                                 ("cache_read", "cache_read_input_tokens"),
+                                 ("cache_creation", "cache_creation_input_tokens"))
+            if (count := _int(usage.get(theirs))) is not None
+        }
+        cost = result.get("total_cost_usd")
+        summary = result.get("result")
+        if not isinstance(summary, str):
+            errors = result.get("errors")
+            summary = "; ".join(map(str, errors)) if isinstance(errors, list) else last_text
+        return RunResult(
+            is_error=bool(result.get("is_error")) or result.get("subtype") != "success"
+            or failed_exit,
+            cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+            tokens=tokens,
+            turns=_int(result.get("num_turns")),
+            duration_ms=_int(result.get("duration_ms")),
+            summary=summary.strip(),
+        )
+
+
+AGENT = Claude()

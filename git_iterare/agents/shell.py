@@ -1,0 +1,24 @@
+"""The ``shell`` agent: the prompt body is a bash script, run as the agent user.
+
+Useful for scripted changes (codemods, dependency bumps) with the same sandbox, branch and
+record as a model-driven run, and for testing the machinery without a model. ``bash -eu``
+stops at the first failing command or unset variable. No credentials, no network needs;
+every output line is a text event, and the exit status decides success.
+"""
+
+from __future__ import annotations
+
+from git_iterare.agents.base import Agent
+from git_iterare.config import Config
+
+
+class Shell(Agent):
+    """Runs the prompt body with ``bash -eu``."""
+
+    name = "shell"
+
+    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+        return ["bash", "-eu", prompt_file]
+
+
+AGENT = Shell()

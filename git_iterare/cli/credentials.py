@@ -1,0 +1,57 @@
+"""``git iterare credentials [--force] [--api-key-env | --token-file FILE]``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli.context import app
+
+
+@click.command("credentials")
+@click.option("--force", is_flag=True, help="Replace credentials already stored.")
+@click.option("--api-key-env", is_flag=True,
+              help="Store the API key in the ANTHROPIC_API_KEY environment variable.")
+@click.option("--token-file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Read an API key or `claude setup-token` token from FILE (- for stdin).")
+def command(force: bool, api_key_env: bool, token_file: str | None) -> None:
+    """Store Claude credentials (0600) for runs to use.
+
+    Without options: copy the Claude Code login in ~/.claude/.credentials.json when there
+    is one, else read a token (hidden when typed at a terminal, else from stdin).
+    """
+    import os
+    import sys
+    from pathlib import Path
+
+    from git_iterare import credentials
+    from git_iterare.errors import UserError
+
+    if api_key_env and token_file:
+        raise UserError("give --api-key-env or --token-file, not both")
+    folder = credentials.credentials_dir(app().config)
+    if api_key_env:
+        stored = credentials.store_api_key_from_env(folder, os.environ, force=force)
+    elif token_file is not None:
+        if token_file == "-":
+            text, source = sys.stdin.read(), "stdin"
+        else:
+            try:
+                text, source = Path(token_file).read_text(encoding="utf-8"), token_file
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"{token_file}: cannot read: {exc}") from None
+        stored = credentials.store_token(folder, credentials.clean_token(text, source),
+                                         force=force)
+    elif credentials.claude_login_files(Path.home())[0].is_file():
+        stored = credentials.copy_claude_login(folder, Path.home(), force=force)
+    else:
+        if credentials.existing(folder) and not force:
+            credentials.store_token(folder, "", force=False)  # raises: already stored
+        if sys.stdin.isatty():
+            text = click.prompt("Paste an API key or `claude setup-token` token",
+                                hide_input=True, prompt_suffix=": ", err=True)
+            source = "the token"
+        else:
+            text, source = sys.stdin.read(), "stdin"
+        stored = credentials.store_token(folder, credentials.clean_token(text, source),
+                                         force=force)
+    click.echo(stored.describe())

@@ -1,0 +1,118 @@
+"""Rendering an agent's output log for ``git iterare log``.
+
+Verbosity levels (``-v`` counts):
+
+* 0 -- what the agent says (assistant text, plain output lines) and a closing summary;
+* 1 -- also each tool call, one line (``> Bash: make test``);
+* 2 -- also tool results, thinking, system events and JSON lines we do not know.
+
+Colors go through :func:`git_iterare.ui.paint`, so ``--color`` and ``NO_COLOR`` apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from git_iterare.ui import paint
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent, Event, RunResult
+
+#: Longest tool-call summary shown at verbosity 1 (characters); 2 shows all of it.
+TOOL_LINE_LIMIT = 200
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines() or [""])
+
+
+def _shorten(text: str, limit: int) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    more = len(first) > limit or "\n" in text.strip()
+    return (first[:limit] + "...") if more else first
+
+
+def render_event(event: Event, verbosity: int) -> str | None:
+    """The default rendering of one event (see the module docstring), or None to hide it."""
+    if event.kind == "result":
+        return None  # the summary line stands for it
+    if event.kind == "text":
+        return event.line
+    if event.kind in ("system", "other"):
+        if verbosity < 2:
+            return None
+        data = event.data or {}
+        label = f"{data.get('type', '?')}" + (f" {data['subtype']}" if "subtype" in data else "")
+        text = "; ".join(p.text for p in event.parts) or event.line
+        return paint(f"[{label}] {text}", "dim")
+    lines = []
+    for part in event.parts:
+        if part.kind == "text" and event.kind == "assistant":
+            lines.append(part.text)
+        elif part.kind == "tool_use" and verbosity >= 1:
+            text = part.text if verbosity >= 2 else _shorten(part.text, TOOL_LINE_LIMIT)
+            lines.append(paint(f"> {part.name}: ", "cyan", "bold") + paint(text, "cyan"))
+        elif part.kind == "thinking" and verbosity >= 2:
+            lines.append(paint(_indent(part.text, "  ~ "), "dim"))
+        elif part.kind == "tool_result" and verbosity >= 2:
+            style = "red" if part.is_error else "dim"
+            lines.append(paint(_indent(part.text), style))
+        elif part.kind == "text" and verbosity >= 2:
+            lines.append(paint(_indent(part.text), "dim"))
+    return "\n".join(lines) if lines else None
+
+
+def format_duration(ms: int) -> str:
+    """``950ms``, ``12.3s``, ``4m 05s`` or ``1h 02m``."""
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def format_summary(result: RunResult) -> str:
+    """The closing line: outcome, duration, cost and turns (what is known of them)."""
+    facts = []
+    if result.duration_ms is not None:
+        facts.append(format_duration(result.duration_ms))
+    if result.cost_usd is not None:
+        facts.append(f"${result.cost_usd:.4f}")
+    if result.turns is not None:
+        facts.append(f"{result.turns} turn" + ("" if result.turns == 1 else "s"))
+    head = paint("failed", "red", "bold") if result.is_error else paint("done", "green", "bold")
+    return head + (": " + ", ".join(facts) if facts else "")
+
+
+def render_lines(lines: Iterable[str], agent: Agent, verbosity: int = 0, raw: bool = False,
+                 *, exit_code: int | None = None) -> Iterator[str]:
+    """Render an agent's output log, one string per shown event, then a summary line.
+
+    Args:
+        lines: the log as stored (``log.jsonl``: one output line each, newlines optional).
+        agent: the agent that wrote it (it parses and renders its own lines).
+        verbosity: 0, 1 or 2 (more counts as 2).
+        raw: yield the lines unchanged, without a summary.
+        exit_code: the agent's exit status when known (the shell agent's outcome).
+
+    Yields:
+        Text to print, each possibly several lines, without a trailing newline.
+    """
+    events: list[Event] = []
+    for line in lines:
+        if raw:
+            yield line.rstrip("\r\n")
+            continue
+        event = agent.parse_line(line)
+        events.append(event)
+        shown = agent.render(event, verbosity)
+        if shown is not None:
+            yield shown
+    if not raw:
+        yield format_summary(agent.summarize(events, exit_code=exit_code))

@@ -1,0 +1,286 @@
+"""Prompt files: Markdown with optional YAML frontmatter.
+
+The format is iterare's (``.iterare/prompts/<name>.md``)::
+
+    ---
+    workspace: my-task      # iterare: name of the run (default: the file name)
+    branch: main            # iterare: base branch to start from
+    agent: claude           # ours: agent that runs it (default: run.agent)
+    timeout: 1800           # ours: wall-clock limit in seconds
+    env: [NPM_TOKEN]        # ours: host variables passed into the sandbox, by name
+    ---
+
+    The task, in plain words.
+
+Frontmatter is optional; when present it starts on the first line with ``---`` and ends
+at the next line holding only ``---``. iterare files load unchanged (``---`` then ``---``
+is an empty frontmatter). Unlike iterare, broken frontmatter is an error here rather
+than silently ignored, since a dropped ``timeout`` or ``branch`` would change the run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from git_iterare.errors import UserError
+
+#: Keys iterare defines, then ours.
+FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_FENCE = re.compile(r"---[ \t]*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A parsed prompt file.
+
+    Attributes:
+        name: the file name without ``.md``; the default run name.
+        path: the file, absolute.
+        body: the text after the frontmatter, leading blank lines dropped, never empty.
+        workspace: frontmatter ``workspace`` (iterare's run name), or None.
+        branch: frontmatter ``branch`` (base branch), or None.
+        agent: frontmatter ``agent``, or None for the configured ``run.agent``.
+        timeout: frontmatter ``timeout`` in seconds (0: no limit), or None for ``run.timeout``.
+        env: names of host environment variables to pass into the sandbox.
+        warnings: ``file:line: message`` lines (unknown keys) for the caller to print.
+    """
+
+    name: str
+    path: Path
+    body: str
+    workspace: str | None = None
+    branch: str | None = None
+    agent: str | None = None
+    timeout: int | None = None
+    env: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def run_name(self) -> str:
+        """The name runs of this prompt get: ``workspace`` when set, else :attr:`name`."""
+        return self.workspace or self.name
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run or prompt, or None when it can.
+
+    Names end up in branch names, ref names and paths, so they must not contain ``/``,
+    ``..``, whitespace or control characters, nor start with ``-`` or ``.``.
+    """
+    if not name:
+        return "is empty"
+    if "/" in name or "\\" in name:
+        return "contains a slash"
+    if ".." in name:
+        return "contains '..'"
+    if any(c.isspace() for c in name):
+        return "contains whitespace"
+    if _CONTROL.search(name):
+        return "contains a control character"
+    if name.startswith(("-", ".")):
+        return f"starts with '{name[0]}'"
+    if name.endswith(".lock"):
+        return "ends with '.lock'"
+    if any(c in name for c in "~^:?*[@{"):
+        return "contains one of ~^:?*[@{ (not allowed in git branch names)"
+    return None
+
+
+def env_name_problem(name: Any) -> str | None:
+    """Why ``name`` is not an environment variable name (``[A-Za-z_][A-Za-z0-9_]*``)."""
+    if not isinstance(name, str) or not _ENV_NAME.match(name):
+        return f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)"
+    return None
+
+
+def _branch_problem(branch: str) -> str | None:
+    if not branch or branch.startswith(("-", "/")) or branch.endswith(("/", ".lock", ".")):
+        return "is not a valid branch name"
+    if ".." in branch or "//" in branch or "@{" in branch or _CONTROL.search(branch):
+        return "is not a valid branch name"
+    if any(c.isspace() or c in "~^:?*[\\" for c in branch):
+        return "is not a valid branch name"
+    return None
+
+
+def list_prompts(prompts_dir: Path) -> list[str]:
+    """Names of the prompts in ``prompts_dir`` (``*.md`` without the suffix), sorted."""
+    if not prompts_dir.is_dir():
+        return []
+    return sorted(p.stem for p in prompts_dir.glob("*.md") if p.is_file())
+
+
+def resolve(arg: str, prompts_dir: Path, cwd: Path) -> Path:
+    """Find the file ``arg`` names.
+
+    ``arg`` is a prompt name (``fix-tests`` or ``fix-tests.md`` under ``prompts_dir``) or a
+    path, relative to ``cwd`` or absolute. A plain name is looked up in ``prompts_dir``
+    first, then as a file in ``cwd``; anything holding a slash is a path.
+
+    Raises:
+        UserError: no such prompt (listing the available ones) or not a file.
+    """
+    if not arg:
+        raise UserError("no prompt given", hint="give a prompt name or a file")
+    candidates: list[Path] = []
+    if "/" not in arg and "\\" not in arg:
+        stem = arg[:-3] if arg.endswith(".md") else arg
+        candidates.append(prompts_dir / f"{stem}.md")
+    candidates.append(Path(arg) if Path(arg).is_absolute() else cwd / arg)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    if candidates[-1].exists():
+        raise UserError(f"{arg}: not a file")
+    available = list_prompts(prompts_dir)
+    listing = ", ".join(available) if available else f"none in {prompts_dir}"
+    raise UserError(f"no prompt '{arg}' (available: {listing})",
+                    hint="create .iterare/prompts/<name>.md or give a file path")
+
+
+def split_frontmatter(text: str, where: str) -> tuple[str | None, int, str, int]:
+    """Split a prompt file into frontmatter and body.
+
+    Args:
+        text: the whole file.
+        where: the file name for errors.
+
+    Returns:
+        ``(yaml_text, yaml_first_line, body, body_first_line)``; ``yaml_text`` is None when
+        there is no frontmatter. Line numbers are 1-based lines of the file.
+
+    Raises:
+        UserError: the opening ``---`` has no closing ``---`` line.
+    """
+    lines = text.splitlines(keepends=True)
+    if not lines or not _FENCE.match(lines[0].rstrip("\r\n")):
+        return None, 0, text, 1
+    for index in range(1, len(lines)):
+        if _FENCE.match(lines[index].rstrip("\r\n")):
+            return "".join(lines[1:index]), 2, "".join(lines[index + 1:]), index + 2
+    raise UserError(f"{where}:1: frontmatter is not closed by a '---' line")
+
+
+def _parse_yaml(
+    yaml_text: str, first_line: int, where: str
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Parse frontmatter; return the mapping and the file line of each key."""
+    import yaml
+
+    try:
+        node = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(yaml_text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = first_line + (mark.line if mark else 0)
+        raise UserError(f"{where}:{line}: bad YAML in frontmatter: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where}:{first_line}: bad YAML in frontmatter: {exc}") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        raise UserError(f"{where}:{first_line}: frontmatter must be a mapping of key: value")
+    lines = {
+        str(key.value): first_line + key.start_mark.line
+        for key, _ in node.value
+        if isinstance(key, yaml.ScalarNode)
+    }
+    return data, lines
+
+
+def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
+           ) -> tuple[dict[str, Any], list[str]]:
+    """Check each frontmatter value; return the typed fields and warnings."""
+    fields: dict[str, Any] = {}
+    warnings: list[str] = []
+
+    def fail(key: str, message: str) -> UserError:
+        return UserError(f"{where}:{lines.get(key, 1)}: {key} {message}")
+
+    for key, value in data.items():
+        if key not in FRONTMATTER_KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), FRONTMATTER_KEYS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            warnings.append(f"{where}:{lines.get(str(key), 1)}: unknown key {key!r}{hint}")
+            continue
+        if value is None:
+            continue
+        if key == "timeout":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise fail(key, f"must be a whole number of seconds (0: no limit), got {value!r}")
+            fields[key] = value
+        elif key == "env":
+            names = [value] if isinstance(value, str) else value
+            if not isinstance(names, list):
+                raise fail(key, f"must be a list of variable names, got {value!r}")
+            for name in names:
+                problem = env_name_problem(name)
+                if problem:
+                    raise fail(key, problem)
+            fields[key] = tuple(dict.fromkeys(names))
+        else:
+            if not isinstance(value, str):
+                raise fail(key, f"must be a string, got {value!r}")
+            problem = _branch_problem(value) if key == "branch" else name_problem(value)
+            if problem:
+                raise fail(key, f"{value!r} {problem}")
+            fields[key] = value
+    return fields, warnings
+
+
+def parse(text: str, path: Path) -> Prompt:
+    """Parse the text of prompt file ``path``.
+
+    Raises:
+        UserError: ``file:line: message`` for broken YAML, a value of the wrong type, an
+            unclosed frontmatter, a bad file name or an empty body.
+    """
+    where = str(path)
+    name = path.name[:-3] if path.name.endswith(".md") else path.name
+    problem = name_problem(name)
+    if problem:
+        raise UserError(f"{where}: prompt name {name!r} {problem}", hint="rename the file")
+    yaml_text, yaml_line, body, body_line = split_frontmatter(text, where)
+    fields: dict[str, Any] = {}
+    warnings: list[str] = []
+    if yaml_text is not None:
+        data, lines = _parse_yaml(yaml_text, yaml_line, where)
+        fields, warnings = _typed(data, lines, where)
+    if not body.strip():
+        raise UserError(f"{where}:{body_line}: the prompt is empty",
+                        hint="write the task after the frontmatter")
+    body = body.lstrip("\r\n")
+    return Prompt(name=name, path=path, body=body, warnings=tuple(warnings), **fields)
+
+
+def load_prompt(arg: str, prompts_dir: Path, cwd: Path) -> Prompt:
+    """Find and parse a prompt (see :func:`resolve` and :func:`parse`).
+
+    Args:
+        arg: a prompt name under ``prompts_dir`` (with or without ``.md``) or a file path.
+        prompts_dir: the project's ``.iterare/prompts``.
+        cwd: what relative paths are relative to.
+
+    Returns:
+        The prompt; unknown frontmatter keys are in ``Prompt.warnings``.
+
+    Raises:
+        UserError: no such prompt, unreadable or not UTF-8, or bad content.
+    """
+    path = resolve(arg, prompts_dir, cwd)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse(text, path)

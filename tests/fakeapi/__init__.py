@@ -1,0 +1,1 @@
+"""A fake Anthropic Messages API for tests (see :mod:`tests.fakeapi.server`)."""

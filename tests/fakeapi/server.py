@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""A scripted stand-in for the Anthropic Messages API, standard library only.
+
+It lets the real Claude Code CLI run end to end without the internet: on the host (tests
+start it on 127.0.0.1) or inside a container (``python3 server.py ...``; no dependencies).
+
+The script is a JSON file::
+
+    {"turns": [
+        {"content": [{"type": "text", "text": "I'll create it."},
+                     {"type": "tool_use", "name": "Bash",
+                      "input": {"command": "echo hi > f && git add f && git commit -m f"}}]},
+        {"content": [{"type": "text", "text": "Done."}]}
+    ]}
+
+(a bare list of turns works too; a turn may also be a plain list of blocks). Each request
+to ``POST /v1/messages`` that offers tools (the agent's own loop) takes the next turn; the
+reply stops with ``tool_use`` when the turn has a tool_use block, else ``end_turn``. Requests
+without tools (Claude Code's side queries: titles, topics, quota probes) and requests after
+the script ran out get a short text answer and take no turn. Streaming (``"stream": true``,
+server-sent events as the real API sends them: message_start, content_block_start,
+content_block_delta with text_delta or input_json_delta, content_block_stop, message_delta
+with usage and stop_reason, message_stop) and plain JSON replies are both spoken.
+
+``POST /v1/messages/count_tokens`` answers an estimate (4 characters a token). Any other
+GET or HEAD answers 200 with ``{}``; other POSTs 404 with an API-style error. Every request
+is appended to the log file as one JSON line: method, path, headers (``x-api-key`` and
+``authorization`` redacted), JSON body, and the turn it took (or null).
+
+Message format source: https://docs.anthropic.com/en/api/messages-streaming
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+#: Answer to requests that take no turn.
+SIDE_ANSWER = "ok"
+
+_SECRET_HEADERS = {"x-api-key", "authorization", "proxy-authorization"}
+
+
+def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
+    """Read a script file and return its turns, each a list of content blocks.
+
+    Raises:
+        ValueError: the file is not a list of turns, or a block has an unknown type.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    turns = data.get("turns") if isinstance(data, dict) else data
+    if not isinstance(turns, list):
+        raise ValueError(f"{path}: expected a list of turns or {{'turns': [...]}}")
+    result = []
+    for number, turn in enumerate(turns, 1):
+        blocks = turn.get("content") if isinstance(turn, dict) else turn
+        if not isinstance(blocks, list):
+            raise ValueError(f"{path}: turn {number}: expected a list of content blocks")
+        for block in blocks:
+            if not isinstance(block, dict) or block.get("type") not in ("text", "tool_use"):
+                raise ValueError(f"{path}: turn {number}: blocks are text or tool_use")
+        result.append(blocks)
+    return result
+
+
+def estimate_tokens(value: Any) -> int:
+    """A rough token count of a JSON value: one token per 4 characters, at least 1."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return max(1, len(text) // 4)
+
+
+class Script:
+    """The turns left to play, shared by the server's threads.
+
+    Args:
+        turns: from :func:`load_script`.
+        log_path: file the requests are appended to as JSON lines, or None.
+    """
+
+    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None):
+        self.turns = turns
+        self.next_turn = 0
+        self.log_path = Path(log_path) if log_path else None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def take(self, body: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
+        """The turn number (0-based; None when none is taken) and the blocks to answer."""
+        with self._lock:
+            if body.get("tools") and self.next_turn < len(self.turns):
+                number = self.next_turn
+                self.next_turn += 1
+                blocks = [dict(b) for b in self.turns[number]]
+            else:
+                number, blocks = None, [{"type": "text", "text": SIDE_ANSWER}]
+            for block in blocks:
+                if block["type"] == "tool_use":
+                    block.setdefault("id", f"toolu_fake{next(self._ids):04d}")
+                    block.setdefault("input", {})
+            return number, blocks
+
+    def new_id(self) -> str:
+        with self._lock:
+            return f"msg_fake{next(self._ids):04d}"
+
+    def log(self, entry: dict[str, Any]) -> None:
+        if self.log_path is None:
+            return
+        with self._lock, self.log_path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(entry) + "\n")
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def stream_events(message: dict[str, Any]) -> list[bytes]:
+    """The server-sent events that stream ``message`` (a complete Messages API reply)."""
+    start = dict(message, content=[], stop_reason=None, stop_sequence=None,
+                 usage=dict(message["usage"], output_tokens=1))
+    events = [_sse("message_start", {"type": "message_start", "message": start}),
+              _sse("ping", {"type": "ping"})]
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            first: dict[str, Any] = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        else:
+            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [
+            _sse("content_block_start",
+                 {"type": "content_block_start", "index": index, "content_block": first}),
+            _sse("content_block_delta",
+                 {"type": "content_block_delta", "index": index, "delta": delta}),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ]
+    events += [
+        _sse("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": message["usage"]["output_tokens"]},
+        }),
+        _sse("message_stop", {"type": "message_stop"}),
+    ]
+    return events
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Answers one request; ``server.script`` holds the shared :class:`Script`."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-anthropic/1"
+
+    @property
+    def script(self) -> Script:
+        return self.server.script  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the JSON log is the record; keep stderr quiet
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def _record(self, body: Any, turn: int | None = None) -> None:
+        headers = {k.lower(): ("***" if k.lower() in _SECRET_HEADERS else v)
+                   for k, v in self.headers.items()}
+        self.script.log({"method": self.command, "path": self.path, "headers": headers,
+                         "body": body, "turn": turn})
+
+    def _json(self, status: int, data: Any, *, head: bool = False) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("request-id", "req_fake")
+        self.end_headers()
+        if not head:
+            self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        self._record(None)
+        self._json(200, {})
+
+    def do_HEAD(self) -> None:
+        self._record(None)
+        self._json(200, {}, head=True)
+
+    def do_POST(self) -> None:
+        body = self._read_body()
+        path = self.path.split("?", 1)[0]
+        if path.endswith("/v1/messages/count_tokens"):
+            self._record(body)
+            self._json(200, {"input_tokens": estimate_tokens(body)})
+        elif path.endswith("/v1/messages") and isinstance(body, dict):
+            self._messages(body)
+        else:
+            self._record(body)
+            self._json(404, {"type": "error", "error": {
+                "type": "not_found_error", "message": f"fake API: no {path}"}})
+
+    def _messages(self, body: dict[str, Any]) -> None:
+        turn, blocks = self.script.take(body)
+        self._record(body, turn)
+        output = [b["text"] if b["type"] == "text" else b["input"] for b in blocks]
+        message = {
+            "id": self.script.new_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") or "claude-fake",
+            "content": blocks,
+            "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks)
+            else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": estimate_tokens(body.get("messages", [])),
+                      "output_tokens": estimate_tokens(output),
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }
+        if not body.get("stream"):
+            self._json(200, message)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("request-id", "req_fake")
+        self.send_header("Connection", "close")  # the body ends when the connection does
+        self.end_headers()
+        self.close_connection = True
+        for event in stream_events(message):
+            self.wfile.write(event)
+            self.wfile.flush()
+
+
+class FakeAnthropic:
+    """The server in a background thread, for tests.
+
+    Args:
+        turns: from :func:`load_script`.
+        log_path: request log (JSON lines), or None.
+        host: address to listen on.
+        port: 0 picks a free one.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
+                 host: str = "127.0.0.1", port: int = 0):
+        self.script = Script(turns, log_path)
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.script = self.script  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``, the value for ANTHROPIC_BASE_URL."""
+        host, port = self.httpd.socket.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeAnthropic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Fake Anthropic Messages API for tests.")
+    parser.add_argument("--script", required=True, help="JSON file of turns")
+    parser.add_argument("--log", help="append every request to this file (JSON lines)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    server = FakeAnthropic(load_script(args.script), args.log, args.host, args.port)
+    print(f"listening on {server.url}", flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""``git iterare credentials`` and the credentials store."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from git_iterare import agents, config, credentials, proc
+from git_iterare.agents.base import Credentials
+from git_iterare.errors import OperationFailed, UserError
+from tests.conftest import iterare
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def store(hermetic_env: Path) -> Path:
+    return hermetic_env / ".config" / "iterare"
+
+
+def cfg(**values: str) -> config.Config:
+    return config.load(None, values, git_entries=[])
+
+
+def test_token_file_stores_api_key_0600(tmp_path: Path, store: Path) -> None:
+    token = tmp_path / "token.txt"
+    token.write_text("  sk-ant-api03-secret-value\n")
+    done = iterare("credentials", "--token-file", str(token), cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (f"stored Claude API key in {store / 'anthropic-api-key'} "
+                           "(mode 0600)\n")
+    assert (store / "anthropic-api-key").read_text() == "sk-ant-api03-secret-value\n"
+    assert (mode(store), mode(store / "anthropic-api-key")) == (0o700, 0o600)
+    assert agents.get_agent("claude").credentials(cfg(), {}) == Credentials(
+        env={"ANTHROPIC_API_KEY": "sk-ant-api03-secret-value"})
+
+
+def test_oauth_token_from_stdin(tmp_path: Path, store: Path) -> None:
+    done = iterare("credentials", cwd=tmp_path, input="sk-ant-oat01-abc\n")
+    assert done.stdout == (f"stored Claude OAuth token in {store / 'claude-oauth-token'} "
+                           "(mode 0600)\n")
+    assert "sk-ant-oat01-abc" not in done.stdout + done.stderr
+    assert agents.get_agent("claude").credentials(cfg(), {}) == Credentials(
+        env={"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-abc"})
+
+
+def test_api_key_from_env(tmp_path: Path, store: Path) -> None:
+    done = iterare("credentials", "--api-key-env", cwd=tmp_path,
+                   env={"ANTHROPIC_API_KEY": "sk-ant-api03-env"})
+    assert done.returncode == 0
+    assert (store / "anthropic-api-key").read_text() == "sk-ant-api03-env\n"
+    assert "sk-ant-api03-env" not in done.stdout + done.stderr
+
+
+def test_api_key_env_missing(tmp_path: Path) -> None:
+    done = iterare("credentials", "--api-key-env", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "error: ANTHROPIC_API_KEY is not set (export it, or paste a token)\n")
+
+
+def test_refuses_to_replace_without_force(tmp_path: Path, store: Path) -> None:
+    iterare("credentials", cwd=tmp_path, input="sk-ant-api03-first\n")
+    done = iterare("credentials", cwd=tmp_path, input="sk-ant-oat01-second\n")
+    assert (done.returncode, done.stderr) == (
+        2, f"error: Claude credentials already stored in {store / 'anthropic-api-key'} "
+           "(use --force to replace them)\n")
+    done = iterare("credentials", "--force", cwd=tmp_path, input="sk-ant-oat01-second\n")
+    assert done.returncode == 0
+    assert sorted(p.name for p in store.iterdir()) == ["claude-oauth-token"]
+
+
+def test_copies_claude_login(tmp_path: Path, hermetic_env: Path, store: Path) -> None:
+    login = {"claudeAiOauth": {"accessToken": "sk-ant-oat01-x",
+                               "refreshToken": "sk-ant-ort01-refresh"}}
+    (hermetic_env / ".claude").mkdir()
+    (hermetic_env / ".claude" / ".credentials.json").write_text(json.dumps(login))
+    (hermetic_env / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
+    done = iterare("credentials", cwd=tmp_path)
+    assert done.stdout == (f"stored Claude Code login in {store / '.credentials.json'}, "
+                           f"{store / '.claude.json'} (mode 0600)\n")
+    assert mode(store / ".credentials.json") == mode(store / ".claude.json") == 0o600
+    creds = agents.get_agent("claude").credentials(cfg(), {})
+    assert proc.redact("sk-ant-oat01-x") == "***"
+    assert creds == Credentials(files={
+        ".claude/.credentials.json": json.dumps(login).encode(),
+        ".claude.json": b'{"hasCompletedOnboarding": true}'})
+
+
+def test_credentials_path_overrides_dir(tmp_path: Path) -> None:
+    legacy = tmp_path / "iterare-creds"
+    done = iterare("credentials", cwd=tmp_path, input="tok\n",
+                   env={"ITERARE_CLAUDE_CREDENTIALS_PATH": str(legacy)})
+    assert done.returncode == 0, done.stderr
+    assert (legacy / "claude-oauth-token").read_text() == "tok\n"
+    assert mode(legacy) == 0o700
+
+
+def test_empty_and_multiword_tokens(tmp_path: Path) -> None:
+    assert iterare("credentials", cwd=tmp_path, input="\n").stderr == (
+        "error: stdin: no token given\n")
+    assert iterare("credentials", cwd=tmp_path, input="a b\n").stderr == (
+        "error: stdin: a token is one word on one line\n")
+
+
+def test_missing_token_file(tmp_path: Path) -> None:
+    done = iterare("credentials", "--token-file", str(tmp_path / "nope"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {tmp_path / 'nope'}: cannot read:")
+
+
+def test_verbose_never_echoes_secret(tmp_path: Path) -> None:
+    done = iterare("--verbose", "credentials", cwd=tmp_path, input="sk-ant-api03-hush\n")
+    assert done.returncode == 0
+    assert "hush" not in done.stdout + done.stderr
+
+
+def test_group_readable_file_refused(store: Path) -> None:
+    credentials.store_token(store, "sk-ant-api03-z")
+    (store / "anthropic-api-key").chmod(0o640)
+    with pytest.raises(UserError, match=r"readable by other users \(mode 0640\)"):
+        credentials.load(cfg())
+
+
+def test_loaded_secret_is_redacted(store: Path) -> None:
+    credentials.store_token(store, "sk-ant-api03-redactme")
+    credentials.load(cfg())
+    assert proc.redact("x sk-ant-api03-redactme y") == "x *** y"
+
+
+def test_login_in_sandbox_hook(tmp_path: Path, store: Path) -> None:
+    calls: list[tuple[list[str], Path]] = []
+
+    def launcher(argv: Sequence[str], home: Path) -> int:
+        calls.append((list(argv), home))
+        (home / ".claude").mkdir()
+        (home / ".claude" / ".credentials.json").write_text("{}")
+        return 0
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    stored = credentials.login_in_sandbox(launcher, store, scratch)
+    assert calls == [(["claude", "auth", "login"], scratch)]
+    assert stored.paths == (store / ".credentials.json",)
+
+
+def test_login_in_sandbox_failure(tmp_path: Path, store: Path) -> None:
+    with pytest.raises(OperationFailed, match=r"exit status 1"):
+        credentials.login_in_sandbox(lambda argv, home: 1, store, tmp_path)
+    with pytest.raises(OperationFailed, match=r"without storing a login"):
+        credentials.login_in_sandbox(lambda argv, home: 0, store, tmp_path)
+
+
+def test_pasted_token_is_not_echoed(tmp_path: Path, store: Path) -> None:
+    """At a terminal the token is read without echo (a pty as controlling terminal)."""
+    import fcntl
+    import os
+    import pty
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+
+    def take_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    child = subprocess.Popen(["git", "iterare", "credentials"], cwd=tmp_path, stdin=slave,
+                             stdout=slave, stderr=slave, start_new_session=True,
+                             preexec_fn=take_terminal)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"token: " not in seen and time.monotonic() < deadline:
+        seen += os.read(master, 1024)
+    os.write(master, b"sk-ant-oat01-typed\n")
+    while True:
+        try:
+            chunk = os.read(master, 1024)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert child.wait(timeout=30) == 0
+    os.close(master)
+    text = seen.decode().replace("\r\n", "\n")
+    assert "sk-ant-oat01-typed" not in text
+    assert text == ("Paste an API key or `claude setup-token` token: \n"
+                    f"stored Claude OAuth token in {store / 'claude-oauth-token'} (mode 0600)\n")
+    assert (store / "claude-oauth-token").read_text() == "sk-ant-oat01-typed\n"

@@ -1,0 +1,81 @@
+"""``render_lines``: what `git iterare log` prints at each verbosity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_iterare import agents, ui
+from git_iterare.agents.base import RunResult
+from git_iterare.logrender import format_duration, format_summary, render_lines
+
+LINES = (Path(__file__).parent / "data" / "claude-stream.jsonl").read_text().splitlines()
+COMMAND = ("echo hello > hello.txt && git add hello.txt && git -c user.name=Agent "
+           "-c user.email=agent@example.com commit -q -m 'Add hello' && echo committed")
+
+
+@pytest.fixture(autouse=True)
+def no_color(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(ui, "COLOR_FLAG", "never")
+    ui.reset()
+    yield
+    ui.reset()
+
+
+def render(verbosity: int, raw: bool = False) -> list[str]:
+    return list(render_lines(LINES, agents.get_agent("claude"), verbosity, raw))
+
+
+def test_verbosity_0() -> None:
+    assert render(0) == ["I will create the file.", "Created hello.txt and committed it.",
+                         "done: 465ms, $0.0193, 2 turns"]
+
+
+def test_verbosity_1() -> None:
+    assert render(1) == ["I will create the file.", f"> Bash: {COMMAND}",
+                         "Created hello.txt and committed it.", "done: 465ms, $0.0193, 2 turns"]
+
+
+def test_verbosity_2() -> None:
+    assert render(2) == [
+        "[system init] model claude-opus-4-8[1m], cwd /tmp/itr-agents-manual/repo, 25 tools",
+        "I will create the file.", f"> Bash: {COMMAND}", "    committed",
+        "Created hello.txt and committed it.", "done: 465ms, $0.0193, 2 turns"]
+
+
+def test_raw() -> None:
+    assert render(0, raw=True) == LINES
+
+
+def test_colors() -> None:
+    ui.COLOR_FLAG = "always"  # restored by no_color's monkeypatch
+    ui.reset()
+    out = render(1)
+    assert out[1].startswith("\033[36m\033[1m> Bash: \033[0m\033[36mecho hello")
+    assert out[-1] == "\033[32m\033[1mdone\033[0m: 465ms, $0.0193, 2 turns"
+
+
+def test_shell_log_summary_from_exit_code() -> None:
+    shell = agents.get_agent("shell")
+    assert list(render_lines(["building\n", "ok\n"], shell, 0, exit_code=2)) == [
+        "building", "ok", "failed"]
+
+
+def test_long_tool_call_shortened_at_1() -> None:
+    claude = agents.get_agent("claude")
+    line = ('{"type":"assistant","message":{"content":[{"type":"tool_use","name":"Bash",'
+            '"input":{"command":"' + "x" * 300 + '\\nsecond"}}]}}')
+    assert next(render_lines([line], claude, 1)) == "> Bash: " + "x" * 200 + "..."
+    assert next(render_lines([line], claude, 2)) == "> Bash: " + "x" * 300 + "\nsecond"
+
+
+@pytest.mark.parametrize(("ms", "text"), [(950, "950ms"), (12_345, "12.3s"),
+                                          (245_000, "4m 05s"), (3_720_000, "1h 02m")])
+def test_format_duration(ms: int, text: str) -> None:
+    assert format_duration(ms) == text
+
+
+def test_format_summary_one_turn() -> None:
+    assert format_summary(RunResult(is_error=True, turns=1)) == "failed: 1 turn"

@@ -1,0 +1,154 @@
+"""Prompt files: lookup, frontmatter (iterare's and ours), errors with file:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from git_iterare.errors import UserError
+from git_iterare.prompt import Prompt, env_name_problem, load_prompt, name_problem, parse
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    folder = tmp_path / ".iterare" / "prompts"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def error_of(text: str, folder: Path, name: str = "task.md") -> str:
+    path = write(folder, name, text)
+    with pytest.raises(UserError) as info:
+        load_prompt(name, folder, folder)
+    return info.value.render().replace(str(path), "FILE")
+
+
+# iterare's own test files (sohonetlabs/iterare-llm tests/test_files/prompt_*.md) load as
+# they did there, except broken YAML, which iterare ignored and we refuse.
+def test_iterare_prompt_with_frontmatter(prompts: Path) -> None:
+    text = "---\nworkspace: my-task\nbranch: main\n---\n\nDo the thing.\n"
+    path = write(prompts, "my-task.md", text)
+    assert load_prompt("my-task", prompts, prompts.parent) == Prompt(
+        name="my-task", path=path, body="Do the thing.\n", workspace="my-task", branch="main")
+
+
+def test_iterare_empty_frontmatter(prompts: Path) -> None:
+    write(prompts, "e.md", "---\n---\n\nContent after empty frontmatter.\n")
+    prompt = load_prompt("e.md", prompts, prompts.parent)
+    assert (prompt.body, prompt.workspace, prompt.run_name) == (
+        "Content after empty frontmatter.\n", None, "e")
+
+
+def test_no_frontmatter_keeps_text(prompts: Path) -> None:
+    write(prompts, "plain.md", "# Title\n\n---\n\nA rule is not frontmatter here.\n")
+    assert load_prompt("plain", prompts, prompts).body == (
+        "# Title\n\n---\n\nA rule is not frontmatter here.\n")
+
+
+def test_iterare_bad_frontmatter_is_an_error(prompts: Path) -> None:
+    text = "---\nkey: [unclosed\n---\n\nContent after bad frontmatter.\n"
+    assert error_of(text, prompts) == (
+        "FILE:3: bad YAML in frontmatter: expected ',' or ']', but got '<stream end>'")
+
+
+def test_our_keys(prompts: Path) -> None:
+    write(prompts, "t.md",
+          "---\nagent: shell\ntimeout: 90\nenv: [NPM_TOKEN, HOME_2]\n---\necho hi\n")
+    prompt = load_prompt("t", prompts, prompts)
+    assert (prompt.agent, prompt.timeout, prompt.env, prompt.body) == (
+        "shell", 90, ("NPM_TOKEN", "HOME_2"), "echo hi\n")
+
+
+def test_path_relative_to_cwd(tmp_path: Path, prompts: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    path = write(tmp_path / "sub", "x.md", "hello\n")
+    assert load_prompt("sub/x.md", prompts, tmp_path).path == path
+    assert load_prompt(str(path), prompts, Path("/")).path == path
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("---\ntimeout: soon\n---\nx\n", "FILE:2: timeout must be a whole number of seconds "
+                                     "(0: no limit), got 'soon'"),
+    ("---\nbranch: main\ntimeout: true\n---\nx\n",
+     "FILE:3: timeout must be a whole number of seconds (0: no limit), got True"),
+    ("---\nenv: [GOOD, 9BAD]\n---\nx\n",
+     "FILE:2: env '9BAD' is not a variable name "
+     "(letters, digits and _, not starting with a digit)"),
+    ("---\nenv: {A: 1}\n---\nx\n",
+     "FILE:2: env must be a list of variable names, got {'A': 1}"),
+    ("---\nworkspace: ../up\n---\nx\n", "FILE:2: workspace '../up' contains a slash"),
+    ("---\nworkspace: -rf\n---\nx\n", "FILE:2: workspace '-rf' starts with '-'"),
+    ("---\nbranch: 'a b'\n---\nx\n", "FILE:2: branch 'a b' is not a valid branch name"),
+    ("---\nagent: 3\n---\nx\n", "FILE:2: agent must be a string, got 3"),
+    ("---\nworkspace: a\n\nbody without end\n",
+     "FILE:1: frontmatter is not closed by a '---' line"),
+    ("---\n- a\n- b\n---\nx\n", "FILE:2: frontmatter must be a mapping of key: value"),
+    ("---\nworkspace: a\n---\n\n  \n", "FILE:4: the prompt is empty "
+                                       "(write the task after the frontmatter)"),
+    ("", "FILE:1: the prompt is empty (write the task after the frontmatter)"),
+])
+def test_bad_frontmatter(prompts: Path, text: str, expected: str) -> None:
+    assert error_of(text, prompts) == expected
+
+
+def test_unknown_key_is_a_warning(prompts: Path) -> None:
+    path = write(prompts, "w.md", "---\nbranch: main\ntimout: 5\n---\nx\n")
+    assert load_prompt("w", prompts, prompts).warnings == (
+        f"{path}:3: unknown key 'timout' (did you mean timeout?)",)
+
+
+def test_missing_prompt_lists_available(prompts: Path) -> None:
+    write(prompts, "b.md", "x")
+    write(prompts, "a.md", "x")
+    with pytest.raises(UserError) as info:
+        load_prompt("nope", prompts, prompts.parent)
+    assert info.value.render() == ("no prompt 'nope' (available: a, b) "
+                                   "(create .iterare/prompts/<name>.md or give a file path)")
+
+
+def test_missing_prompt_without_folder(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"available: none in .*/missing"):
+        load_prompt("x", tmp_path / "missing", tmp_path)
+
+
+def test_bad_file_name(tmp_path: Path, prompts: Path) -> None:
+    path = write(tmp_path, "has space.md", "x")
+    with pytest.raises(UserError) as info:
+        load_prompt(str(path), prompts, tmp_path)
+    assert info.value.render() == (
+        f"{path}: prompt name 'has space' contains whitespace (rename the file)")
+
+
+def test_not_utf8(prompts: Path) -> None:
+    path = prompts / "bin.md"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(UserError, match=r"bin.md: not UTF-8 text"):
+        load_prompt("bin", prompts, prompts)
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("ok-name_1.2", None), ("", "is empty"), ("a/b", "contains a slash"),
+    ("a..b", "contains '..'"), ("a\tb", "contains whitespace"),
+    ("a\x01b", "contains a control character"),
+    ("-x", "starts with '-'"), ("x.lock", "ends with '.lock'"),
+])
+def test_name_problem(name: str, problem: str | None) -> None:
+    assert name_problem(name) == problem
+
+
+def test_env_name_problem() -> None:
+    assert env_name_problem("_A1") is None
+    assert env_name_problem("A-B") is not None
+    assert env_name_problem("A\nB") is not None
+
+
+def test_crlf_frontmatter() -> None:
+    prompt = parse("---\r\nbranch: dev\r\n---\r\nbody\r\n", Path("/p/x.md"))
+    assert (prompt.branch, prompt.body) == ("dev", "body\r\n")
