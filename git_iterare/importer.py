@@ -68,6 +68,11 @@ class FinishResult:
         imported_objects: objects copied from the run gitdir by this call.
         changes: base..head size.
         nested_repos: nested repositories in the worktree that were not committed.
+        rejected_head: why the run gitdir's branch was not imported (a symlinked or
+            symbolic ref, a corrupt object, history not descending from the base or
+            diverged), or None. The worktree is committed all the same, so its files are
+            not lost; the rejected commits stay in the run gitdir until cleanup (which
+            then needs ``force``).
     """
 
     head: str
@@ -76,6 +81,7 @@ class FinishResult:
     imported_objects: int
     changes: Changes
     nested_repos: tuple[str, ...]
+    rejected_head: str | None = None
 
 
 class _OwnObjects:
@@ -317,6 +323,28 @@ def _move_branch(repo: Repo, ws: RunWorkspace, old: str, new: str, reason: str) 
                                   "finish it again")
 
 
+def _import_head(repo: Repo, ws: RunWorkspace, current: str) -> tuple[int, str]:
+    """Import the run gitdir's branch; return (objects copied, commit to build on).
+
+    Raises:
+        OperationFailed: the ref or an object is odd, the head does not descend from the
+            base, or it diverged from ``current``.
+    """
+    run_head = read_run_ref(ws.gitdir, ws.ref) if ws.gitdir.is_dir() else None
+    if not run_head or run_head == current:
+        return 0, current
+    imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
+    if not is_ancestor(repo, ws.base_commit, run_head):
+        raise OperationFailed(f"the run's head {run_head[:12]} does not descend from its "
+                              f"base {ws.base_commit[:12]}; not importing it")
+    if is_ancestor(repo, current, run_head):
+        return imported, run_head
+    if not is_ancestor(repo, run_head, current):
+        raise OperationFailed(f"the run's head {run_head[:12]} and {ws.branch} "
+                              f"({current[:12]}) have diverged; not importing it")
+    return imported, current
+
+
 def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: str
                ) -> FinishResult:
     """Import the agent's commits, commit what it left uncommitted, move ``iterare/<id>``.
@@ -334,28 +362,18 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
         The result.
 
     Raises:
-        OperationFailed: the branch is missing, the run's head does not descend from the
-            base or diverged from the branch, an object is corrupt, the ref is odd, or the
-            branch moved concurrently.
+        OperationFailed: the branch is missing, or it moved concurrently. (A run gitdir
+            branch that cannot be imported is reported in ``rejected_head`` instead.)
         UserError: a bad trailer.
     """
     current = branch_head(repo, ws.ref)
     if current is None:
         raise OperationFailed(f"branch {ws.branch} does not exist; the run cannot be finished")
-    imported = 0
-    tip = current
-    run_head = read_run_ref(ws.gitdir, ws.ref) if ws.gitdir.is_dir() else None
-    if run_head and run_head != current:
-        imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
-        if not is_ancestor(repo, ws.base_commit, run_head):
-            raise OperationFailed(f"the run's head {run_head[:12]} does not descend from its "
-                                  f"base {ws.base_commit[:12]}; not importing it")
-        if is_ancestor(repo, current, run_head):
-            tip = run_head
-        elif not is_ancestor(repo, run_head, current):
-            raise OperationFailed(f"the run's head {run_head[:12]} and {ws.branch} "
-                                  f"({current[:12]}) have diverged",
-                                  hint=f"inspect with `git log {ws.branch}...{run_head}`")
+    imported, tip, rejected = 0, current, None
+    try:
+        imported, tip = _import_head(repo, ws, current)
+    except OperationFailed as exc:  # keep going: the worktree still gets committed
+        rejected = exc.message
     autocommitted = False
     new = tip
     nested: tuple[str, ...] = ()
@@ -386,4 +404,5 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                          ).stdout.split()
     return FinishResult(head=new, commits=tuple(commits), autocommitted=autocommitted,
                         imported_objects=imported,
-                        changes=_changes(repo, ws.base_commit, new), nested_repos=nested)
+                        changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
+                        rejected_head=rejected)
