@@ -323,6 +323,8 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     if os.geteuid() == 0:
         _chown_tree(worktree, uid, gid)
         _chown_tree(gitdir, uid, gid)
+        # git checks the owner of the gitfile too (safe.directory); it is mounted read-only
+        os.lchown(gitfile, uid, gid)
     return ws
 
 

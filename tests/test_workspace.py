@@ -457,3 +457,13 @@ def test_reuse_starts_from_previous_head(repo: Path) -> None:
     reopened = workspace.open_run(r, "demo-89abcdef", head)
     assert (reopened.worktree, reopened.gitdir, reopened.branch) == (
         second.worktree, second.gitdir, second.branch)
+
+
+def test_agent_ids_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root: the agent runs as the user (files stay theirs); another uid is refused."""
+    monkeypatch.setattr(workspace.os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(workspace.os, "getegid", lambda: 5678)
+    assert workspace.agent_ids(None) == (1234, 5678)
+    assert workspace.agent_ids(1234) == (1234, 5678)
+    with pytest.raises(UserError, match="cannot run the agent as uid 1000 without root"):
+        workspace.agent_ids(1000)
