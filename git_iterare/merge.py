@@ -101,6 +101,17 @@ def _restore(top: Path, head_before: str) -> None:
     _git(top, "reset", "-q", "--hard", head_before)
 
 
+def _reason(stderr: str) -> str:
+    """git's explanation from its stderr: the ``error:``/``fatal:`` lines, joined."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if ln.startswith(("error:", "fatal:"))]
+    if picked and picked[-1].endswith(":"):  # "would be overwritten by merge:" + paths
+        at = lines.index(picked[-1])
+        picked[-1] += " " + ", ".join(ln for ln in lines[at + 1:]
+                                      if not ln.startswith(("Please", "Aborting")))
+    return "; ".join(picked) or (lines[-1] if lines else "unknown error")
+
+
 def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = False,
               message: str = "") -> MergeResult:
     """Merge ``branch`` into the current branch of the user's worktree.
@@ -160,8 +171,8 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
                                   "nothing was changed",
                                   hint=f"merge it yourself with `git merge {branch}`"
                                   ) from None
-        raise OperationFailed(f"merging {branch} failed: {exc.message}; nothing was changed"
-                              ) from None
+        raise OperationFailed(f"merging {branch} failed: {_reason(exc.stderr)}; "
+                              "nothing was changed") from None
     head_after = _rev(top, "HEAD") or head_before
     return MergeResult(branch, head_before, head_after,
                        fast_forward=not squash and head_after == target,

@@ -220,35 +220,37 @@ def _read_include(repo: Repo) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
-def copy_includes(repo: Repo, worktree: Path) -> tuple[str, ...]:
-    """Copy the files ``.iterare/include`` names (paths or globs) into ``worktree``.
+def include_paths(repo: Repo) -> tuple[str, ...]:
+    """The files ``.iterare/include`` names (paths or globs, one a line), relative, sorted.
 
-    Only regular files inside the main worktree are copied (symlinks and paths leading out
-    are skipped); they keep their mode.
-
-    Returns:
-        The copied paths, relative, sorted.
+    Only regular files inside the main worktree count: symlinks, paths through a symlinked
+    directory, and anything in ``.git`` or ``.iterare`` are skipped.
 
     Raises:
         UserError: a line is absolute or contains ``..``.
     """
     top = _top(repo)
-    copied: set[str] = set()
+    found: set[str] = set()
     for pattern in _read_include(repo):
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise UserError(f".iterare/include: {pattern!r} must be a relative path inside "
                             "the repository (no '..', no leading '/')")
-        for src in sorted(top.glob(pattern)):
+        for src in top.glob(pattern):
             rel = src.relative_to(top)
             if src.is_symlink() or not src.is_file() or rel.parts[0] in (".git", ".iterare"):
                 continue
-            if src.resolve() != top.resolve() / rel:  # a symlinked parent leads elsewhere
-                continue
-            dest = worktree / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest)
-            copied.add(rel.as_posix())
-    return tuple(sorted(copied))
+            if src.resolve() == top.resolve() / rel:  # no symlinked parent leading elsewhere
+                found.add(rel.as_posix())
+    return tuple(sorted(found))
+
+
+def copy_includes(repo: Repo, worktree: Path, paths: tuple[str, ...]) -> None:
+    """Copy ``paths`` (from :func:`include_paths`) into ``worktree``, keeping their modes."""
+    top = _top(repo)
+    for rel in paths:
+        dest = worktree / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(top / rel, dest)
 
 
 def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
@@ -303,28 +305,31 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         if os.path.lexists(path):
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
+    included = include_paths(repo)
     ensure_excluded(repo)
     worktree.parent.mkdir(parents=True, exist_ok=True)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
     # user's (npm install, direnv...) would run it on the host.
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
                "--no-track", "-b", branch, str(worktree), base_commit, cwd=_top(repo))
-    gitdir.parent.mkdir(parents=True, exist_ok=True)
     ws = RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
         base_commit=base_commit,
         mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
-        agent_uid=uid, agent_gid=gid, included=copy_includes(repo, worktree))
+        agent_uid=uid, agent_gid=gid, included=included)
     try:
+        copy_includes(repo, worktree, included)
+        gitdir.parent.mkdir(parents=True, exist_ok=True)
         _write_run_gitdir(repo, ws, alternates)
-    except BaseException:
-        shutil.rmtree(gitdir, ignore_errors=True)
+        if os.geteuid() == 0:
+            _chown_tree(worktree, uid, gid)
+            _chown_tree(gitdir, uid, gid)
+            # git checks the gitfile's owner too (safe.directory); it is mounted read-only
+            os.lchown(gitfile, uid, gid)
+    except BaseException:  # leave nothing half-made behind: a retry would be refused
+        _remove_run_files(repo, ws)
+        _delete_branch(repo, ws, base_commit)
         raise
-    if os.geteuid() == 0:
-        _chown_tree(worktree, uid, gid)
-        _chown_tree(gitdir, uid, gid)
-        # git checks the owner of the gitfile too (safe.directory); it is mounted read-only
-        os.lchown(gitfile, uid, gid)
     return ws
 
 
@@ -347,10 +352,7 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
     owner = os.lstat(gitdir) if gitdir.is_dir() and not gitdir.is_symlink() else None
     uid, gid = (owner.st_uid, owner.st_gid) if owner else agent_ids(None)
     if not included:
-        top = _top(repo)
-        included = tuple(sorted({p.relative_to(top).as_posix()
-                                 for pat in _read_include(repo) for p in top.glob(pat)
-                                 if p.is_file() and not p.is_symlink()}))
+        included = include_paths(repo)
     gitfile = gitdir.with_name(run_id + ".gitfile")
     return RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
@@ -447,6 +449,19 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False) -> Cleanup
                 f"run {ws.run_id} has work that would be lost: {'; '.join(problems)}",
                 hint=f"`git iterare merge {ws.run_id}` first, or "
                      f"`git iterare cleanup --force {ws.run_id}`")
+    removed_worktree, removed_gitdir = _remove_run_files(repo, ws)
+    if head is not None:
+        _delete_branch(repo, ws, head)
+    return CleanupResult(run_id=ws.run_id, removed_worktree=removed_worktree,
+                         removed_gitdir=removed_gitdir, deleted_branch=head)
+
+
+def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
+    """Remove worktree (and its registration), run gitdir and gitfile.
+
+    Returns:
+        (the worktree existed, the run gitdir existed).
+    """
     removed_worktree = os.path.lexists(ws.worktree)
     admin = _worktree_admin_dir(repo, ws.worktree)
     if admin is not None:
@@ -465,20 +480,24 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False) -> Cleanup
         shutil.rmtree(ws.gitdir)
     if os.path.lexists(ws.gitfile):
         ws.gitfile.unlink()
-    deleted = None
-    if head is not None:
-        from dulwich.objects import ObjectID
-        from dulwich.refs import Ref
-        from dulwich.repo import Repo as DulwichRepo
+    return removed_worktree, removed_gitdir
 
-        with DulwichRepo(str(repo.common_dir)) as main:
-            if not main.refs.remove_if_equals(
-                    Ref(ws.ref.encode()), ObjectID(head.encode()),
-                    message=f"iterare: cleanup run {ws.run_id}".encode()):
-                raise OperationFailed(f"{ws.branch} moved while cleaning up; run cleanup again")
-        deleted = head
-    return CleanupResult(run_id=ws.run_id, removed_worktree=removed_worktree,
-                         removed_gitdir=removed_gitdir, deleted_branch=deleted)
+
+def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
+    """Delete ``ws.ref`` if it still points at ``head`` (compare-and-swap, reflog reason).
+
+    Raises:
+        OperationFailed: it moved meanwhile.
+    """
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo as DulwichRepo
+
+    with DulwichRepo(str(repo.common_dir)) as main:
+        if not main.refs.remove_if_equals(
+                Ref(ws.ref.encode()), ObjectID(head.encode()),
+                message=f"iterare: remove run {ws.run_id}".encode()):
+            raise OperationFailed(f"{ws.branch} moved while removing the run; run cleanup again")
 
 
 def _merged(repo: Repo, head: str) -> bool:

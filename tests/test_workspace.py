@@ -467,3 +467,40 @@ def test_agent_ids_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
     assert workspace.agent_ids(1234) == (1234, 5678)
     with pytest.raises(UserError, match="cannot run the agent as uid 1000 without root"):
         workspace.agent_ids(1000)
+
+
+def test_bad_include_is_refused_before_anything_is_made(repo: Path) -> None:
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("../secrets\n")
+    with pytest.raises(UserError, match=r"\.iterare/include: '\.\./secrets' must be a relative"):
+        prepare(repo)
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+    assert not (repo / ".iterare" / "worktrees").exists()
+
+
+def test_failed_prepare_rolls_back(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    (repo / ".git" / "iterare").mkdir()
+    (repo / ".git" / "iterare" / "tmp").write_text("in the way\n")  # building the index fails
+    with pytest.raises(FileExistsError):
+        workspace.prepare_run(r, RUN, "HEAD")
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+    assert not workspace.worktree_path(r, RUN).exists()
+    assert not workspace.gitdir_path(r, RUN).exists()
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 1
+    (repo / ".git" / "iterare" / "tmp").unlink()
+    assert prepare(repo).base_commit
+
+
+def test_merge_refused_by_untracked_file_keeps_it(repo: Path) -> None:
+    _conflicting_run(repo)
+    git("reset", "-q", "--hard", "HEAD~", cwd=repo)  # no conflict on README any more
+    (repo / "added.txt").write_text("the user's own, untracked\n")
+    before = state(repo)
+    with pytest.raises(OperationFailed) as err:
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert err.value.message == (
+        f"merging iterare/{RUN} failed: error: The following untracked working tree files "
+        "would be overwritten by merge: added.txt; nothing was changed")
+    assert state(repo) == before
+    assert (repo / "added.txt").read_text() == "the user's own, untracked\n"
