@@ -504,3 +504,38 @@ def test_merge_refused_by_untracked_file_keeps_it(repo: Path) -> None:
         "would be overwritten by merge: added.txt; nothing was changed")
     assert state(repo) == before
     assert (repo / "added.txt").read_text() == "the user's own, untracked\n"
+
+
+def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Path) -> None:
+    """Objects reachable only through the agent's alternates are not imported."""
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("a\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "a")
+    decoy = tmp_path / "decoy"
+    (ws.gitdir / "objects").rename(decoy)
+    (ws.gitdir / "objects" / "info").mkdir(parents=True)
+    (ws.gitdir / "objects" / "info" / "alternates").write_text(f"{decoy}\n{repo}/.git/objects\n")
+    assert agent(ws, "log", "--format=%s").stdout == "a\ninitial\n"  # git itself follows them
+    result = finish(repo, ws)
+    assert "is missing from the run gitdir" in (result.rejected_head or "")
+    assert result.commits == (result.head,) and result.autocommitted
+
+
+@pytest.mark.parametrize(("path", "mode", "reason"), [
+    (".vscode/tasks.json", "100644", "VS Code tasks, can run on folder open"),
+    (".vscode/notes.md", "100644", None),
+    (".github/workflows/ci.yml", "100644",
+     "GitHub Actions workflows: run on CI with its secrets, not here"),
+    ("lib/Makefile", "100644", "make recipes"),
+    ("tests/conftest.py", "100644", "imported by pytest"),
+    ("tools/release", "100755", "executable file"),
+    ("tools/build.sh", "100644", "shell script"),
+    ("hooks/pre-push", "100644", "git hooks directory named by core.hooksPath"),
+    ("src/main.py", "100644", None),
+    (".husky/pre-commit", "100644", "husky git hooks, run by git on commit/push"),
+])
+def test_classify_host_executables(path: str, mode: str, reason: str | None) -> None:
+    from git_iterare.hostexec import classify
+
+    assert classify(path, mode, "hooks/") == reason
