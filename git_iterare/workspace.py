@@ -25,6 +25,7 @@ Everything the agent can write (worktree, run gitdir) is read back only through
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -130,6 +131,22 @@ def _top(repo: Repo) -> Path:
     if top is None:
         raise UserError("this is a bare repository; run git iterare in a worktree")
     return top
+
+
+def check_run_dirs(repo: Repo) -> None:
+    """Refuse when ``.iterare`` or ``.iterare/worktrees`` is a symlink.
+
+    They live in the user's tree, which merged agent work can change: a committed symlink
+    there would make run worktrees (created, chowned, later deleted) land elsewhere.
+
+    Raises:
+        UserError: naming the symlink.
+    """
+    top = _top(repo)
+    for path in (top / ".iterare", top / ".iterare" / "worktrees"):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise UserError(f"{path} is a symlink or not a directory; git iterare keeps run "
+                            "worktrees there (remove it and retry)")
 
 
 def worktree_path(repo: Repo, run_id: str) -> Path:
@@ -305,6 +322,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         if os.path.lexists(path):
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
+    check_run_dirs(repo)
     included = include_paths(repo)
     ensure_excluded(repo)
     worktree.parent.mkdir(parents=True, exist_ok=True)
@@ -327,8 +345,9 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             # git checks the gitfile's owner too (safe.directory); it is mounted read-only
             os.lchown(gitfile, uid, gid)
     except BaseException:  # leave nothing half-made behind: a retry would be refused
-        _remove_run_files(repo, ws)
-        _delete_branch(repo, ws, base_commit)
+        with contextlib.suppress(Exception):
+            _remove_run_files(repo, ws)
+            _delete_branch(repo, ws, base_commit)
         raise
     return ws
 
@@ -373,9 +392,8 @@ def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
     the new run's base.
 
     Raises:
-        OperationFailed: the previous run's branch is missing, or it has unfinished work
-            (hint: ``git iterare finish``... the lead's command name).
-        and whatever :func:`prepare_run` raises.
+        OperationFailed: the previous run's branch is missing, or it has unfinished work;
+            and whatever :func:`prepare_run` raises.
     """
     from git_iterare import importer
 
@@ -461,7 +479,11 @@ def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
 
     Returns:
         (the worktree existed, the run gitdir existed).
+
+    Raises:
+        UserError: ``.iterare/worktrees`` is a symlink (see :func:`check_run_dirs`).
     """
+    check_run_dirs(repo)
     removed_worktree = os.path.lexists(ws.worktree)
     admin = _worktree_admin_dir(repo, ws.worktree)
     if admin is not None:

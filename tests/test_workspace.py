@@ -539,3 +539,14 @@ def test_classify_host_executables(path: str, mode: str, reason: str | None) -> 
     from git_iterare.hostexec import classify
 
     assert classify(path, mode, "hooks/") == reason
+
+
+def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "worktrees").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="is a symlink or not a directory"):
+        prepare(repo)
+    assert list(elsewhere.iterdir()) == []
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
