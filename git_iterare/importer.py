@@ -84,19 +84,20 @@ class FinishResult:
     rejected_head: str | None = None
 
 
-class _OwnObjects:
-    """Opens a run gitdir's object dir with dulwich, alternates ignored."""
+def _own_object_store(path: Path):
+    """A dulwich store over a run gitdir's object dir that never consults its alternates.
 
-    @staticmethod
-    def open(path: Path):
-        from dulwich.object_store import DiskObjectStore
+    The agent writes ``info/alternates``: following it would read (and import) objects
+    from wherever it points.
+    """
+    from dulwich.object_store import DiskObjectStore
 
-        class OwnObjectStore(DiskObjectStore):
-            @property
-            def alternates(self):  # the agent writes info/alternates: never follow it
-                return []
+    class OwnObjectStore(DiskObjectStore):
+        @property
+        def alternates(self):
+            return []
 
-        return OwnObjectStore(str(path))
+    return OwnObjectStore(str(path))
 
 
 def _check_plain_tree(root: Path) -> None:
@@ -192,7 +193,7 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
 
     objects_dir = gitdir / "objects"
     _check_plain_tree(objects_dir)
-    own = _OwnObjects.open(objects_dir)
+    own = _own_object_store(objects_dir)
     main = DiskObjectStore(str(common_dir / "objects"))
     wanted = {Commit.type_num: Commit, Tree.type_num: Tree, Blob.type_num: Blob}
     todo: list[tuple[str, int]] = [(head, Commit.type_num)]
