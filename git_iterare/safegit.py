@@ -9,9 +9,12 @@ is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never d
 
 * ``GIT_DIR`` is a fresh directory under ``<common dir>/iterare/tmp`` holding only a
   minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``, no
-  filters), ``info/attributes`` that unsets ``filter``, ``text``, ``eol``, ``ident`` and
-  ``working-tree-encoding`` for every path (``$GIT_DIR/info/attributes`` beats every
-  ``.gitattributes`` in the tree), and ``info/exclude`` listing nested repositories;
+  filters; the user's ``core.autocrlf``/``core.eol`` carried over), ``info/attributes``
+  that unsets ``filter`` for every path (``$GIT_DIR/info/attributes`` beats every
+  ``.gitattributes`` in the tree), and ``info/exclude`` listing nested repositories.
+  Line-ending and encoding attributes (``text``, ``eol``, ``working-tree-encoding``,
+  ``ident``) stay in force: they run no program, and without them a CRLF checkout would
+  be committed as a rewrite of every line;
 * system and global config are not read (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``),
   nor ``git -c`` parameters;
 * ``GIT_WORK_TREE``, ``GIT_INDEX_FILE`` and ``GIT_OBJECT_DIRECTORY`` (the main repository's
@@ -61,8 +64,29 @@ SCRATCH_CONFIG = """\
 \tthreads = 1
 """
 
-#: Unset every attribute that makes git run a program or rewrite content on add/checkout.
-SCRATCH_ATTRIBUTES = "* -filter -text -eol -ident -working-tree-encoding -diff -merge\n"
+#: Unset the one attribute that makes ``git add``/``read-tree`` run a program (clean and
+#: smudge filters); diff and merge drivers are never used by the plumbing run here.
+SCRATCH_ATTRIBUTES = "* -filter\n"
+
+#: The user's settings copied into our configs, with the values git accepts.
+LINE_ENDING_KEYS = {"core.autocrlf": ("true", "false", "input"),
+                    "core.eol": ("lf", "crlf", "native")}
+
+
+def line_ending_config(common_dir: Path) -> str:
+    """A ``[core]`` section with the user's ``core.autocrlf`` and ``core.eol`` (when set).
+
+    Read from the user's repository (all of git's config files), so text committed from
+    the run worktree is converted as the user's own ``git add`` would convert it.
+    """
+    lines = []
+    for key, allowed in LINE_ENDING_KEYS.items():
+        result = proc.git("--git-dir", str(common_dir), "config", "--get", key,
+                          scrub_git_env=True, check=False)
+        value = result.stdout.strip().lower()
+        if result.returncode == 0 and value in allowed:
+            lines.append(f"\t{key.split('.')[1]} = {value}\n")
+    return "[core]\n" + "".join(lines) if lines else ""
 
 
 def find_nested_repos(worktree: Path) -> list[str]:
@@ -176,7 +200,7 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
         for sub in ("refs", "info"):
             (scratch / sub).mkdir()
         (scratch / "HEAD").write_text("ref: refs/heads/scratch\n")
-        (scratch / "config").write_text(SCRATCH_CONFIG)
+        (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir))
         (scratch / "info" / "attributes").write_text(SCRATCH_ATTRIBUTES)
         nested = find_nested_repos(worktree)
         (scratch / "info" / "exclude").write_text(

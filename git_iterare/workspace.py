@@ -276,7 +276,8 @@ def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
         (gitdir / sub).mkdir(parents=True, exist_ok=True)
     (gitdir / "HEAD").write_text(f"ref: {ws.ref}\n")
     (gitdir / ws.ref).write_text(ws.base_commit + "\n")
-    (gitdir / "config").write_text(RUN_GITDIR_CONFIG)
+    (gitdir / "config").write_text(RUN_GITDIR_CONFIG
+                                   + safegit.line_ending_config(repo.common_dir))
     (gitdir / "objects" / "info" / "alternates").write_text(alternates + "\n")
     user_exclude = repo.common_dir / "info" / "exclude"
     if user_exclude.is_file():  # same ignores inside as outside

@@ -550,3 +550,19 @@ def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:
         prepare(repo)
     assert list(elsewhere.iterdir()) == []
     assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+
+
+def test_line_endings_follow_the_repository(repo: Path) -> None:
+    (repo / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (repo / "w.txt").write_text("one\ntwo\n")
+    git("config", "core.autocrlf", "input", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "crlf", cwd=repo)
+    ws = prepare(repo)
+    assert (ws.worktree / "w.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert "\tautocrlf = input\n" in (ws.gitdir / "config").read_text()
+    assert agent(ws, "status", "--porcelain").stdout == ""
+    (ws.worktree / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    result = finish(repo, ws)
+    assert git("show", f"{result.head}:w.txt", cwd=repo).stdout == "one\ntwo\nthree\n"
+    assert result.changes == importer.Changes(files=1, insertions=1, deletions=0)
