@@ -283,9 +283,6 @@ def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
     if user_exclude.is_file():  # same ignores inside as outside
         shutil.copyfile(user_exclude, gitdir / "info" / "exclude")
     ws.gitfile.write_text(f"gitdir: {CONTAINER_GITDIR}\n")
-    with safegit.safe_git(repo.common_dir, ws.worktree, gitdir / "index") as view:
-        view.git("read-tree", ws.base_commit)
-        view.git("update-index", "-q", "--refresh", check=False)
 
 
 def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
@@ -345,6 +342,14 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             _chown_tree(gitdir, uid, gid)
             # git checks the gitfile's owner too (safe.directory); it is mounted read-only
             os.lchown(gitfile, uid, gid)
+        # After the chown (which changes ctimes), so the stat data in the index is current
+        # and git inside need not rehash every file.
+        index = gitdir / "index"
+        with safegit.safe_git(repo.common_dir, worktree, index) as view:
+            view.git("read-tree", base_commit)
+            view.git("update-index", "-q", "--refresh", check=False)
+        if os.geteuid() == 0:
+            os.lchown(index, uid, gid)
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)

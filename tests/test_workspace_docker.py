@@ -59,6 +59,11 @@ def test_git_works_in_the_container_and_work_comes_back(repo: Path, git_image: s
     r = repo_mod.discover(repo)
     ws = workspace.prepare_run(r, "box-0123abcd", "HEAD")  # alternates: /git/objects
     user_config = (repo / ".git" / "config").read_bytes()
+    index = (ws.gitdir / "index").read_bytes()
+    status = run_in_container(git_image, ws, "git status --porcelain")
+    assert (status.returncode, status.stdout) == (0, "")
+    # the stat data matched inside the container: git had nothing to refresh
+    assert (ws.gitdir / "index").read_bytes() == index
     script = "\n".join([
         "set -e",
         "test \"$(git status --porcelain)\" = ''",
