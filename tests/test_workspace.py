@@ -57,14 +57,16 @@ def tree_of(path: Path, rev: str) -> dict[str, str]:
 
 
 def fingerprint(gitdir: Path) -> dict[str, str]:
-    """Hashes of the user's config, hooks, HEAD and branch refs (what must not change)."""
-    result = {}
-    for p in sorted(gitdir.rglob("*")):
-        rel = p.relative_to(gitdir).as_posix()
-        if p.is_file() and (rel in ("config", "HEAD", "info/attributes")
-                            or rel.startswith(("hooks/", "refs/heads/main"))):
-            result[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return result
+    """Hashes of every file in the user's gitdir that finishing a run must not touch.
+
+    Only objects, the run's branch and its reflog, the run worktree's registration and
+    git iterare's own ``iterare/`` dir may change.
+    """
+    allowed = ("objects/", "iterare/", "worktrees/", "refs/heads/iterare/",
+               "logs/refs/heads/iterare/")
+    return {rel: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(gitdir.rglob("*"))
+            if p.is_file() and not (rel := p.relative_to(gitdir).as_posix()).startswith(allowed)}
 
 
 def state(path: Path) -> tuple[str, ...]:
@@ -208,6 +210,7 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
     agent(ws, "add", "work.txt")
     agent(ws, "commit", "-qm", "agent work")
     before = fingerprint(repo / ".git")
+    assert {"config", "HEAD", "index", "refs/heads/main", "info/exclude"} <= set(before)
     m_filter, m_fsmon, m_hook, m_sub, m_global = _markers(tmp_path)
     # the user defines a filter globally (like git-lfs): it must not run on agent content
     with open(hermetic_env / ".gitconfig", "a") as f:
