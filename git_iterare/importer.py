@@ -33,9 +33,9 @@ from git_iterare.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
     RunWorkspace,
-    _chown_tree,
-    _worktree_admin_dir,
+    chown_tree,
     common_git,
+    worktree_admin_dir,
 )
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -307,7 +307,7 @@ def _return_ownership(repo: Repo, worktree: Path) -> None:
     if os.geteuid() != 0 or repo.main_work_tree is None:
         return
     owner = os.stat(repo.main_work_tree)
-    _chown_tree(worktree, owner.st_uid, owner.st_gid)
+    chown_tree(worktree, owner.st_uid, owner.st_gid)
 
 
 def _move_branch(repo: Repo, ws: RunWorkspace, old: str, new: str, reason: str) -> None:
@@ -378,7 +378,7 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     autocommitted = False
     new = tip
     nested: tuple[str, ...] = ()
-    admin = _worktree_admin_dir(repo, ws.worktree)
+    admin = worktree_admin_dir(repo, ws.worktree)
     if ws.worktree.is_dir() and not ws.worktree.is_symlink():
         _return_ownership(repo, ws.worktree)
         with safegit.safe_git(repo.common_dir, ws.worktree) as view:

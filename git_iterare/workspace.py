@@ -209,7 +209,7 @@ def agent_ids(agent_uid: int | None) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
+def chown_tree(path: Path, uid: int, gid: int) -> None:
     """Chown ``path`` and everything below it, never following symlinks."""
     os.lchown(path, uid, gid)
     for top, dirs, files in os.walk(path, followlinks=False):
@@ -338,8 +338,8 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         gitdir.parent.mkdir(parents=True, exist_ok=True)
         _write_run_gitdir(repo, ws, alternates)
         if os.geteuid() == 0:
-            _chown_tree(worktree, uid, gid)
-            _chown_tree(gitdir, uid, gid)
+            chown_tree(worktree, uid, gid)
+            chown_tree(gitdir, uid, gid)
             # git checks the gitfile's owner too (safe.directory); it is mounted read-only
             os.lchown(gitfile, uid, gid)
         # After the chown (which changes ctimes), so the stat data in the index is current
@@ -430,7 +430,7 @@ class CleanupResult:
     deleted_branch: str | None
 
 
-def _worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
+def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
     """The ``COMMON/worktrees/<name>`` dir whose ``gitdir`` file points at ``worktree``."""
     admin_root = repo.common_dir / "worktrees"
     if not admin_root.is_dir():
@@ -491,7 +491,7 @@ def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     """
     check_run_dirs(repo)
     removed_worktree = os.path.lexists(ws.worktree)
-    admin = _worktree_admin_dir(repo, ws.worktree)
+    admin = worktree_admin_dir(repo, ws.worktree)
     if admin is not None:
         try:  # --force: skips git's own dirty check, which would run git status in there
             common_git(repo, "worktree", "remove", "--force", str(ws.worktree),
