@@ -1,0 +1,409 @@
+"""Bringing a run's work back into the user's repository.
+
+:func:`finish_run` does three things, in this order, and is idempotent:
+
+1. *Import*: read ``refs/heads/iterare/<id>`` from the run gitdir (a plain file or
+   ``packed-refs`` line, no symlinks, no symbolic refs), then copy every object reachable
+   from it that the main repository lacks, reading the run gitdir's *own* object dir with
+   dulwich (its ``info/alternates`` is ignored: the agent could point it anywhere), checking
+   each object's id against its content and its type against where it was referenced.
+   The git CLI never runs inside the run gitdir.
+2. *Autocommit*: stage the worktree with :mod:`git_iterare.safegit` (no hooks, filters or
+   config from the agent) on top of the imported head, and when the tree differs write a
+   commit (``git commit-tree``, author the agent, committer the user) with trailers.
+3. *Move the branch*: ``refs/heads/iterare/<id>`` in the main repository, with dulwich
+   compare-and-swap and a reflog message; then the host worktree's index is replaced by
+   the one just built, so ``git status`` in the run worktree on the host is clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare import proc, safegit
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.repo import Repo
+from git_iterare.workspace import (
+    AGENT_EMAIL,
+    AGENT_NAME,
+    RunWorkspace,
+    chown_tree,
+    common_git,
+    worktree_admin_dir,
+)
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+TRAILER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Size of a run's work, base to head (``git diff --numstat``, renames off).
+
+    Attributes:
+        files: files changed.
+        insertions: lines added (binary files count 0).
+        deletions: lines removed.
+    """
+
+    files: int
+    insertions: int
+    deletions: int
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """Result of :func:`finish_run`.
+
+    Attributes:
+        head: hex id ``iterare/<id>`` points at now.
+        commits: the run's commits, base (excluded) to head, oldest first.
+        autocommitted: this call wrote a commit of uncommitted work.
+        imported_objects: objects copied from the run gitdir by this call.
+        changes: base..head size.
+        nested_repos: nested repositories in the worktree that were not committed.
+        rejected_head: why the run gitdir's branch was not imported (a symlinked or
+            symbolic ref, a corrupt object, history not descending from the base or
+            diverged), or None. The worktree is committed all the same, so its files are
+            not lost; the rejected commits stay in the run gitdir until cleanup (which
+            then needs ``force``).
+    """
+
+    head: str
+    commits: tuple[str, ...]
+    autocommitted: bool
+    imported_objects: int
+    changes: Changes
+    nested_repos: tuple[str, ...]
+    rejected_head: str | None = None
+
+
+def _own_object_store(path: Path):
+    """A dulwich store over a run gitdir's object dir that never consults its alternates.
+
+    The agent writes ``info/alternates``: following it would read (and import) objects
+    from wherever it points.
+    """
+    from dulwich.object_store import DiskObjectStore
+
+    class OwnObjectStore(DiskObjectStore):
+        @property
+        def alternates(self):
+            return []
+
+    return OwnObjectStore(str(path))
+
+
+def _check_plain_tree(root: Path) -> None:
+    """Refuse a tree holding symlinks, FIFOs or devices (reading one could hang or leak).
+
+    Raises:
+        OperationFailed: naming the odd entry.
+    """
+    if root.is_symlink() or not root.is_dir():
+        raise OperationFailed(f"{root} is not a plain directory; refusing to import from it")
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            mode = os.lstat(os.path.join(top, name)).st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise OperationFailed(
+                    f"{os.path.join(top, name)} is not a regular file or directory; "
+                    "refusing to import from this run gitdir")
+
+
+def read_run_ref(gitdir: Path, ref: str) -> str | None:
+    """Read ``ref`` from a run gitdir without following anything the agent could plant.
+
+    Looks at the loose ref file, then ``packed-refs``. Every path component must be a
+    plain directory/file (no symlinks), and the value a 40-hex id (no ``ref:``).
+
+    Args:
+        gitdir: the run gitdir.
+        ref: full ref name, ``refs/heads/iterare/<id>``.
+
+    Returns:
+        The hex id, or None when the ref does not exist.
+
+    Raises:
+        OperationFailed: the ref is a symlink, symbolic, or not a hex id.
+    """
+    path = gitdir
+    for part in ref.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise OperationFailed(f"{path} is a symlink; refusing to read the run's ref")
+    if path.exists():
+        if not path.is_file():
+            raise OperationFailed(f"{path} is not a regular file")
+        value = path.read_text(errors="replace").strip()
+        if not HEX40.match(value):
+            raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
+        return value
+    packed = gitdir / "packed-refs"
+    if packed.is_symlink():
+        raise OperationFailed(f"{packed} is a symlink; refusing to read it")
+    if packed.is_file():
+        for line in packed.read_text(errors="replace").splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref:
+                if not HEX40.match(sha):
+                    raise OperationFailed(f"{packed}: bad id for {ref}")
+                return sha
+    return None
+
+
+def branch_head(repo: Repo, ref: str) -> str | None:
+    """The hex id ``ref`` points at in the main repository, None when it does not exist."""
+    result = common_git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
+    return str(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
+    """True when ``ancestor`` is ``descendant`` or one of its ancestors (main repository)."""
+    return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
+                      check=False).returncode == 0
+
+
+def _raw_id(type_name: bytes, raw: bytes) -> str:
+    return hashlib.sha1(b"%s %d\0" % (type_name, len(raw)) + raw).hexdigest()
+
+
+def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
+    """Copy the objects reachable from ``head`` that ``common_dir`` lacks from the run gitdir.
+
+    Args:
+        gitdir: the run gitdir (its ``objects`` dir is read; alternates ignored).
+        head: hex commit id.
+        common_dir: the main repository's common dir (a pack is written to its objects).
+
+    Returns:
+        Number of objects copied.
+
+    Raises:
+        OperationFailed: an object is missing, corrupt, or of the wrong type.
+    """
+    from dulwich.object_store import DiskObjectStore
+    from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
+
+    objects_dir = gitdir / "objects"
+    _check_plain_tree(objects_dir)
+    own = _own_object_store(objects_dir)
+    main = DiskObjectStore(str(common_dir / "objects"))
+    wanted = {Commit.type_num: Commit, Tree.type_num: Tree, Blob.type_num: Blob}
+    todo: list[tuple[str, int]] = [(head, Commit.type_num)]
+    seen: set[str] = set()
+    found: list[ShaFile] = []
+    while todo:
+        sha, want = todo.pop()
+        if sha in seen or ObjectID(sha.encode()) in main:
+            continue
+        seen.add(sha)
+        try:
+            type_num, raw = own.get_raw(ObjectID(sha.encode()))
+        except KeyError:
+            raise OperationFailed(f"object {sha} is missing from the run gitdir") from None
+        except Exception as exc:  # a corrupt pack or loose object: dulwich raises various
+            raise OperationFailed(f"cannot read object {sha} from the run gitdir: {exc}"
+                                  ) from exc
+        cls = wanted.get(type_num)
+        if cls is None or type_num != want or _raw_id(cls.type_name, raw) != sha:
+            raise OperationFailed(f"object {sha} in the run gitdir is corrupt or of the "
+                                  "wrong type; refusing to import")
+        try:
+            obj = ShaFile.from_raw_string(type_num, raw, sha=ObjectID(sha.encode()))
+            if isinstance(obj, Commit):
+                todo.append((obj.tree.decode(), Tree.type_num))
+                todo.extend((p.decode(), Commit.type_num) for p in obj.parents)
+            elif isinstance(obj, Tree):
+                for entry in obj.iteritems():
+                    if stat.S_ISDIR(entry.mode):
+                        todo.append((entry.sha.decode(), Tree.type_num))
+                    elif stat.S_ISREG(entry.mode) or stat.S_ISLNK(entry.mode):
+                        todo.append((entry.sha.decode(), Blob.type_num))
+                    # gitlinks (submodule commits) live in other repositories
+        except OperationFailed:
+            raise
+        except Exception as exc:
+            raise OperationFailed(f"object {sha} in the run gitdir does not parse: {exc}"
+                                  ) from exc
+        found.append(obj)
+    if found:
+        main.add_objects([(obj, None) for obj in found])
+    return len(found)
+
+
+def _committer(repo: Repo) -> dict[str, str]:
+    """The user's committer name/email (as ``git var`` reports them in their repository)."""
+    ident = common_git(repo, "var", "GIT_COMMITTER_IDENT").stdout.strip()
+    match = re.match(r"^(.*) <(.*)> \d+ [+-]\d{4}$", ident)
+    if not match:
+        raise OperationFailed(f"cannot parse committer identity {ident!r}",
+                              hint="set user.name and user.email with git config")
+    return {"GIT_COMMITTER_NAME": match[1], "GIT_COMMITTER_EMAIL": match[2]}
+
+
+def commit_message(message: str, trailers: dict[str, str]) -> str:
+    """``message`` followed by a trailer block (``Key: value`` lines).
+
+    Raises:
+        UserError: a trailer key is not ``[A-Za-z0-9-]+`` or a value spans lines.
+    """
+    lines = []
+    for key, value in trailers.items():
+        if not TRAILER_KEY.match(key) or "\n" in value or "\r" in value:
+            raise UserError(f"invalid commit trailer {key!r}: {value!r}")
+        lines.append(f"{key}: {value}\n")
+    body = message.strip() or "iterare: work left uncommitted by the agent"
+    return f"{body}\n\n{''.join(lines)}" if lines else f"{body}\n"
+
+
+def _changes(repo: Repo, base: str, head: str) -> Changes:
+    out = common_git(repo, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff",
+                     "--no-textconv", base, head).stdout
+    files = ins = dels = 0
+    for record in filter(None, out.split("\0")):
+        added, removed, _ = record.split("\t", 2)
+        files += 1
+        ins += int(added) if added.isdigit() else 0
+        dels += int(removed) if removed.isdigit() else 0
+    return Changes(files=files, insertions=ins, deletions=dels)
+
+
+def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | None:
+    """Describe work of a run not yet on its branch, or None when there is none.
+
+    Looks for commits in the run gitdir not imported, and for changes in the worktree not
+    committed (compared with the branch head ``head``).
+    """
+    problems = []
+    if ws.gitdir.is_dir():
+        try:
+            run_head = read_run_ref(ws.gitdir, ws.ref)
+        except OperationFailed as exc:
+            run_head, problems = None, [exc.message]
+        if run_head and (head is None or not is_ancestor(repo, run_head, head)):
+            problems.append("the run gitdir has commits that were not imported")
+    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink():
+        with safegit.safe_git(repo.common_dir, ws.worktree) as view:
+            tree = view.snapshot(head, drop=ws.included)
+        if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
+            problems.append("the worktree has uncommitted changes")
+    return "; ".join(problems) or None
+
+
+def _return_ownership(repo: Repo, worktree: Path) -> None:
+    """As root, give the run worktree back to the main worktree's owner.
+
+    :func:`~git_iterare.workspace.prepare_run` chowned it to the agent's uid; once the
+    agent has stopped, the user must be able to use git in it (git refuses a worktree
+    owned by someone else: ``safe.directory``).
+    """
+    if os.geteuid() != 0 or repo.main_work_tree is None:
+        return
+    owner = os.stat(repo.main_work_tree)
+    chown_tree(worktree, owner.st_uid, owner.st_gid)
+
+
+def _move_branch(repo: Repo, ws: RunWorkspace, old: str, new: str, reason: str) -> None:
+    """Compare-and-swap ``ws.ref`` from ``old`` to ``new`` with a reflog message."""
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo as DulwichRepo
+
+    with DulwichRepo(str(repo.common_dir)) as main:
+        if not main.refs.set_if_equals(
+                Ref(ws.ref.encode()), ObjectID(old.encode()), ObjectID(new.encode()),
+                message=f"iterare: finish run {ws.run_id}: {reason}".encode()):
+            raise OperationFailed(f"{ws.branch} moved while finishing the run; "
+                                  "finish it again")
+
+
+def _import_head(repo: Repo, ws: RunWorkspace, current: str) -> tuple[int, str]:
+    """Import the run gitdir's branch; return (objects copied, commit to build on).
+
+    Raises:
+        OperationFailed: the ref or an object is odd, the head does not descend from the
+            base, or it diverged from ``current``.
+    """
+    run_head = read_run_ref(ws.gitdir, ws.ref) if ws.gitdir.is_dir() else None
+    if not run_head or run_head == current:
+        return 0, current
+    imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
+    if not is_ancestor(repo, ws.base_commit, run_head):
+        raise OperationFailed(f"the run's head {run_head[:12]} does not descend from its "
+                              f"base {ws.base_commit[:12]}; not importing it")
+    if is_ancestor(repo, current, run_head):
+        return imported, run_head
+    if not is_ancestor(repo, run_head, current):
+        raise OperationFailed(f"the run's head {run_head[:12]} and {ws.branch} "
+                              f"({current[:12]}) have diverged; not importing it")
+    return imported, current
+
+
+def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: str
+               ) -> FinishResult:
+    """Import the agent's commits, commit what it left uncommitted, move ``iterare/<id>``.
+
+    Safe to call again: a second call imports nothing and commits nothing.
+
+    Args:
+        repo: the user's repository.
+        ws: the run's workspace.
+        trailers: e.g. ``{"Iterare-Run": id, "Iterare-Agent": "claude", "Iterare-Prompt":
+            "prompts/x.md"}``, appended to the automatic commit's message.
+        message: first line(s) of the automatic commit's message.
+
+    Returns:
+        The result.
+
+    Raises:
+        OperationFailed: the branch is missing, or it moved concurrently. (A run gitdir
+            branch that cannot be imported is reported in ``rejected_head`` instead.)
+        UserError: a bad trailer.
+    """
+    current = branch_head(repo, ws.ref)
+    if current is None:
+        raise OperationFailed(f"branch {ws.branch} does not exist; the run cannot be finished")
+    imported, tip, rejected = 0, current, None
+    try:
+        imported, tip = _import_head(repo, ws, current)
+    except OperationFailed as exc:  # keep going: the worktree still gets committed
+        rejected = exc.message
+    autocommitted = False
+    new = tip
+    nested: tuple[str, ...] = ()
+    admin = worktree_admin_dir(repo, ws.worktree)
+    if ws.worktree.is_dir() and not ws.worktree.is_symlink():
+        _return_ownership(repo, ws.worktree)
+        with safegit.safe_git(repo.common_dir, ws.worktree) as view:
+            tree = view.snapshot(tip, drop=ws.included)
+            nested = view.nested_repos
+            if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
+                env = {"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
+                       **_committer(repo)}
+                new = proc.git("commit-tree", tree, "-p", tip, "-F", "-",
+                               cwd=view.scratch, env={**view.env(), **env},
+                               scrub_git_env=True,
+                               input=commit_message(message, trailers)).stdout.strip()
+                autocommitted = True
+            if new != current:
+                reason = "commit uncommitted work" if autocommitted else "import commits"
+                _move_branch(repo, ws, current, new, reason)
+            if admin is not None:  # host view of the run worktree: clean after finish
+                tmp = admin / "index.iterare-tmp"
+                shutil.copyfile(view.index_file, tmp)
+                os.replace(tmp, admin / "index")
+    elif new != current:
+        _move_branch(repo, ws, current, new, "import commits")
+    commits = common_git(repo, "rev-list", "--reverse", f"{ws.base_commit}..{new}"
+                         ).stdout.split()
+    return FinishResult(head=new, commits=tuple(commits), autocommitted=autocommitted,
+                        imported_objects=imported,
+                        changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
+                        rejected_head=rejected)

@@ -1,0 +1,179 @@
+"""Reviewing and merging a run's branch into the user's current branch.
+
+Merging is something the user expects git itself to do, so it is ``git merge`` in the
+user's worktree, with two guarantees on top:
+
+* It refuses to start when tracked files have uncommitted changes (staged or not), even
+  ones the merge would not touch. ``git merge --abort`` cannot always give back changes
+  that were uncommitted before a conflicted merge (git-merge(1) warns about this), and
+  "the tree exactly as before" is the promise; untracked files are fine, since git refuses
+  to overwrite them before changing anything.
+* On conflict (or any failure) it restores the previous state exactly: ``git merge
+  --abort`` when a merge is in progress, then ``git reset --hard`` to the previous HEAD
+  (safe because tracked files were clean), and raises :class:`OperationFailed` naming
+  the conflicting files.
+
+Hooks are switched off for the merge and the commit (``core.hooksPath=/dev/null``): the
+merged content is the agent's, and a hook directory inside the tree (``core.hooksPath =
+.githooks``) would otherwise run what the agent wrote there at once. Run
+:func:`git_iterare.hostexec.host_executable_changes` first to show such files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare import proc
+from git_iterare.errors import ExternalError, OperationFailed, UserError
+from git_iterare.repo import Repo
+
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """Result of :func:`merge_run`.
+
+    Attributes:
+        branch: what was merged.
+        head_before: HEAD before, hex.
+        head_after: HEAD after, hex (equal to ``head_before`` when up to date).
+        fast_forward: HEAD simply moved to the branch head.
+        squashed: the work was squashed into one commit.
+        up_to_date: the branch was already merged; nothing happened.
+    """
+
+    branch: str
+    head_before: str
+    head_after: str
+    fast_forward: bool
+    squashed: bool
+    up_to_date: bool
+
+
+def _top(repo: Repo) -> Path:
+    if repo.work_tree is None:
+        raise UserError("this is a bare repository; run git iterare merge in a worktree")
+    return repo.work_tree
+
+
+def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> int:
+    """Run ``git diff [OPTIONS] BASE HEAD -- [PATHS]`` with output to the terminal.
+
+    Args:
+        repo: the user's repository.
+        base: commit-ish (the run's base).
+        head: commit-ish (the run's branch).
+        git_args: the user's diff options (``--stat``, ``-w``...), then optionally ``--``
+            and paths.
+
+    Returns:
+        git's exit status (0, or 1 with ``--exit-code`` when there are differences).
+
+    Raises:
+        ExternalError: git could not be started.
+    """
+    args = list(git_args)
+    paths: list[str] = []
+    if "--" in args:
+        cut = args.index("--")
+        args, paths = args[:cut], args[cut + 1:]
+    result = proc.git("diff", *args, base, head, "--", *paths, cwd=_top(repo),
+                      check=False, capture=False)
+    return int(result.returncode)
+
+
+def _git(top: Path, *args: str, check: bool = True):
+    return proc.git(*NO_HOOKS, *args, cwd=top, check=check)
+
+
+def _rev(top: Path, rev: str) -> str | None:
+    result = _git(top, "rev-parse", "--verify", "--quiet", rev, check=False)
+    return str(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def _restore(top: Path, head_before: str) -> None:
+    """Put HEAD, index and tracked files back to ``head_before`` (tracked were clean)."""
+    if _rev(top, "MERGE_HEAD") is not None:
+        _git(top, "merge", "--abort", check=False)
+    _git(top, "reset", "-q", "--hard", head_before)
+
+
+def _reason(stderr: str) -> str:
+    """git's explanation from its stderr: the ``error:``/``fatal:`` lines, joined."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if ln.startswith(("error:", "fatal:"))]
+    if picked and picked[-1].endswith(":"):  # "would be overwritten by merge:" + paths
+        at = lines.index(picked[-1])
+        picked[-1] += " " + ", ".join(ln for ln in lines[at + 1:]
+                                      if not ln.startswith(("Please", "Aborting")))
+    return "; ".join(picked) or (lines[-1] if lines else "unknown error")
+
+
+def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = False,
+              message: str = "") -> MergeResult:
+    """Merge ``branch`` into the current branch of the user's worktree.
+
+    Args:
+        repo: the user's repository; its current worktree receives the merge.
+        branch: the run's branch, ``iterare/<id>``.
+        squash: make one commit of the run's work instead of a merge.
+        no_ff: always make a merge commit.
+        message: commit message; git's default when empty.
+
+    Returns:
+        What happened.
+
+    Raises:
+        UserError: bare repository, no commit checked out, unknown branch, or merging a
+            branch into itself; ``squash`` with ``no_ff``.
+        OperationFailed: tracked files have uncommitted changes; or the merge conflicted
+            or failed (the tree, index and HEAD are as they were; the message names the
+            conflicting files).
+    """
+    if squash and no_ff:
+        raise UserError("--squash and --no-ff cannot be used together")
+    top = _top(repo)
+    head_before = _rev(top, "HEAD")
+    if head_before is None:
+        raise UserError("no commit is checked out here; commit something first")
+    target = _rev(top, f"refs/heads/{branch}^{{commit}}")
+    if target is None:
+        raise UserError(f"no branch {branch}")
+    current = _git(top, "symbolic-ref", "--quiet", "HEAD", check=False).stdout.strip()
+    if current == f"refs/heads/{branch}":
+        raise UserError(f"{branch} is checked out here; switch to the branch to merge into")
+    dirty = _git(top, "status", "--porcelain", "-z", "--untracked-files=no").stdout
+    if dirty:
+        raise OperationFailed("tracked files have uncommitted changes; not merging",
+                              hint="commit or stash them first (git stash)")
+    if _git(top, "merge-base", "--is-ancestor", target, head_before,
+            check=False).returncode == 0:
+        return MergeResult(branch, head_before, head_before, fast_forward=False,
+                           squashed=squash, up_to_date=True)
+    msg = ["-m", message] if message else ["--no-edit"]
+    if squash:
+        steps = [["merge", "--squash", branch], ["commit", "-q", "--no-verify", *msg]]
+    else:
+        steps = [["merge", "--no-ff" if no_ff else "--ff", *msg, branch]]
+    try:
+        for step in steps:
+            _git(top, *step)
+    except ExternalError as exc:
+        conflicts = _git(top, "diff", "--name-only", "-z", "--diff-filter=U",
+                         check=False).stdout.split("\0")
+        _restore(top, head_before)
+        files = [f for f in conflicts if f]
+        if files:
+            raise OperationFailed(f"merging {branch} conflicts in {', '.join(files)}; "
+                                  "nothing was changed",
+                                  hint=f"merge it yourself with `git merge {branch}`"
+                                  ) from None
+        raise OperationFailed(f"merging {branch} failed: {_reason(exc.stderr)}; "
+                              "nothing was changed") from None
+    head_after = _rev(top, "HEAD") or head_before
+    return MergeResult(branch, head_before, head_after,
+                       fast_forward=not squash and head_after == target,
+                       squashed=squash, up_to_date=False)

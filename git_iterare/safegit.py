@@ -1,0 +1,212 @@
+"""Running git over a worktree the agent wrote, without executing anything it wrote.
+
+A run's worktree is agent-controlled content: it may hold a ``.gitattributes`` naming a
+filter, ``.git`` files or directories in subdirectories (nested repositories whose config
+could set ``core.fsmonitor``), symlinks pointing outside. The run's own gitdir is agent
+controlled too. So whenever the host needs git's view of such a worktree (to build the
+run gitdir's index, to commit what the agent left uncommitted, to tell whether a worktree
+is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never discovery:
+
+* ``GIT_DIR`` is a fresh directory under ``<common dir>/iterare/tmp`` holding only a
+  minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``, no
+  filters; the user's ``core.autocrlf``/``core.eol`` carried over), ``info/attributes``
+  that unsets ``filter`` for every path (``$GIT_DIR/info/attributes`` beats every
+  ``.gitattributes`` in the tree), and ``info/exclude`` listing nested repositories.
+  Line-ending and encoding attributes (``text``, ``eol``, ``working-tree-encoding``,
+  ``ident``) stay in force: they run no program, and without them a CRLF checkout would
+  be committed as a rewrite of every line;
+* system and global config are not read (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``),
+  nor ``git -c`` parameters;
+* ``GIT_WORK_TREE``, ``GIT_INDEX_FILE`` and ``GIT_OBJECT_DIRECTORY`` (the main repository's
+  object store: objects are inert data) are given explicitly, so a ``.git`` file or symlink
+  in the worktree cannot redirect git, and git's ownership check (``safe.directory``),
+  which applies to discovered repositories only, does not refuse a worktree chowned to the
+  agent's uid;
+* only plumbing runs (``read-tree``, ``add``, ``rm --cached``, ``write-tree``,
+  ``update-index``): no hooks, no status recursion into nested repositories.
+
+Nested repositories (a directory below the top holding a ``.git`` entry) are excluded:
+their files stay in the worktree but are not committed; callers report them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare import proc
+
+SCRATCH_CONFIG = """\
+[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tfilemode = true
+\tsymlinks = true
+\tignorecase = false
+\tautocrlf = false
+\tsafecrlf = false
+\thooksPath = /dev/null
+\tfsmonitor = false
+\tuntrackedCache = false
+\tsplitIndex = false
+\tsparseCheckout = false
+\tattributesFile = /dev/null
+\texcludesFile = /dev/null
+[submodule]
+\trecurse = false
+[index]
+\tthreads = 1
+"""
+
+#: Unset the one attribute that makes ``git add``/``read-tree`` run a program (clean and
+#: smudge filters); diff and merge drivers are never used by the plumbing run here.
+SCRATCH_ATTRIBUTES = "* -filter\n"
+
+#: The user's settings copied into our configs, with the values git accepts.
+LINE_ENDING_KEYS = {"core.autocrlf": ("true", "false", "input"),
+                    "core.eol": ("lf", "crlf", "native")}
+
+
+def line_ending_config(common_dir: Path) -> str:
+    """A ``[core]`` section with the user's ``core.autocrlf`` and ``core.eol`` (when set).
+
+    Read from the user's repository (all of git's config files), so text committed from
+    the run worktree is converted as the user's own ``git add`` would convert it.
+    """
+    lines = []
+    for key, allowed in LINE_ENDING_KEYS.items():
+        result = proc.git("--git-dir", str(common_dir), "config", "--get", key,
+                          scrub_git_env=True, check=False)
+        value = result.stdout.strip().lower()
+        if result.returncode == 0 and value in allowed:
+            lines.append(f"\t{key.split('.')[1]} = {value}\n")
+    return "[core]\n" + "".join(lines) if lines else ""
+
+
+def find_nested_repos(worktree: Path) -> list[str]:
+    """Return the directories below ``worktree`` that hold a ``.git`` entry.
+
+    Symlinks are not followed; the top-level ``.git`` is not counted.
+
+    Args:
+        worktree: top of the worktree.
+
+    Returns:
+        Paths relative to ``worktree`` with ``/`` separators, sorted.
+    """
+    found = []
+    for top, dirs, files in os.walk(worktree, followlinks=False):
+        here = Path(top)
+        if here != worktree and (".git" in dirs or ".git" in files):
+            found.append(here.relative_to(worktree).as_posix())
+            dirs[:] = []
+            continue
+        dirs[:] = [d for d in dirs if not (here == worktree and d == ".git")]
+    return sorted(found)
+
+
+def _exclude_pattern(path: str) -> str:
+    """An anchored info/exclude line matching exactly the directory ``path``."""
+    escaped = "".join("\\" + c if c in "*?[\\!# " else c for c in path)
+    return f"/{escaped}/"
+
+
+@dataclass(frozen=True)
+class SafeGit:
+    """A hardened git view of one worktree with an index file of the caller's choosing.
+
+    Attributes:
+        scratch: the scratch gitdir (ours alone; removed when the context ends).
+        worktree: the worktree git looks at.
+        index_file: the index git reads and writes.
+        objects: the object directory git reads and writes (the main repository's).
+        nested_repos: nested repositories found and excluded, relative paths.
+    """
+
+    scratch: Path
+    worktree: Path
+    index_file: Path
+    objects: Path
+    nested_repos: tuple[str, ...]
+
+    def env(self) -> dict[str, str]:
+        """The environment for git: explicit locations, no system/global/``-c`` config."""
+        return {
+            "GIT_DIR": str(self.scratch),
+            "GIT_WORK_TREE": str(self.worktree),
+            "GIT_INDEX_FILE": str(self.index_file),
+            "GIT_OBJECT_DIRECTORY": str(self.objects),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_PARAMETERS": "",
+            "GIT_CONFIG_COUNT": "0",
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_OPTIONAL_LOCKS": "0",
+        }
+
+    def git(self, *args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+        """Run ``git ARGS`` in this view (cwd is the scratch dir, never the worktree)."""
+        return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
+                        check=check, **kwargs)
+
+    def snapshot(self, parent_tree: str, *, drop: Sequence[str] = ()) -> str:
+        """Stage the whole worktree on top of ``parent_tree`` and return the tree id.
+
+        Args:
+            parent_tree: tree (or commit) the index starts from; paths the worktree no
+                longer has are recorded as deleted.
+            drop: paths removed from the index afterwards (files copied in by
+                ``.iterare/include`` that the base did not track).
+
+        Returns:
+            The hex id of the written tree (its objects are in :attr:`objects`).
+
+        Raises:
+            ExternalError: git failed.
+        """
+        self.git("read-tree", parent_tree)
+        self.git("add", "-A", "--", ".")
+        if drop:
+            self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch", "--", *drop)
+        return str(self.git("write-tree").stdout.strip())
+
+
+@contextmanager
+def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
+             ) -> Iterator[SafeGit]:
+    """Create a scratch gitdir for ``worktree`` and yield a :class:`SafeGit` over it.
+
+    Args:
+        common_dir: the main repository's common dir (objects are written there, the
+            scratch dir is made under ``iterare/tmp``).
+        worktree: the worktree to look at.
+        index_file: the index to use; a fresh one inside the scratch dir when None.
+
+    Yields:
+        The view; the scratch dir is removed afterwards.
+    """
+    tmp_root = common_dir / "iterare" / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="safegit-", dir=tmp_root))
+    try:
+        for sub in ("refs", "info"):
+            (scratch / sub).mkdir()
+        (scratch / "HEAD").write_text("ref: refs/heads/scratch\n")
+        (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir))
+        (scratch / "info" / "attributes").write_text(SCRATCH_ATTRIBUTES)
+        nested = find_nested_repos(worktree)
+        (scratch / "info" / "exclude").write_text(
+            "".join(_exclude_pattern(p) + "\n" for p in nested))
+        yield SafeGit(scratch=scratch, worktree=worktree,
+                      index_file=index_file or scratch / "index",
+                      objects=common_dir / "objects", nested_repos=tuple(nested))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

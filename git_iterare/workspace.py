@@ -1,0 +1,535 @@
+"""A run's worktree and gitdir: preparing them, finding them again, removing them.
+
+Layout for a run ``<id>`` (``<name>-<8 hex>``) of the repository whose main worktree is
+``TOP`` and common dir ``COMMON``:
+
+* branch ``iterare/<id>``, created at the base commit;
+* worktree ``TOP/.iterare/worktrees/<id>``, made by ``git worktree add`` (the user can cd
+  into it and use git as usual; its admin dir is ``COMMON/worktrees/<id>``);
+* run gitdir ``COMMON/iterare/gitdirs/<id>``: the container's own gitdir. HEAD is
+  ``ref: refs/heads/iterare/<id>``, its objects dir has an ``info/alternates`` naming the
+  main object store as the container sees it (read-only), config is minimal (no hooks,
+  agent identity), the index matches the worktree;
+* gitfile ``COMMON/iterare/gitdirs/<id>.gitfile`` (``gitdir: /git/run``), mounted
+  read-only over the worktree's own ``.git`` file inside the container. Docker cannot
+  bind-mount a directory over a file, and a worktree's ``.git`` is a file, so the gitdir
+  itself is mounted at :data:`CONTAINER_GITDIR` and reached through this gitfile.
+
+Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw), gitfile ->
+``/workspace/.git`` (ro), run gitdir -> ``/git/run`` (rw), ``COMMON/objects`` ->
+``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
+
+Everything the agent can write (worktree, run gitdir) is read back only through
+:mod:`git_iterare.importer` (dulwich) and :mod:`git_iterare.safegit` (hardened git).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare import proc, safegit
+from git_iterare.errors import ExternalError, OperationFailed, UserError
+from git_iterare.repo import Repo
+
+#: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
+CONTAINER_WORKTREE = "/workspace"
+CONTAINER_GITDIR = "/git/run"
+CONTAINER_GITFILE = "/workspace/.git"
+CONTAINER_OBJECTS = "/git/objects"
+
+#: uid/gid the agent runs as when git iterare runs as root (the agent is never root).
+DEFAULT_AGENT_UID = 1000
+
+AGENT_NAME = "git-iterare agent"
+AGENT_EMAIL = "agent@git-iterare.invalid"
+
+RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}-[0-9a-f]{8}$")
+EXCLUDE_LINE = "/.iterare/worktrees/"
+
+RUN_GITDIR_CONFIG = f"""\
+[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tlogallrefupdates = true
+\thooksPath = /dev/null
+[user]
+\tname = {AGENT_NAME}
+\temail = {AGENT_EMAIL}
+"""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount for the container.
+
+    Attributes:
+        host: absolute path on the host.
+        container: absolute path inside the container.
+        read_only: mounted read-only.
+    """
+
+    host: Path
+    container: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class RunWorkspace:
+    """Where a run's files are, and who owns them.
+
+    Attributes:
+        run_id: ``<name>-<8 hex>``.
+        worktree: the run's linked worktree on the host.
+        gitdir: the run gitdir (the container's ``.git``), agent-writable.
+        gitfile: the file mounted over ``/workspace/.git`` in the container.
+        branch: ``iterare/<id>`` (short name; the ref is ``refs/heads/<branch>``).
+        base_commit: hex id of the commit the run started from.
+        mounts: bind mounts the sandbox must set up, in mount order.
+        agent_uid: uid the agent process runs as (never 0).
+        agent_gid: its gid.
+        included: paths copied in from ``.iterare/include`` (relative, ``/``-separated);
+            never committed unless the base tracked them.
+    """
+
+    run_id: str
+    worktree: Path
+    gitdir: Path
+    gitfile: Path
+    branch: str
+    base_commit: str
+    mounts: tuple[Mount, ...]
+    agent_uid: int
+    agent_gid: int
+    included: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        """The full ref name, ``refs/heads/iterare/<id>``."""
+        return f"refs/heads/{self.branch}"
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` when it is ``<name>-<8 hex>`` (lower case, no slashes).
+
+    Raises:
+        UserError: it is not.
+    """
+    if not RUN_ID_RE.match(run_id):
+        raise UserError(f"invalid run id {run_id!r}: expected <name>-<8 hex digits>, "
+                        "lower-case letters, digits, '.', '_' and '-'")
+    return run_id
+
+
+def _top(repo: Repo) -> Path:
+    top = repo.main_work_tree
+    if top is None:
+        raise UserError("this is a bare repository; run git iterare in a worktree")
+    return top
+
+
+def check_run_dirs(repo: Repo) -> None:
+    """Refuse when ``.iterare`` or ``.iterare/worktrees`` is a symlink.
+
+    They live in the user's tree, which merged agent work can change: a committed symlink
+    there would make run worktrees (created, chowned, later deleted) land elsewhere.
+
+    Raises:
+        UserError: naming the symlink.
+    """
+    top = _top(repo)
+    for path in (top / ".iterare", top / ".iterare" / "worktrees"):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise UserError(f"{path} is a symlink or not a directory; git iterare keeps run "
+                            "worktrees there (remove it and retry)")
+
+
+def worktree_path(repo: Repo, run_id: str) -> Path:
+    """``<main worktree>/.iterare/worktrees/<id>``."""
+    return _top(repo) / ".iterare" / "worktrees" / run_id
+
+
+def gitdir_path(repo: Repo, run_id: str) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>``."""
+    return repo.common_dir / "iterare" / "gitdirs" / run_id
+
+
+def common_git(repo: Repo, *args: str, **kwargs):
+    """Run git on the user's repository (its common dir), ignoring inherited GIT_* paths."""
+    return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
+
+
+def resolve_commit(repo: Repo, commitish: str) -> str:
+    """Return the hex id of ``commitish``.
+
+    Raises:
+        UserError: it names no commit.
+    """
+    result = common_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{commitish}^{{commit}}", check=False)
+    if result.returncode != 0:
+        raise UserError(f"{commitish!r} is not a commit in this repository")
+    return str(result.stdout.strip())
+
+
+def ensure_excluded(repo: Repo) -> None:
+    """Make sure ``<common dir>/info/exclude`` hides run worktrees from ``git status``."""
+    exclude = repo.common_dir / "info" / "exclude"
+    text = exclude.read_text() if exclude.exists() else ""
+    if EXCLUDE_LINE in text.splitlines():
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    sep = "" if not text or text.endswith("\n") else "\n"
+    with exclude.open("a") as f:
+        f.write(f"{sep}# git iterare run worktrees\n{EXCLUDE_LINE}\n")
+
+
+def agent_ids(agent_uid: int | None) -> tuple[int, int]:
+    """Choose the uid/gid the agent runs as.
+
+    As root: ``agent_uid`` or :data:`DEFAULT_AGENT_UID` (gid the same number); files are
+    chowned to it. Otherwise the host user's own uid/gid, so files stay theirs.
+
+    Raises:
+        UserError: ``agent_uid`` is 0, or differs from our uid when we are not root.
+    """
+    if agent_uid == 0:
+        raise UserError("the agent must not run as root (uid 0); choose another uid")
+    if os.geteuid() == 0:
+        uid = DEFAULT_AGENT_UID if agent_uid is None else agent_uid
+        return uid, uid
+    if agent_uid is not None and agent_uid != os.geteuid():
+        raise UserError(f"cannot run the agent as uid {agent_uid} without root; "
+                        "leave the uid unset to use your own")
+    return os.geteuid(), os.getegid()
+
+
+def chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Chown ``path`` and everything below it, never following symlinks."""
+    os.lchown(path, uid, gid)
+    for top, dirs, files in os.walk(path, followlinks=False):
+        for name in dirs + files:
+            os.lchown(os.path.join(top, name), uid, gid)
+
+
+def mounts_for(worktree: Path, gitdir: Path, gitfile: Path, objects: Path
+               ) -> tuple[Mount, ...]:
+    """The container mounts for a run, parents before children."""
+    return (
+        Mount(worktree, CONTAINER_WORKTREE, read_only=False),
+        Mount(gitfile, CONTAINER_GITFILE, read_only=True),
+        Mount(gitdir, CONTAINER_GITDIR, read_only=False),
+        Mount(objects, CONTAINER_OBJECTS, read_only=True),
+    )
+
+
+def _read_include(repo: Repo) -> list[str]:
+    """Lines of ``.iterare/include``: comments and blanks dropped."""
+    path = _top(repo) / ".iterare" / "include"
+    if not path.is_file():
+        return []
+    lines = [ln.strip() for ln in path.read_text().splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def include_paths(repo: Repo) -> tuple[str, ...]:
+    """The files ``.iterare/include`` names (paths or globs, one a line), relative, sorted.
+
+    Only regular files inside the main worktree count: symlinks, paths through a symlinked
+    directory, and anything in ``.git`` or ``.iterare`` are skipped.
+
+    Raises:
+        UserError: a line is absolute or contains ``..``.
+    """
+    top = _top(repo)
+    found: set[str] = set()
+    for pattern in _read_include(repo):
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
+            raise UserError(f".iterare/include: {pattern!r} must be a relative path inside "
+                            "the repository (no '..', no leading '/')")
+        for src in top.glob(pattern):
+            rel = src.relative_to(top)
+            if src.is_symlink() or not src.is_file() or rel.parts[0] in (".git", ".iterare"):
+                continue
+            if src.resolve() == top.resolve() / rel:  # no symlinked parent leading elsewhere
+                found.add(rel.as_posix())
+    return tuple(sorted(found))
+
+
+def copy_includes(repo: Repo, worktree: Path, paths: tuple[str, ...]) -> None:
+    """Copy ``paths`` (from :func:`include_paths`) into ``worktree``, keeping their modes."""
+    top = _top(repo)
+    for rel in paths:
+        dest = worktree / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(top / rel, dest)
+
+
+def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
+    gitdir = ws.gitdir
+    for sub in ("objects/pack", "objects/info", "refs/heads/iterare", "refs/tags", "info"):
+        (gitdir / sub).mkdir(parents=True, exist_ok=True)
+    (gitdir / "HEAD").write_text(f"ref: {ws.ref}\n")
+    (gitdir / ws.ref).write_text(ws.base_commit + "\n")
+    (gitdir / "config").write_text(RUN_GITDIR_CONFIG
+                                   + safegit.line_ending_config(repo.common_dir))
+    (gitdir / "objects" / "info" / "alternates").write_text(alternates + "\n")
+    user_exclude = repo.common_dir / "info" / "exclude"
+    if user_exclude.is_file():  # same ignores inside as outside
+        shutil.copyfile(user_exclude, gitdir / "info" / "exclude")
+    ws.gitfile.write_text(f"gitdir: {CONTAINER_GITDIR}\n")
+
+
+def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
+                alternates: str = CONTAINER_OBJECTS) -> RunWorkspace:
+    """Create branch, worktree and run gitdir for a new run.
+
+    Args:
+        repo: the user's repository (any of its worktrees).
+        run_id: ``<name>-<8 hex>``.
+        base: commit-ish the run starts from.
+        agent_uid: uid for the agent; see :func:`agent_ids`.
+        alternates: path of the main object store as git inside the run gitdir will see
+            it; the container path in production, the host objects dir in tests.
+
+    Returns:
+        The workspace.
+
+    Raises:
+        UserError: bad run id, base not a commit, bare repository, bad ``.iterare/include``.
+        OperationFailed: the branch, worktree or run gitdir exists already.
+        ExternalError: ``git worktree add`` failed.
+    """
+    validate_run_id(run_id)
+    base_commit = resolve_commit(repo, base)
+    uid, gid = agent_ids(agent_uid)
+    branch = f"iterare/{run_id}"
+    worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
+    gitfile = gitdir.with_name(run_id + ".gitfile")
+    exists = common_git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}",
+                        check=False)
+    if exists.returncode == 0:
+        raise OperationFailed(f"branch {branch} exists already",
+                              hint=f"choose another run id or `git iterare cleanup {run_id}`")
+    for path in (worktree, gitdir, gitfile):
+        if os.path.lexists(path):
+            raise OperationFailed(f"{path} exists already",
+                                  hint=f"remove it or `git iterare cleanup {run_id}`")
+    check_run_dirs(repo)
+    included = include_paths(repo)
+    ensure_excluded(repo)
+    worktree.parent.mkdir(parents=True, exist_ok=True)
+    # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
+    # user's (npm install, direnv...) would run it on the host.
+    common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
+               "--no-track", "-b", branch, str(worktree), base_commit, cwd=_top(repo))
+    ws = RunWorkspace(
+        run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
+        base_commit=base_commit,
+        mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        agent_uid=uid, agent_gid=gid, included=included)
+    try:
+        copy_includes(repo, worktree, included)
+        gitdir.parent.mkdir(parents=True, exist_ok=True)
+        _write_run_gitdir(repo, ws, alternates)
+        if os.geteuid() == 0:
+            chown_tree(worktree, uid, gid)
+            chown_tree(gitdir, uid, gid)
+            # git checks the gitfile's owner too (safe.directory); it is mounted read-only
+            os.lchown(gitfile, uid, gid)
+        # After the chown (which changes ctimes), so the stat data in the index is current
+        # and git inside need not rehash every file.
+        index = gitdir / "index"
+        with safegit.safe_git(repo.common_dir, worktree, index) as view:
+            view.git("read-tree", base_commit)
+            view.git("update-index", "-q", "--refresh", check=False)
+        if os.geteuid() == 0:
+            os.lchown(index, uid, gid)
+    except BaseException:  # leave nothing half-made behind: a retry would be refused
+        with contextlib.suppress(Exception):
+            _remove_run_files(repo, ws)
+            _delete_branch(repo, ws, base_commit)
+        raise
+    return ws
+
+
+def open_run(repo: Repo, run_id: str, base_commit: str, *,
+             included: tuple[str, ...] = ()) -> RunWorkspace:
+    """Describe an existing run's workspace again (after a restart, for finish/cleanup).
+
+    Args:
+        repo: the user's repository.
+        run_id: the run.
+        base_commit: the base recorded for the run (the run record keeps it).
+        included: the paths ``prepare_run`` copied in (recomputed from
+            ``.iterare/include`` when empty).
+
+    Raises:
+        UserError: bad run id.
+    """
+    validate_run_id(run_id)
+    worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
+    owner = os.lstat(gitdir) if gitdir.is_dir() and not gitdir.is_symlink() else None
+    uid, gid = (owner.st_uid, owner.st_gid) if owner else agent_ids(None)
+    if not included:
+        included = include_paths(repo)
+    gitfile = gitdir.with_name(run_id + ".gitfile")
+    return RunWorkspace(
+        run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
+        branch=f"iterare/{run_id}", base_commit=base_commit,
+        mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        agent_uid=uid, agent_gid=gid, included=included)
+
+
+def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
+              agent_uid: int | None = None, *, alternates: str = CONTAINER_OBJECTS
+              ) -> RunWorkspace:
+    """Start a new run from where ``previous`` ended (``--reuse RUN``).
+
+    The new run gets its own branch, created at the head of ``previous.branch`` in the
+    main repository, and its own worktree; the previous run is left as it is (its
+    worktree and branch stay until cleanup). The previous run must be finished: work the
+    agent left uncommitted, or commits not yet imported, would silently be missing from
+    the new run's base.
+
+    Raises:
+        OperationFailed: the previous run's branch is missing, or it has unfinished work;
+            and whatever :func:`prepare_run` raises.
+    """
+    from git_iterare import importer
+
+    head = importer.branch_head(repo, previous.ref)
+    if head is None:
+        raise OperationFailed(f"run {previous.run_id} has no branch {previous.branch}")
+    pending = importer.unfinished_work(repo, previous, head)
+    if pending:
+        raise OperationFailed(f"run {previous.run_id} has unfinished work ({pending})",
+                              hint="finish that run first so its work is committed")
+    return prepare_run(repo, run_id, head, agent_uid, alternates=alternates)
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    """What :func:`cleanup_run` removed.
+
+    Attributes:
+        run_id: the run.
+        removed_worktree: the worktree existed and was removed.
+        removed_gitdir: the run gitdir (and gitfile) existed and were removed.
+        deleted_branch: hex id the deleted branch pointed at, None when it did not exist.
+    """
+
+    run_id: str
+    removed_worktree: bool
+    removed_gitdir: bool
+    deleted_branch: str | None
+
+
+def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
+    """The ``COMMON/worktrees/<name>`` dir whose ``gitdir`` file points at ``worktree``."""
+    admin_root = repo.common_dir / "worktrees"
+    if not admin_root.is_dir():
+        return None
+    target = str(worktree / ".git")
+    for admin in admin_root.iterdir():
+        try:
+            if (admin / "gitdir").read_text().strip() == target:
+                return admin
+        except OSError:
+            continue
+    return None
+
+
+def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False) -> CleanupResult:
+    """Remove a run's worktree, run gitdir and branch.
+
+    Refuses, unless ``force``, when that would drop work: the branch head is not reachable
+    from any local branch outside ``iterare/*`` (not merged), the run gitdir has commits
+    not imported, or the worktree has changes not committed (run not finished). Commits
+    are never deleted from the object store (the run record keeps them reachable).
+
+    Raises:
+        OperationFailed: unmerged or unfinished work and not ``force`` (hint names the
+            command to use).
+        ExternalError: git failed.
+    """
+    from git_iterare import importer
+
+    head = importer.branch_head(repo, ws.ref)
+    if not force:
+        problems = []
+        if head is not None and not _merged(repo, head):
+            problems.append(f"{ws.branch} is not merged into any local branch")
+        pending = importer.unfinished_work(repo, ws, head)
+        if pending:
+            problems.append(pending)
+        if problems:
+            raise OperationFailed(
+                f"run {ws.run_id} has work that would be lost: {'; '.join(problems)}",
+                hint=f"`git iterare merge {ws.run_id}` first, or "
+                     f"`git iterare cleanup --force {ws.run_id}`")
+    removed_worktree, removed_gitdir = _remove_run_files(repo, ws)
+    if head is not None:
+        _delete_branch(repo, ws, head)
+    return CleanupResult(run_id=ws.run_id, removed_worktree=removed_worktree,
+                         removed_gitdir=removed_gitdir, deleted_branch=head)
+
+
+def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
+    """Remove worktree (and its registration), run gitdir and gitfile.
+
+    Returns:
+        (the worktree existed, the run gitdir existed).
+
+    Raises:
+        UserError: ``.iterare/worktrees`` is a symlink (see :func:`check_run_dirs`).
+    """
+    check_run_dirs(repo)
+    removed_worktree = os.path.lexists(ws.worktree)
+    admin = worktree_admin_dir(repo, ws.worktree)
+    if admin is not None:
+        try:  # --force: skips git's own dirty check, which would run git status in there
+            common_git(repo, "worktree", "remove", "--force", str(ws.worktree),
+                       cwd=_top(repo))
+        except ExternalError:
+            shutil.rmtree(admin, ignore_errors=True)
+    if os.path.lexists(ws.worktree):
+        if ws.worktree.is_symlink():
+            ws.worktree.unlink()
+        else:
+            shutil.rmtree(ws.worktree)
+    removed_gitdir = os.path.lexists(ws.gitdir)
+    if removed_gitdir:
+        shutil.rmtree(ws.gitdir)
+    if os.path.lexists(ws.gitfile):
+        ws.gitfile.unlink()
+    return removed_worktree, removed_gitdir
+
+
+def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
+    """Delete ``ws.ref`` if it still points at ``head`` (compare-and-swap, reflog reason).
+
+    Raises:
+        OperationFailed: it moved meanwhile.
+    """
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo as DulwichRepo
+
+    with DulwichRepo(str(repo.common_dir)) as main:
+        if not main.refs.remove_if_equals(
+                Ref(ws.ref.encode()), ObjectID(head.encode()),
+                message=f"iterare: remove run {ws.run_id}".encode()):
+            raise OperationFailed(f"{ws.branch} moved while removing the run; run cleanup again")
+
+
+def _merged(repo: Repo, head: str) -> bool:
+    """True when ``head`` is reachable from a local branch outside ``iterare/``."""
+    out = common_git(repo, "for-each-ref", f"--contains={head}", "--format=%(refname)",
+                     "refs/heads/").stdout.split()
+    return any(not ref.startswith("refs/heads/iterare/") for ref in out)

@@ -1,0 +1,571 @@
+"""Run worktree and gitdir, finishing a run, merge, cleanup: real git in temp repositories.
+
+The container's view is simulated on the host: ``GIT_DIR=<run gitdir>
+GIT_WORK_TREE=<worktree>``, with the run gitdir's alternates naming the host object dir
+(in production it names ``/git/objects``, the read-only mount).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from git_iterare import importer, workspace
+from git_iterare import repo as repo_mod
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.hostexec import host_executable_changes
+from git_iterare.merge import diff_run, merge_run
+from tests.conftest import git
+
+RUN = "demo-0123abcd"
+TRAILERS = {"Iterare-Run": RUN, "Iterare-Agent": "shell", "Iterare-Prompt": "prompts/x.md"}
+
+
+def prepare(path: Path, run_id: str = RUN, base: str = "HEAD") -> workspace.RunWorkspace:
+    r = repo_mod.discover(path)
+    return workspace.prepare_run(r, run_id, base, alternates=str(r.common_dir / "objects"))
+
+
+def agent(ws: workspace.RunWorkspace, *args: str, check: bool = True
+          ) -> subprocess.CompletedProcess:
+    """git as the agent runs it inside the container (its own gitdir, shared objects)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_"))}
+    env.update(GIT_DIR=str(ws.gitdir), GIT_WORK_TREE=str(ws.worktree))
+    return subprocess.run(["git", *args], cwd=ws.worktree, env=env, capture_output=True,
+                          text=True, check=check)
+
+
+def finish(path: Path, ws: workspace.RunWorkspace) -> importer.FinishResult:
+    return importer.finish_run(repo_mod.discover(path), ws, TRAILERS, "iterare: leftovers")
+
+
+def tree_of(path: Path, rev: str) -> dict[str, str]:
+    """path -> "mode blob-content" for every file in ``rev``."""
+    out = git("ls-tree", "-r", "-z", rev, cwd=path).stdout
+    files = {}
+    for entry in filter(None, out.split("\0")):
+        meta, name = entry.split("\t", 1)
+        mode, _, sha = meta.split()
+        files[name] = f"{mode} {git('cat-file', 'blob', sha, cwd=path).stdout}"
+    return files
+
+
+def fingerprint(gitdir: Path) -> dict[str, str]:
+    """Hashes of every file in the user's gitdir that finishing a run must not touch.
+
+    Only objects, the run's branch and its reflog, the run worktree's registration and
+    git iterare's own ``iterare/`` dir may change.
+    """
+    allowed = ("objects/", "iterare/", "worktrees/", "refs/heads/iterare/",
+               "logs/refs/heads/iterare/")
+    return {rel: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(gitdir.rglob("*"))
+            if p.is_file() and not (rel := p.relative_to(gitdir).as_posix()).startswith(allowed)}
+
+
+def state(path: Path) -> tuple[str, ...]:
+    """Everything a merge must leave as it was."""
+    return (git("rev-parse", "HEAD", cwd=path).stdout,
+            git("status", "--porcelain", "--untracked-files=all", cwd=path).stdout,
+            git("diff", cwd=path).stdout, git("diff", "--cached", cwd=path).stdout,
+            git("ls-files", "-s", cwd=path).stdout)
+
+
+def test_prepare_layout(repo: Path) -> None:
+    ws = prepare(repo)
+    head = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    assert ws.base_commit == head
+    assert git("rev-parse", "iterare/" + RUN, cwd=repo).stdout.strip() == head
+    assert ws.worktree == repo / ".iterare" / "worktrees" / RUN
+    assert (ws.worktree / "README.md").read_text() == "hello\n"
+    assert ws.gitdir == repo / ".git" / "iterare" / "gitdirs" / RUN
+    assert (ws.gitdir / "HEAD").read_text() == f"ref: refs/heads/iterare/{RUN}\n"
+    assert (ws.gitdir / "objects/info/alternates").read_text() == f"{repo}/.git/objects\n"
+    assert ws.gitfile.read_text() == "gitdir: /git/run\n"
+    assert [(m.host, m.container, m.read_only) for m in ws.mounts] == [
+        (ws.worktree, "/workspace", False), (ws.gitfile, "/workspace/.git", True),
+        (ws.gitdir, "/git/run", False), (repo / ".git" / "objects", "/git/objects", True)]
+    assert "/.iterare/worktrees/\n" in (repo / ".git/info/exclude").read_text()
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=repo).stdout == ""
+    if os.geteuid() == 0:
+        assert (ws.agent_uid, ws.agent_gid) == (1000, 1000)
+        for p in (ws.worktree, ws.worktree / "README.md", ws.gitdir, ws.gitdir / "index"):
+            assert (os.lstat(p).st_uid, os.lstat(p).st_gid) == (1000, 1000)
+    else:
+        assert ws.agent_uid == os.geteuid()
+    # the container's view: clean, on the run branch, history visible through alternates
+    assert agent(ws, "status", "--porcelain").stdout == ""
+    assert agent(ws, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == f"iterare/{RUN}"
+    assert agent(ws, "log", "--format=%s").stdout == "initial\n"
+    assert agent(ws, "config", "user.name").stdout.strip() == workspace.AGENT_NAME
+
+
+def test_prepare_refuses_existing_run_and_bad_input(repo: Path) -> None:
+    prepare(repo)
+    with pytest.raises(OperationFailed, match="branch iterare/demo-0123abcd exists"):
+        prepare(repo)
+    with pytest.raises(UserError, match="invalid run id"):
+        prepare(repo, "../evil-0123abcd")
+    with pytest.raises(UserError, match="is not a commit"):
+        prepare(repo, "other-0123abcd", "nosuchbranch")
+    with pytest.raises(UserError, match="must not run as root"):
+        workspace.agent_ids(0)
+
+
+def test_agent_work_comes_back_with_trailers(repo: Path) -> None:
+    (repo / "gone.txt").write_text("to delete\n")
+    git("add", "gone.txt", cwd=repo)
+    git("commit", "-qm", "more", cwd=repo)
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("one\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "agent: a")
+    (ws.worktree / "b.txt").write_text("two\n")
+    agent(ws, "add", "b.txt")
+    agent(ws, "commit", "-qm", "agent: b")
+    (ws.worktree / "README.md").write_text("hello\nedited\n")  # left uncommitted
+    (ws.worktree / "gone.txt").unlink()                       # deleted, uncommitted
+    (ws.worktree / "new" / "deep").mkdir(parents=True)
+    (ws.worktree / "new" / "deep" / "c.txt").write_text("three\n")  # untracked
+    result = finish(repo, ws)
+    branch = f"iterare/{RUN}"
+    assert result.head == git("rev-parse", branch, cwd=repo).stdout.strip()
+    assert result.autocommitted
+    assert len(result.commits) == 3
+    assert result.changes == importer.Changes(files=5, insertions=4, deletions=1)
+    assert tree_of(repo, branch) == {
+        "README.md": "100644 hello\nedited\n", "a.txt": "100644 one\n",
+        "b.txt": "100644 two\n", "new/deep/c.txt": "100644 three\n"}
+    log = git("log", "--format=%an|%s", f"main..{branch}", cwd=repo).stdout.splitlines()
+    assert log == ["git-iterare agent|iterare: leftovers", "git-iterare agent|agent: b",
+                   "git-iterare agent|agent: a"]
+    trailers = git("log", "-1", "--format=%(trailers:only)", branch, cwd=repo).stdout
+    assert trailers == ("Iterare-Run: demo-0123abcd\nIterare-Agent: shell\n"
+                        "Iterare-Prompt: prompts/x.md\n\n")
+    assert git("log", "-1", "--format=%cn", branch, cwd=repo).stdout == "Test Committer\n"
+    reflog = git("reflog", "-1", "--format=%gs", branch, cwd=repo).stdout
+    assert reflog == f"iterare: finish run {RUN}: commit uncommitted work\n"
+    # the user can cd into the run worktree and git sees it clean
+    assert git("status", "--porcelain", cwd=ws.worktree).stdout == ""
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=repo).stdout == ""
+
+    again = finish(repo, ws)
+    assert again.head == result.head and again.commits == result.commits
+    assert not again.autocommitted and again.imported_objects == 0
+
+
+def test_finish_without_agent_commits(repo: Path) -> None:
+    ws = prepare(repo)
+    base = ws.base_commit
+    result = finish(repo, ws)
+    assert (result.head, result.commits, result.autocommitted) == (base, (), False)
+    (ws.worktree / "README.md").write_text("changed\n")
+    result = finish(repo, ws)
+    assert result.autocommitted and len(result.commits) == 1
+    assert tree_of(repo, result.head) == {"README.md": "100644 changed\n"}
+
+
+def test_nested_repos_symlinks_and_includes(repo: Path) -> None:
+    (repo / ".gitignore").write_text(".env\n")
+    (repo / ".env").write_text("TOKEN=secret\n")
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("# secrets for the tests\n.env\n")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-qm", "ignore .env", cwd=repo)
+    ws = prepare(repo)
+    assert ws.included == (".env",)
+    assert (ws.worktree / ".env").read_text() == "TOKEN=secret\n"
+    assert agent(ws, "status", "--porcelain").stdout == ""
+    (ws.worktree / ".gitignore").write_text("")  # the agent un-ignores .env
+    sub = ws.worktree / "vendor" / "lib"
+    sub.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(sub)], check=True)
+    (sub / "code.py").write_text("x = 1\n")
+    (ws.worktree / "outside").symlink_to("/etc/passwd")
+    (ws.worktree / "src").mkdir()
+    (ws.worktree / "src" / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(ws.worktree / "src" / "run.sh", 0o755)
+    result = finish(repo, ws)
+    assert result.nested_repos == ("vendor/lib",)
+    assert tree_of(repo, result.head) == {
+        ".gitignore": "100644 ", "README.md": "100644 hello\n",
+        "outside": "120000 /etc/passwd", "src/run.sh": "100755 #!/bin/sh\n"}
+
+
+def _markers(tmp: Path) -> list[Path]:
+    return [tmp / f"ran-{n}" for n in ("filter", "fsmonitor", "hook", "sub-fsmonitor",
+                                        "global-filter")]
+
+
+def test_malicious_agent_cannot_run_anything_on_the_host(
+        repo: Path, tmp_path: Path, hermetic_env: Path) -> None:
+    ws = prepare(repo)
+    (ws.worktree / "work.txt").write_text("committed by the agent\n")
+    agent(ws, "add", "work.txt")
+    agent(ws, "commit", "-qm", "agent work")
+    before = fingerprint(repo / ".git")
+    assert {"config", "HEAD", "index", "refs/heads/main", "info/exclude"} <= set(before)
+    m_filter, m_fsmon, m_hook, m_sub, m_global = _markers(tmp_path)
+    # the user defines a filter globally (like git-lfs): it must not run on agent content
+    with open(hermetic_env / ".gitconfig", "a") as f:
+        f.write(f"[filter \"evil\"]\n\tclean = \"touch {m_global}; cat\"\n\trequired = true\n")
+    # the agent: attributes naming the filter, and config/hooks in its own gitdir
+    (ws.worktree / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    with open(ws.gitdir / "config", "a") as f:
+        f.write(f"[filter \"evil\"]\n\tclean = \"touch {m_filter}; cat\"\n"
+                f"[core]\n\tfsmonitor = \"touch {m_fsmon}; false\"\n"
+                f"\thooksPath = {ws.gitdir / 'hooks'}\n")
+    hooks = ws.gitdir / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for name in ("pre-commit", "post-commit", "commit-msg", "post-checkout", "post-index-change",
+                 "reference-transaction"):
+        (hooks / name).write_text(f"#!/bin/sh\ntouch {m_hook}\n")
+        os.chmod(hooks / name, 0o755)
+    # a nested repository with an fsmonitor, and a `.git` symlink to the user's gitdir
+    nested = ws.worktree / "nested"
+    subprocess.run(["git", "init", "-q", str(nested)], check=True)
+    with open(nested / ".git" / "config", "a") as f:
+        f.write(f"[core]\n\tfsmonitor = \"touch {m_sub}; false\"\n")
+    (nested / "f.txt").write_text("nested\n")
+    (ws.worktree / "trick").mkdir()
+    (ws.worktree / "trick" / ".git").symlink_to(repo / ".git")
+    (ws.worktree / "trick" / "x").write_text("x\n")
+    # alternates pointed elsewhere
+    (ws.gitdir / "objects/info/alternates").write_text(f"{tmp_path}/decoy\n")
+    (ws.worktree / "work.txt").write_text("edited, uncommitted\n")
+
+    result = finish(repo, ws)
+    assert [m for m in _markers(tmp_path) if m.exists()] == []
+    assert fingerprint(repo / ".git") == before
+    assert result.nested_repos == ("nested", "trick")
+    assert tree_of(repo, result.head) == {
+        ".gitattributes": "100644 * filter=evil diff=evil\n", "README.md": "100644 hello\n",
+        "work.txt": "100644 edited, uncommitted\n"}
+    assert git("config", "--get-regexp", "filter|fsmonitor|hookspath", cwd=repo,
+               check=False).stdout == "filter.evil.clean touch " + str(m_global) + "; cat\n" \
+        "filter.evil.required true\n"
+    # control: the traps are armed; plain git in the agent's view or the nested repo
+    # springs them (that is the agent's own business inside its container)
+    (ws.worktree / "work.txt").write_text("again\n")
+    agent(ws, "commit", "-qam", "x")
+    subprocess.run(["git", "status"], cwd=nested, capture_output=True, check=True)
+    assert [m.exists() for m in (m_filter, m_fsmon, m_hook, m_sub)] == [True] * 4
+    for m in _markers(tmp_path):
+        m.unlink(missing_ok=True)
+    cleanup = workspace.cleanup_run(repo_mod.discover(repo), ws, force=True)
+    assert cleanup.removed_worktree and not ws.worktree.exists()
+    assert [m for m in _markers(tmp_path) if m.exists()] == []
+    assert fingerprint(repo / ".git") == before
+
+
+def test_odd_refs_and_objects_are_not_imported(repo: Path) -> None:
+    ws = prepare(repo)
+    ref = ws.gitdir / ws.ref
+    r = repo_mod.discover(repo)
+
+    def rejected() -> str | None:
+        return importer.finish_run(r, ws, TRAILERS, "x").rejected_head
+
+    ref.unlink()
+    ref.symlink_to(repo / ".git" / "refs" / "heads" / "main")
+    assert "is a symlink; refusing to read the run's ref" in (rejected() or "")
+    ref.unlink()
+    ref.write_text("ref: refs/heads/main\n")
+    assert "does not hold a commit id" in (rejected() or "")
+    # an orphan history: does not descend from the base
+    ref.unlink()
+    agent(ws, "checkout", "-q", "--orphan", "iterare/" + RUN)
+    agent(ws, "commit", "-qm", "orphan")
+    assert "does not descend from its base" in (rejected() or "")
+    assert git("rev-parse", f"iterare/{RUN}", cwd=repo).stdout.strip() == ws.base_commit
+    # a FIFO in the object dir would hang a reader
+    agent(ws, "reset", "-q", "--hard", ws.base_commit)
+    (ws.worktree / "y").write_text("y\n")
+    agent(ws, "add", "y")
+    agent(ws, "commit", "-qm", "y")
+    fifo = ws.gitdir / "objects" / "pack" / "trap.pack"
+    os.mkfifo(fifo)
+    result = importer.finish_run(r, ws, TRAILERS, "x")
+    assert "not a regular file or directory" in (result.rejected_head or "")
+    # nothing of the agent's history came in, but its files did (nothing is lost)
+    assert result.autocommitted and result.commits == (result.head,)
+    assert git("rev-parse", f"iterare/{RUN}~", cwd=repo).stdout.strip() == ws.base_commit
+    assert tree_of(repo, result.head) == {"README.md": "100644 hello\n", "y": "100644 y\n"}
+    fifo.unlink()
+    # a loose object whose content does not match its name
+    head = agent(ws, "rev-parse", "HEAD").stdout.strip()
+    loose = ws.gitdir / "objects" / head[:2] / head[2:]
+    os.chmod(loose, stat.S_IWUSR | stat.S_IRUSR)
+    other = agent(ws, "rev-parse", "HEAD^{tree}").stdout.strip()
+    loose.write_bytes((ws.gitdir / "objects" / other[:2] / other[2:]).read_bytes())
+    again = importer.finish_run(r, ws, TRAILERS, "x")
+    assert "corrupt or of the wrong type" in (again.rejected_head or "")
+    assert (again.head, again.autocommitted) == (result.head, False)
+    with pytest.raises(OperationFailed, match="commits that were not imported"):
+        workspace.cleanup_run(r, ws)
+
+
+def _conflicting_run(repo: Path) -> workspace.RunWorkspace:
+    ws = prepare(repo)
+    (ws.worktree / "README.md").write_text("agent version\n")
+    (ws.worktree / "added.txt").write_text("new file\n")
+    finish(repo, ws)
+    (repo / "README.md").write_text("user version\n")
+    git("commit", "-qam", "user edit", cwd=repo)
+    return ws
+
+
+def test_merge_conflict_leaves_everything_as_it_was(repo: Path) -> None:
+    _conflicting_run(repo)
+    (repo / "untracked.txt").write_text("mine\n")
+    (repo / "README.md").touch()
+    before = state(repo)
+    with pytest.raises(OperationFailed, match=r"conflicts in README\.md; nothing was changed"
+                       ) as err:
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}", message="merge run")
+    assert err.value.exit_code == 1
+    assert state(repo) == before
+    assert not (repo / ".git" / "MERGE_HEAD").exists()
+    with pytest.raises(OperationFailed, match=r"conflicts in README\.md"):
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}", squash=True)
+    assert state(repo) == before
+    assert not (repo / ".git" / "SQUASH_MSG").exists()
+
+
+def test_merge_refuses_dirty_tree(repo: Path) -> None:
+    _conflicting_run(repo)
+    (repo / "README.md").write_text("uncommitted\n")
+    before = state(repo)
+    with pytest.raises(OperationFailed, match="uncommitted changes"):
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert state(repo) == before
+
+
+def test_merge_squash_noff_and_hooks_off(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "hook-ran"
+    (repo / ".githooks").mkdir()
+    git("config", "core.hooksPath", ".githooks", cwd=repo)
+    ws = prepare(repo)
+    hook = ws.worktree / ".githooks" / "post-merge"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(hook, 0o755)
+    (ws.worktree / ".envrc").write_text("export X=1\n")
+    (ws.worktree / "ok.py").write_text("print(1)\n")
+    (ws.worktree / "sub").mkdir()
+    (ws.worktree / "sub" / "package.json").write_text("{}\n")
+    (ws.worktree / "README.md").unlink()
+    result = finish(repo, ws)
+    r = repo_mod.discover(repo)
+    changes = host_executable_changes(r, ws.base_commit, result.head)
+    assert [(c.path, c.reason) for c in changes] == [
+        (".envrc", "direnv runs it when you cd into the directory"),
+        (".githooks/post-merge", "git hooks directory named by core.hooksPath"),
+        ("sub/package.json",
+         "npm scripts (install/test lifecycle scripts run automatically)")]
+    merged = merge_run(r, f"iterare/{RUN}", no_ff=True, message="merge the run")
+    assert not merged.fast_forward and not merged.up_to_date
+    assert git("log", "-1", "--format=%s%n%p", cwd=repo).stdout.split() == [
+        "merge", "the", "run", merged.head_before[:7], result.head[:7]]
+    assert not marker.exists()
+    assert merge_run(r, f"iterare/{RUN}").up_to_date
+
+
+def test_merge_squash_and_fast_forward(repo: Path) -> None:
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("a\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "a")
+    (ws.worktree / "b.txt").write_text("b\n")
+    result = finish(repo, ws)
+    r = repo_mod.discover(repo)
+    squashed = merge_run(r, f"iterare/{RUN}", squash=True, message="squashed run")
+    assert squashed.squashed and not squashed.fast_forward
+    assert git("log", "--format=%s", cwd=repo).stdout == "squashed run\ninitial\n"
+    assert git("rev-parse", "HEAD^{tree}", cwd=repo).stdout == \
+        git("rev-parse", f"{result.head}^{{tree}}", cwd=repo).stdout
+    git("reset", "-q", "--hard", "HEAD~", cwd=repo)
+    ff = merge_run(r, f"iterare/{RUN}")
+    assert ff.fast_forward and ff.head_after == result.head
+
+
+def test_diff_run_passes_options_through(repo: Path, capfd: pytest.CaptureFixture[str]
+                                         ) -> None:
+    ws = prepare(repo)
+    (ws.worktree / "README.md").write_text("hello\nworld\n")
+    result = finish(repo, ws)
+    code = diff_run(repo_mod.discover(repo), ws.base_commit, result.head, ["--stat"])
+    assert code == 0
+    assert capfd.readouterr().out == \
+        " README.md | 1 +\n 1 file changed, 1 insertion(+)\n"
+    assert diff_run(repo_mod.discover(repo), ws.base_commit, result.head,
+                    ["--exit-code", "--quiet", "--", "nothing"]) == 0
+    assert diff_run(repo_mod.discover(repo), ws.base_commit, result.head,
+                    ["--quiet", "--exit-code"]) == 1
+
+
+def test_cleanup_refuses_unmerged_and_unfinished_work(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    ws = prepare(repo)
+    (ws.worktree / "work.txt").write_text("work\n")
+    with pytest.raises(OperationFailed, match="the worktree has uncommitted changes") as err:
+        workspace.cleanup_run(r, ws)
+    assert err.value.hint == (f"`git iterare merge {RUN}` first, or "
+                              f"`git iterare cleanup --force {RUN}`")
+    result = finish(repo, ws)
+    with pytest.raises(OperationFailed, match="is not merged into any local branch"):
+        workspace.cleanup_run(r, ws)
+    assert ws.worktree.is_dir() and ws.gitdir.is_dir()
+    merge_run(r, f"iterare/{RUN}")
+    done = workspace.cleanup_run(r, ws)
+    assert done == workspace.CleanupResult(RUN, True, True, result.head)
+    assert not ws.worktree.exists() and not ws.gitdir.exists() and not ws.gitfile.exists()
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 1
+
+
+def test_cleanup_force_keeps_objects(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("a\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "a")
+    head = agent(ws, "rev-parse", "HEAD").stdout.strip()
+    with pytest.raises(OperationFailed, match="commits that were not imported"):
+        workspace.cleanup_run(r, ws)
+    finish(repo, ws)
+    done = workspace.cleanup_run(r, ws, force=True)
+    assert done.deleted_branch == head
+    assert git("cat-file", "-t", head, cwd=repo).stdout == "commit\n"
+
+
+def test_reuse_starts_from_previous_head(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    first = prepare(repo)
+    (first.worktree / "a.txt").write_text("a\n")
+    with pytest.raises(OperationFailed, match="unfinished work"):
+        workspace.reuse_run(r, first, "demo-89abcdef")
+    head = finish(repo, first).head
+    second = workspace.reuse_run(r, first, "demo-89abcdef",
+                                 alternates=str(r.common_dir / "objects"))
+    assert second.base_commit == head
+    assert (second.worktree / "a.txt").read_text() == "a\n"
+    assert agent(second, "status", "--porcelain").stdout == ""
+    reopened = workspace.open_run(r, "demo-89abcdef", head)
+    assert (reopened.worktree, reopened.gitdir, reopened.branch) == (
+        second.worktree, second.gitdir, second.branch)
+
+
+def test_agent_ids_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root: the agent runs as the user (files stay theirs); another uid is refused."""
+    monkeypatch.setattr(workspace.os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(workspace.os, "getegid", lambda: 5678)
+    assert workspace.agent_ids(None) == (1234, 5678)
+    assert workspace.agent_ids(1234) == (1234, 5678)
+    with pytest.raises(UserError, match="cannot run the agent as uid 1000 without root"):
+        workspace.agent_ids(1000)
+
+
+def test_bad_include_is_refused_before_anything_is_made(repo: Path) -> None:
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("../secrets\n")
+    with pytest.raises(UserError, match=r"\.iterare/include: '\.\./secrets' must be a relative"):
+        prepare(repo)
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+    assert not (repo / ".iterare" / "worktrees").exists()
+
+
+def test_failed_prepare_rolls_back(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    (repo / ".git" / "iterare").mkdir()
+    (repo / ".git" / "iterare" / "tmp").write_text("in the way\n")  # building the index fails
+    with pytest.raises(FileExistsError):
+        workspace.prepare_run(r, RUN, "HEAD")
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+    assert not workspace.worktree_path(r, RUN).exists()
+    assert not workspace.gitdir_path(r, RUN).exists()
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 1
+    (repo / ".git" / "iterare" / "tmp").unlink()
+    assert prepare(repo).base_commit
+
+
+def test_merge_refused_by_untracked_file_keeps_it(repo: Path) -> None:
+    _conflicting_run(repo)
+    git("reset", "-q", "--hard", "HEAD~", cwd=repo)  # no conflict on README any more
+    (repo / "added.txt").write_text("the user's own, untracked\n")
+    before = state(repo)
+    with pytest.raises(OperationFailed) as err:
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert err.value.message == (
+        f"merging iterare/{RUN} failed: error: The following untracked working tree files "
+        "would be overwritten by merge: added.txt; nothing was changed")
+    assert state(repo) == before
+    assert (repo / "added.txt").read_text() == "the user's own, untracked\n"
+
+
+def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Path) -> None:
+    """Objects reachable only through the agent's alternates are not imported."""
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("a\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "a")
+    decoy = tmp_path / "decoy"
+    (ws.gitdir / "objects").rename(decoy)
+    (ws.gitdir / "objects" / "info").mkdir(parents=True)
+    (ws.gitdir / "objects" / "info" / "alternates").write_text(f"{decoy}\n{repo}/.git/objects\n")
+    assert agent(ws, "log", "--format=%s").stdout == "a\ninitial\n"  # git itself follows them
+    result = finish(repo, ws)
+    assert "is missing from the run gitdir" in (result.rejected_head or "")
+    assert result.commits == (result.head,) and result.autocommitted
+
+
+@pytest.mark.parametrize(("path", "mode", "reason"), [
+    (".vscode/tasks.json", "100644", "VS Code tasks, can run on folder open"),
+    (".vscode/notes.md", "100644", None),
+    (".github/workflows/ci.yml", "100644",
+     "GitHub Actions workflows: run on CI with its secrets, not here"),
+    ("lib/Makefile", "100644", "make recipes"),
+    ("tests/conftest.py", "100644", "imported by pytest"),
+    ("tools/release", "100755", "executable file"),
+    ("tools/build.sh", "100644", "shell script"),
+    ("hooks/pre-push", "100644", "git hooks directory named by core.hooksPath"),
+    ("src/main.py", "100644", None),
+    (".husky/pre-commit", "100644", "husky git hooks, run by git on commit/push"),
+])
+def test_classify_host_executables(path: str, mode: str, reason: str | None) -> None:
+    from git_iterare.hostexec import classify
+
+    assert classify(path, mode, "hooks/") == reason
+
+
+def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "worktrees").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="is a symlink or not a directory"):
+        prepare(repo)
+    assert list(elsewhere.iterdir()) == []
+    assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
+
+
+def test_line_endings_follow_the_repository(repo: Path) -> None:
+    (repo / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (repo / "w.txt").write_text("one\ntwo\n")
+    git("config", "core.autocrlf", "input", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "crlf", cwd=repo)
+    ws = prepare(repo)
+    assert (ws.worktree / "w.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert "\tautocrlf = input\n" in (ws.gitdir / "config").read_text()
+    assert agent(ws, "status", "--porcelain").stdout == ""
+    (ws.worktree / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    result = finish(repo, ws)
+    assert git("show", f"{result.head}:w.txt", cwd=repo).stdout == "one\ntwo\nthree\n"
+    assert result.changes == importer.Changes(files=1, insertions=1, deletions=0)
