@@ -45,6 +45,10 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("PATH", f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
     yield home
+    # Secrets registered by one test must not redact another test's output.
+    from git_iterare import proc
+
+    proc._SECRETS.clear()
 
 
 def git(*args: str, cwd: Path | str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
