@@ -145,6 +145,11 @@ class Agent:
         """
         raise NotImplementedError
 
+    def interactive_command(self, config: Config) -> list[str] | None:
+        """The argv of a terminal session with this agent, or None when it has none
+        (``git iterare interactive`` then needs ``--shell``)."""
+        return None
+
     def environment(self, config: Config) -> dict[str, str]:
         """Non-secret environment variables for the agent process."""
         return {}

@@ -156,6 +156,12 @@ class Claude(Agent):
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
+    def interactive_command(self, config: Config) -> list[str] | None:
+        argv = ["claude", "--dangerously-skip-permissions"]
+        if config["claude.model"]:
+            argv += ["--model", config["claude.model"]]
+        return argv
+
     def environment(self, config: Config) -> dict[str, str]:
         env = dict(QUIET_ENV)
         url = base_url(config)

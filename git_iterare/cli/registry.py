@@ -13,4 +13,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config", "Show the effective configuration and where each value came from"),
     "credentials": ("credentials", "Store Claude credentials for runs (0600, never printed)"),
     "completion": ("completion", "Print a shell completion script for bash, zsh or fish"),
+    "execute": ("execute", "Run a prompt with an agent in a sandbox, on a branch of its own"),
+    "log": ("log", "Show or follow the log of a run"),
+    "diff": ("diff", "Show the changes a run made against its base"),
+    "merge": ("merge", "Merge the result of a run into the current branch"),
+    "cleanup": ("cleanup", "Remove a run's worktree, branch and container; keep its record"),
+    "stop": ("stop", "Stop a running run, keeping its work"),
+    "interactive": ("interactive", "Open a terminal session with the agent in the sandbox"),
 }

@@ -1,0 +1,36 @@
+"""``git iterare cleanup [RUN | --merged] [-y] [--force]``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli._runs import confirm_or_refuse, resolve_run
+from git_iterare.cli.context import app
+
+
+@click.command("cleanup")
+@click.argument("run", required=False)
+@click.option("--merged", is_flag=True, help="Clean up every merged run.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--force", is_flag=True,
+              help="Also drop unmerged work and stop runs that are still active.")
+def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
+    """Remove the worktree, branch and container of RUN (default: the most recent run);
+    the record and commits are kept."""
+    from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.runner.manage import cleanup
+    from git_iterare.runs.store import RunStore
+
+    repo = app().repo
+    if merged and run:
+        raise UserError("give a RUN or --merged, not both")
+    records = RunStore(repo).list(statuses=["merged"]) if merged else [resolve_run(run)]
+    if not records:
+        click.echo("nothing to clean up")
+        return
+    names = ", ".join(r.id for r in records)
+    if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
+        raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
+    for record in records:
+        done = cleanup(repo, record, force=force)
+        click.echo(f"cleaned {done.id} (record and commits kept)")

@@ -1,0 +1,45 @@
+"""``git iterare execute PROMPT``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli.context import app
+
+
+@click.command("execute")
+@click.argument("prompt")
+@click.option("--follow", "-f", is_flag=True,
+              help="Stream the agent's log and exit 0 if the run succeeded, 1 if not.")
+@click.option("--env", "env_names", multiple=True, metavar="NAME",
+              help="Pass the host variable NAME into the sandbox (repeatable).")
+@click.option("--reuse", metavar="RUN", help="Start from the result of run RUN.")
+@click.option("--agent", help="Agent to run: claude or shell (default: run.agent).")
+@click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
+@click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
+@click.option("--timeout", type=click.IntRange(min=0), metavar="SECONDS",
+              help="Wall-clock limit in seconds; 0 for none (default: run.timeout).")
+@click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
+              help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
+def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
+            agent: str | None, branch: str | None, name: str | None, timeout: int | None,
+            verbosity: int) -> None:
+    """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
+    import sys
+
+    from git_iterare import ui
+    from git_iterare.runner.launch import ExecuteRequest, execute
+
+    ctx = app()
+    request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,
+                             branch=branch, name=name, timeout=timeout)
+    record = execute(ctx.repo, ctx.config, request,
+                     progress=lambda line: click.echo(line, err=True))
+    click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
+    if not follow:
+        click.echo(f"follow it with: git iterare log -f {record.id}")
+        return
+    from git_iterare.cli.log import follow_and_exit
+
+    follow_and_exit(record.id, verbosity=verbosity, raw=False)
+    sys.exit(0)

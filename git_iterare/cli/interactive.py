@@ -1,0 +1,37 @@
+"""``git iterare interactive``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli.context import app
+
+
+@click.command("interactive")
+@click.option("--worktree", is_flag=True,
+              help="Work in a run of its own (branch, worktree, record), finished like any "
+                   "run when the session ends.")
+@click.option("--workspace", metavar="NAME", help="Run name with --worktree.")
+@click.option("--branch", help="Base branch or commit with --worktree (default: HEAD).")
+@click.option("--reuse", metavar="RUN", help="With --worktree: start from the result of RUN.")
+@click.option("--env", "env_names", multiple=True, metavar="NAME",
+              help="Pass the host variable NAME into the sandbox (repeatable).")
+@click.option("--shell", is_flag=True, help="Start a shell (session.shell) instead of Claude.")
+def command(worktree: bool, workspace: str | None, branch: str | None, reuse: str | None,
+            env_names: tuple[str, ...], shell: bool) -> None:
+    """Open a terminal session with the agent (or a shell) in the sandbox."""
+    import sys
+
+    from git_iterare.errors import UserError
+    from git_iterare.runner.interactive import InteractiveRequest, interactive
+
+    if not worktree and (workspace or branch or reuse):
+        raise UserError("--workspace, --branch and --reuse need --worktree")
+    if not sys.stdin.isatty():
+        raise UserError("interactive needs a terminal", hint="use git iterare execute for "
+                        "unattended runs")
+    ctx = app()
+    request = InteractiveRequest(worktree=worktree, name=workspace, branch=branch,
+                                 reuse=reuse, env_names=env_names, shell=shell)
+    sys.exit(interactive(ctx.repo, ctx.config, request,
+                         progress=lambda line: click.echo(line, err=True)))

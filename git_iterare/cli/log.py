@@ -1,0 +1,49 @@
+"""``git iterare log [RUN] [-f] [--raw] [-v 0|1|2]``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from git_iterare.cli.context import app
+
+
+def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True) -> None:
+    """Print a run's log (following it when asked); exit 0 if it succeeded, 1 if it failed
+    and 0 while it is still running. Ctrl-C stops following, not the run (exit 130)."""
+    from git_iterare import ui
+    from git_iterare.runner.follow import show_log
+    from git_iterare.runs.status import ACTIVE, SUCCEEDED
+
+    try:
+        record = show_log(app().repo, run_id, follow=follow, verbosity=verbosity, raw=raw,
+                          emit=click.echo)
+    except KeyboardInterrupt:
+        click.echo(f"\nstopped following; run {run_id} goes on "
+                   f"(git iterare log -f {run_id})", err=True)
+        sys.exit(130)
+    if record.status in ACTIVE:
+        return
+    if follow and not raw:
+        color = "green" if record.status in (SUCCEEDED, "merged") else "red"
+        line = f"run {record.id} {ui.paint(record.status, color, stream=sys.stderr)}"
+        if record.error:
+            line += f": {record.error}"
+        click.echo(line, err=True)
+    if record.status not in (SUCCEEDED, "merged", "cleaned"):
+        sys.exit(1)
+
+
+@click.command("log")
+@click.argument("run", required=False)
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends.")
+@click.option("--raw", is_flag=True, help="Print the agent's output lines untouched.")
+@click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
+              help="0 what the agent says, 1 tool calls, 2 everything.")
+def command(run: str | None, follow: bool, raw: bool, verbosity: int) -> None:
+    """Show the log of RUN (default: the most recent run)."""
+    from git_iterare.runs.store import RunStore
+
+    record = RunStore(app().repo).resolve(run)
+    follow_and_exit(record.id, verbosity=verbosity, raw=raw, follow=follow)

@@ -1,0 +1,208 @@
+"""Finishing runs: whoever sees a run end first records its result.
+
+:func:`finish` is idempotent and serialized per run (a lock, then a check of the status
+under it), so the process following a run and any later ``git iterare`` command can both
+try; one result is recorded. The order of writes makes a crash mid-way harmless: the log,
+then the work (commit and import), then the status, then the container is removed; a
+later :func:`reconcile` redoes whatever did not happen.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from collections.abc import Iterable
+from typing import Any
+
+from git_iterare import ui
+from git_iterare.repo import Repo
+from git_iterare.runner.launch import TIMEOUT_EXIT
+from git_iterare.runner.paths import run_lock, state_dir
+
+#: Seconds a run may stay ``created``/``starting`` without a container before it is
+#: considered lost (its ``execute`` process died before launching).
+LAUNCH_GRACE = 300
+
+#: Seconds past its timeout after which a still-running sandbox is stopped by whoever
+#: notices (the sandbox's own ``timeout`` normally ends it first).
+TIMEOUT_GRACE = 60
+
+#: Container states that mean the sandbox has not ended yet.
+LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
+
+
+def _age(timestamp: str | None) -> float:
+    if not timestamp:
+        return 0.0
+    then = _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
+
+
+def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool) -> tuple[str, str | None]:
+    """The final status and error line of a run."""
+    from git_iterare.runs import status as st
+    from git_iterare.sandbox.exitcodes import describe
+
+    if vanished:
+        return st.LOST, "the sandbox container disappeared before the run was recorded"
+    if record.extra.get("stop_requested"):
+        return st.STOPPED, "stopped by `git iterare stop`"
+    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or (
+            exit_code == 137 and record.extra.get("timeout")):
+        return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
+    sandbox_error = describe(exit_code) if exit_code is not None else None
+    if sandbox_error:
+        return st.FAILED, f"the agent never started: {sandbox_error}"
+    if exit_code == 0 and not result.is_error:
+        return st.SUCCEEDED, None
+    if exit_code == 0:
+        return st.FAILED, result.summary or "the agent reported an error"
+    return st.FAILED, f"the agent exited with status {exit_code}"
+
+
+def _split_lines(data: bytes) -> list[str]:
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
+    """Record the end of a run whose sandbox has exited or vanished.
+
+    Commits what the agent left uncommitted (with ``Iterare-*`` trailers), imports the
+    run's commits into the repository, stores the log, result (status, exit code, times,
+    cost, tokens, turns), egress report and notes, then removes the container.
+
+    Args:
+        repo: the repository.
+        run_id: the run.
+        wait: when the sandbox is still running, wait for it (else return at once).
+
+    Returns:
+        The run's record afterwards (unchanged when it is still running, or was already
+        finished by someone else).
+
+    Raises:
+        OperationFailed / ExternalError: the records or git failed.
+    """
+    from git_iterare import sandbox
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    store = RunStore(repo)
+    record = store.get(run_id)
+    if record.status not in ACTIVE:
+        return record
+    info = sandbox.inspect(record.container) if record.container else None
+    if info is not None and info.state in LIVE_STATES:
+        if not wait:
+            return record
+        sandbox.wait(record.container)
+        info = sandbox.inspect(record.container)
+    if info is None and record.container is None and _age(record.created) < LAUNCH_GRACE:
+        return record  # still being launched by its execute process
+    with run_lock(repo, run_id):
+        record = store.get(run_id)
+        if record.status not in ACTIVE:
+            return record
+        return _finish_locked(repo, store, record, info)
+
+
+def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
+    from git_iterare import sandbox
+    from git_iterare.agents import get_agent
+    from git_iterare.importer import finish_run
+    from git_iterare.workspace import open_run
+
+    vanished = info is None
+    exit_code = None if vanished else info.exit_code
+    log = b""
+    if not vanished:
+        log = sandbox.logs(record.container)
+        store.set_log(record.id, log)
+    agent = get_agent(record.agent or "shell")
+    events = [agent.parse_line(line) for line in _split_lines(log)]
+    result = agent.summarize(events, exit_code=exit_code)
+    status, error = _outcome(record, exit_code, result, vanished)
+    head = None
+    changes = None
+    commits: tuple[str, ...] = ()
+    if record.worktree and record.base_commit:
+        try:
+            ws = open_run(repo, record.id, record.base_commit)
+            work = finish_run(
+                repo, ws,
+                trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
+                          "Iterare-Prompt": record.prompt_name or ""},
+                message=f"iterare: work left uncommitted by run {record.id}")
+            head, commits = work.head, work.commits
+            changes = {"files": work.changes.files, "insertions": work.changes.insertions,
+                       "deletions": work.changes.deletions}
+            if work.rejected_head:
+                ui.warn(f"run {record.id}: the agent's branch was not imported "
+                        f"({work.rejected_head}); its files were committed instead")
+        except Exception as exc:
+            error = f"{error + '; ' if error else ''}its work could not be committed: {exc}"
+            ui.warn(f"run {record.id}: {error}")
+    if head:
+        store.set_head(record.id, head, changes)
+    egress = _egress(repo, record.id)
+    record = store.transition(
+        record.id, status, exit_code=exit_code, error=error, cost_usd=result.cost_usd,
+        tokens=dict(result.tokens), turns=result.turns, egress=egress)
+    if commits:
+        store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
+                                 "agent": record.agent, "status": status})
+    if not vanished:
+        try:
+            sandbox.remove(record.container)
+        except Exception as exc:  # the result is recorded; a leftover container is minor
+            ui.warn(f"run {record.id}: could not remove its container: {exc}")
+    shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
+    return record
+
+
+def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:
+    from git_iterare.sandbox import read_egress_report
+
+    out = state_dir(repo, run_id) / "out"
+    if not out.is_dir():
+        return None
+    report = read_egress_report(out)
+    return {
+        "allowed": dict(report.allowed),
+        "blocked": dict(report.blocked),
+        "refused_connections": {"ipv4": report.refused_connections.ipv4,
+                                "ipv6": report.refused_connections.ipv6,
+                                "recorded": report.refused_connections.recorded},
+    }
+
+
+def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
+    """Finish every active run whose sandbox ended or vanished; stop overdue ones.
+
+    Args:
+        repo: the repository.
+        records: the runs to look at; all active runs when None.
+
+    Returns:
+        The records of the runs that were finished now.
+    """
+    from git_iterare import sandbox
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    store = RunStore(repo)
+    active = [r for r in (records if records is not None else store.list(statuses=ACTIVE))
+              if r.status in ACTIVE]
+    finished = []
+    for record in active:
+        timeout = record.extra.get("timeout") or 0
+        if record.container and timeout and _age(record.started) > timeout + TIMEOUT_GRACE:
+            info = sandbox.inspect(record.container)
+            if info is not None and info.state in LIVE_STATES:
+                store.update(record.id, lambda r: r.replace(
+                    extra={**r.extra, "timed_out": True}), "timed out")
+                sandbox.stop(record.container)
+        after = finish(repo, record.id)
+        if after.status not in ACTIVE:
+            finished.append(after)
+    return finished

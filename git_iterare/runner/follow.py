@@ -1,0 +1,86 @@
+"""Showing a run's log: live from its sandbox while it runs, from its record afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from git_iterare.repo import Repo
+
+Printer = Callable[[str], None]
+
+
+def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
+            events: list[Any]) -> None:
+    for line in lines:
+        if raw:
+            emit(line.rstrip("\r\n"))
+            continue
+        event = agent.parse_line(line)
+        events.append(event)
+        shown = agent.render(event, verbosity)
+        if shown is not None:
+            emit(shown)
+
+
+def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
+    for chunk in chunks:
+        yield chunk.decode("utf-8", "replace")
+
+
+def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: bool = False,
+             emit: Printer = print) -> Any:
+    """Print a run's log and return its record.
+
+    While the run is active: with ``follow``, stream the sandbox's output until it exits,
+    then finish the run (see :func:`git_iterare.runner.finish.finish`); without, print
+    what it wrote so far. Once the run has ended: render the stored ``log.jsonl``.
+    Ctrl-C stops following (KeyboardInterrupt propagates); the run goes on.
+
+    Args:
+        repo: the repository.
+        run_id: the run.
+        follow: keep streaming until the run ends.
+        verbosity: 0 (what the agent says), 1 (+ tool calls), 2 (everything).
+        raw: print the lines as the agent wrote them.
+        emit: receives each piece of text to print.
+
+    Returns:
+        The run's record at the end (finished when followed to the end).
+    """
+    from git_iterare import sandbox
+    from git_iterare.agents import get_agent
+    from git_iterare.logrender import format_summary
+    from git_iterare.runner.finish import finish
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    store = RunStore(repo)
+    record = store.get(run_id)
+    agent = get_agent(record.agent or "shell")
+    events: list[Any] = []
+    if record.status in ACTIVE and record.container:
+        info = sandbox.inspect(record.container)
+        if info is not None:
+            if follow:
+                _render(_decode(sandbox.attach(record.container)), agent, verbosity, raw, emit,
+                        events)
+                record = finish(repo, run_id, wait=True)
+            else:
+                _render(sandbox.logs(record.container).decode("utf-8", "replace").splitlines(),
+                        agent, verbosity, raw, emit, events)
+                return record
+        else:
+            record = finish(repo, run_id)
+        if record.status in ACTIVE:
+            return record
+        if not raw:
+            emit(format_summary(agent.summarize(events, exit_code=record.exit_code)))
+        return record
+    if record.status in ACTIVE:
+        return record  # created, not launched yet: nothing to show
+    log = store.read_log(run_id).decode("utf-8", "replace").splitlines()
+    _render(log, agent, verbosity, raw, emit, events)
+    if not raw:
+        emit(format_summary(agent.summarize(events, exit_code=record.exit_code)))
+    return record

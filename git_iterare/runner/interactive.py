@@ -1,0 +1,145 @@
+"""``interactive``: a terminal session with the agent, or a shell, in the sandbox.
+
+With ``worktree`` the session is a run like any other (its own branch, worktree and
+record) and is finished the same way when it ends. Without it the sandbox works on the
+current worktree directly, with its ``.git`` hidden behind an empty read-only mount (the
+agent never sees the repository's metadata; commit its changes yourself afterwards).
+
+The terminal is attached with ``docker attach`` (the Docker CLI), which handles raw mode,
+window size and detaching (Ctrl-P Ctrl-Q) better than anything we would write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare.config import Config
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.repo import Repo
+
+
+@dataclass(frozen=True)
+class InteractiveRequest:
+    """What ``git iterare interactive`` was asked for.
+
+    Attributes:
+        worktree: make the session a run with its own branch and worktree.
+        name: run name (``--workspace``), with ``worktree``.
+        branch: base branch or commit, with ``worktree``.
+        reuse: start from this run's result, with ``worktree``.
+        env_names: host variables to pass through.
+        shell: start ``session.shell`` instead of the agent.
+    """
+
+    worktree: bool = False
+    name: str | None = None
+    branch: str | None = None
+    reuse: str | None = None
+    env_names: tuple[str, ...] = ()
+    shell: bool = False
+
+
+def _command(config: Config, shell: bool) -> tuple[str, ...]:
+    from git_iterare.agents import get_agent
+
+    if shell:
+        return (config["session.shell"],)
+    argv = get_agent(config["run.agent"]).interactive_command(config)
+    if argv is None:
+        raise UserError(f"agent {config['run.agent']} has no interactive mode",
+                        hint="use --shell")
+    return tuple(argv)
+
+
+def _attach(container: str) -> int:
+    from git_iterare import proc
+
+    if shutil.which("docker") is None:
+        raise OperationFailed("the docker command is needed to attach a terminal",
+                              hint="install the Docker CLI")
+    proc.run(["docker", "attach", container], capture=False, check=False)
+    from git_iterare import sandbox
+
+    code = sandbox.wait(container)
+    return 0 if code is None else code
+
+
+def interactive(repo: Repo, config: Config, request: InteractiveRequest,
+                progress: Callable[[str], None] = lambda line: None) -> int:
+    """Run a terminal session and return its exit status.
+
+    Raises:
+        UserError: bad options, no credentials, no interactive mode for the agent.
+        OperationFailed: Docker problems.
+    """
+    command = _command(config, request.shell)
+    if request.worktree:
+        from git_iterare.runner.finish import finish
+        from git_iterare.runner.launch import ExecuteRequest, execute
+
+        record = execute(repo, config, ExecuteRequest(
+            prompt=None, env_names=request.env_names, reuse=request.reuse,
+            branch=request.branch, name=request.name, tty=True, command=command),
+            progress=progress)
+        progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
+        code = _attach(record.container)
+        finish(repo, record.id, wait=True)
+        return code
+    return _session_on_current_tree(repo, config, request, command, progress)
+
+
+def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveRequest,
+                             command: tuple[str, ...],
+                             progress: Callable[[str], None]) -> int:
+    import secrets
+
+    from git_iterare import sandbox
+    from git_iterare.agents import get_agent
+    from git_iterare.runner.launch import _ca_bundle, _extra_mounts, passthrough_env
+    from git_iterare.sandbox.image import ensure_image
+
+    top = repo.work_tree
+    if top is None:
+        raise UserError("interactive needs a worktree; this repository is bare")
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        raise UserError("as root, the agent (never root) could not write your files",
+                        hint="use --worktree, which gives the agent a worktree of its own")
+    agent = get_agent(config["run.agent"])
+    credentials = agent.credentials(config, os.environ) if not request.shell else None
+    policy = sandbox.policy_from_config(config, agent.required_domains(config))
+    image = ensure_image(config, repo, progress)
+    scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
+    empty = scratch / "empty"
+    empty.mkdir()
+    out_dir = scratch / "out"
+    out_dir.mkdir()
+    # Hide the repository's metadata: an empty read-only directory (or /dev/null for a
+    # linked worktree's .git file) is mounted over it.
+    dot_git = top / ".git"
+    hide = empty if dot_git.is_dir() else Path(os.devnull)
+    session = f"session-{secrets.token_hex(4)}"
+    spec = sandbox.SandboxSpec(
+        image=image.name, name=f"iterare-{session}", command=command, policy=policy,
+        out_dir=out_dir, run_id=session, repo_path=str(repo.main_work_tree),
+        env=agent.environment(config),
+        secret_env={**(credentials.env if credentials else {}),
+                    **passthrough_env(request.env_names, os.environ)},
+        secret_files=dict(credentials.files) if credentials else {},
+        mounts=(sandbox.Mount(top, "/workspace", False),
+                sandbox.Mount(hide, "/workspace/.git", True), *_extra_mounts(config)),
+        limits=sandbox.Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
+                              pids=config["docker.pids"]),
+        network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
+        ca_bundle=_ca_bundle(config))
+    container = sandbox.launch(spec)
+    try:
+        return _attach(container)
+    finally:
+        sandbox.remove(container)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,289 @@
+"""``execute``: from a prompt file to a running sandbox.
+
+Everything that can be refused is checked before anything is created (prompt, agent,
+``--env`` names, credentials, egress policy, the Docker engine and the image), so a bad
+request leaves no record, branch, worktree or container behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from git_iterare import ui
+from git_iterare.config import Config
+from git_iterare.errors import UserError
+from git_iterare.repo import Repo
+from git_iterare.runner.paths import state_dir
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: In-sandbox path of the prompt body (read-only mount, outside the worktree).
+PROMPT_FILE = "/run/iterare/prompt.md"
+
+#: Exit status of coreutils ``timeout`` when the limit was reached.
+TIMEOUT_EXIT = 124
+
+
+@dataclass(frozen=True)
+class ExecuteRequest:
+    """What the user asked ``git iterare execute`` for.
+
+    Attributes:
+        prompt: a prompt name under ``.iterare/prompts`` or a path to a prompt file; None
+            for an interactive session, which has no prompt.
+        env_names: host variables to pass through (``--env NAME``), by name.
+        reuse: a run whose result the new run starts from (``--reuse RUN``).
+        agent: agent name overriding frontmatter and ``run.agent``.
+        branch: base branch or commit overriding frontmatter ``branch``.
+        name: run name overriding frontmatter ``workspace`` and the prompt name.
+        timeout: wall-clock limit in seconds overriding frontmatter and ``run.timeout``.
+        tty: give the agent a terminal (``interactive``).
+        command: argv to run instead of the agent's own (``interactive --shell``).
+    """
+
+    prompt: str | None
+    env_names: tuple[str, ...] = ()
+    reuse: str | None = None
+    agent: str | None = None
+    branch: str | None = None
+    name: str | None = None
+    timeout: int | None = None
+    tty: bool = False
+    command: tuple[str, ...] = ()
+
+
+def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str, str]:
+    """Values of the host variables named by ``--env`` (and frontmatter ``env``).
+
+    Raises:
+        UserError: a name is not a valid variable name, or the variable is not set.
+    """
+    values = {}
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise UserError(f"--env {name!r}: not a variable name",
+                            hint="use letters, digits and _, not starting with a digit")
+        if name not in env:
+            raise UserError(f"--env {name}: not set in your environment",
+                            hint=f"export {name}=... or drop --env {name}")
+        values[name] = env[name]
+    return values
+
+
+def _sandbox_limits(config: Config) -> Any:
+    from git_iterare.sandbox import Limits
+
+    return Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
+                  pids=config["docker.pids"])
+
+
+def _ca_bundle(config: Config) -> Path | None:
+    ca = config["docker.ca_bundle"]
+    if not ca:
+        return None
+    path = Path(ca).expanduser()
+    if not path.is_file():
+        raise UserError(f"docker.ca_bundle: {path} is not a file",
+                        hint="point it at a PEM bundle or unset it")
+    return path
+
+
+def _extra_mounts(config: Config) -> list[Any]:
+    """``[mounts] volumes`` (iterare's SOURCE:TARGET[:ro|rw]) as sandbox mounts."""
+    from git_iterare.sandbox import Mount
+
+    mounts = []
+    for spec in config["mounts.volumes"]:
+        parts = spec.split(":")
+        mode = "rw"
+        if len(parts) >= 3 and parts[-1] in ("ro", "rw"):
+            mode = parts.pop()
+        if len(parts) < 2 or not parts[-1].startswith("/") or not parts[0]:
+            raise UserError(f"mounts.volumes: bad entry {spec!r}",
+                            hint="write SOURCE:TARGET[:ro|rw] with an absolute TARGET")
+        source = Path(os.path.expandvars(":".join(parts[:-1]))).expanduser()
+        if not source.exists():
+            raise UserError(f"mounts.volumes: {source} does not exist (entry {spec!r})")
+        target = parts[-1]
+        if target == "/workspace" or target.startswith(("/workspace/", "/git", "/run/iterare")):
+            raise UserError(f"mounts.volumes: {target} is reserved for the sandbox "
+                            f"(entry {spec!r})")
+        mounts.append(Mount(source.resolve(), target, read_only=mode == "ro"))
+    return mounts
+
+
+def execute(repo: Repo, config: Config, request: ExecuteRequest,
+            env: Mapping[str, str] | None = None,
+            progress: Callable[[str], None] = lambda line: None) -> Any:
+    """Start a run and return its record (status ``running``) without waiting for it.
+
+    Args:
+        repo: the repository.
+        config: effective configuration (``--timeout`` etc. already applied as flags).
+        request: what to run.
+        env: the host environment (``os.environ`` when None).
+        progress: receives one line per step of long work (image builds).
+
+    Returns:
+        The :class:`git_iterare.runs.record.RunRecord` as stored after launch.
+
+    Raises:
+        UserError: bad prompt, agent, ``--env``, credentials missing, bad policy.
+        OperationFailed: Docker unreachable, image build failed, launch failed (then the
+            run is recorded as failed and its worktree kept).
+    """
+    from git_iterare.agents import get_agent
+    from git_iterare.prompt import Prompt, load_prompt
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox import policy_from_config
+    from git_iterare.sandbox.image import ensure_image
+    from git_iterare.workspace import resolve_commit
+
+    env = os.environ if env is None else env
+    if request.prompt is None:
+        prompt = Prompt(name="interactive", path=Path(""), body="")
+    else:
+        prompt = load_prompt(request.prompt, repo.iterare_dir / "prompts", Path.cwd())
+    for line in prompt.warnings:
+        ui.warn(line)
+    agent = get_agent(request.agent or prompt.agent or config["run.agent"])
+    secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
+    credentials = agent.credentials(config, env)
+    policy = policy_from_config(config, agent.required_domains(config))
+    timeout = request.timeout if request.timeout is not None else (
+        prompt.timeout if prompt.timeout is not None else config["run.timeout"])
+    if timeout < 0:
+        raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
+    limits = _sandbox_limits(config)
+    ca_bundle = _ca_bundle(config)
+    extra_mounts = _extra_mounts(config)
+    store = RunStore(repo)
+    if request.reuse:
+        previous = store.resolve(request.reuse)
+        if not previous.head:
+            raise UserError(f"run {previous.id} has no result to start from "
+                            f"(status {previous.status})")
+        base_commit, base_branch = previous.head, previous.branch
+    else:
+        base_branch = request.branch or prompt.branch
+        base_commit = resolve_commit(repo, base_branch or "HEAD")
+        if base_branch is None:
+            base_branch = _current_branch(repo)
+    image = ensure_image(config, repo, progress)
+    record = store.create(
+        request.name or prompt.run_name,
+        prompt_name=prompt.name,
+        prompt_path=_relative(repo, prompt.path) if request.prompt is not None else None,
+        prompt_text=prompt.body,
+        base_commit=base_commit,
+        base_branch=base_branch,
+        agent=agent.name,
+        image=image.name,
+        image_digest=image.id,
+        policy=_policy_dict(policy),
+        extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty},
+    )
+    try:
+        return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
+                       limits, ca_bundle, extra_mounts, secret_env, credentials, request)
+    except BaseException as exc:
+        _record_launch_failure(repo, store, record.id, exc)
+        raise
+
+
+def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, body: str,
+            timeout: int, policy: Any, limits: Any, ca_bundle: Path | None,
+            extra_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
+            request: ExecuteRequest) -> Any:
+    from git_iterare import proc, sandbox
+    from git_iterare.runs.status import RUNNING, STARTING
+    from git_iterare.workspace import prepare_run
+
+    for secret in (*secret_env.values(), *credentials.secrets()):
+        proc.register_secret(secret)
+    ws = prepare_run(repo, record.id, record.base_commit)
+    store.update(record.id, lambda r: r.replace(worktree=str(ws.worktree)), "worktree")
+    state = state_dir(repo, record.id)
+    state.mkdir(parents=True, exist_ok=True)
+    prompt_file = state / "prompt.md"
+    prompt_file.write_text(body, encoding="utf-8")
+    os.chmod(prompt_file, 0o644)
+    out_dir = state / "out"
+    out_dir.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        # The sandbox resolver and entrypoint write here as the agent's ids.
+        os.chown(out_dir, ws.agent_uid, ws.agent_gid)
+    command = list(request.command) or agent.command(prompt_file=PROMPT_FILE, config=config)
+    if timeout and not request.tty:
+        # The limit holds inside the sandbox even when nobody follows the run.
+        command = ["timeout", "--kill-after=10", str(timeout), *command]
+    mounts = [sandbox.Mount(m.host, m.container, m.read_only) for m in ws.mounts]
+    mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
+    spec = sandbox.SandboxSpec(
+        image=record.image,
+        name=f"iterare-{record.id}",
+        command=tuple(command),
+        policy=policy,
+        out_dir=out_dir,
+        run_id=record.id,
+        repo_path=str(repo.main_work_tree),
+        env=agent.environment(config),
+        secret_env={**credentials.env, **secret_env},
+        secret_files=dict(credentials.files),
+        mounts=(*mounts, *extra_mounts),
+        limits=limits,
+        network=config["docker.network"],
+        agent_uid=ws.agent_uid,
+        agent_gid=ws.agent_gid,
+        tty=request.tty,
+        stdin=request.tty,
+        ca_bundle=ca_bundle,
+    )
+    store.transition(record.id, STARTING)
+    container = sandbox.launch(spec)
+    return store.transition(record.id, RUNNING, container=container)
+
+
+def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:
+    """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
+    from git_iterare.errors import IterareError
+    from git_iterare.runs.status import ACTIVE, FAILED, STOPPED
+
+    message = exc.render() if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
+    status = STOPPED if isinstance(exc, KeyboardInterrupt) else FAILED
+    try:
+        record = store.get(run_id)
+        if record.status in ACTIVE:
+            store.transition(run_id, status, error=message)
+    except Exception as inner:  # the original error matters more than this one
+        ui.warn(f"could not record the failure of run {run_id}: {inner}")
+    shutil.rmtree(state_dir(repo, run_id) / "secrets", ignore_errors=True)
+
+
+def _policy_dict(policy: Any) -> dict[str, Any]:
+    import json
+
+    data: dict[str, Any] = json.loads(policy.to_json())
+    return data
+
+
+def _relative(repo: Repo, path: Path) -> str:
+    top = repo.main_work_tree
+    try:
+        return str(path.resolve().relative_to(top)) if top else str(path)
+    except ValueError:
+        return str(path)
+
+
+def _current_branch(repo: Repo) -> str | None:
+    from git_iterare import proc
+
+    result = proc.git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo.work_tree or
+                      repo.git_dir, check=False)
+    return result.stdout.strip() or None

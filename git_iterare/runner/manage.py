@@ -1,0 +1,172 @@
+"""Acting on runs after launch: stop, diff, merge, cleanup."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from git_iterare.errors import OperationFailed
+from git_iterare.repo import Repo
+from git_iterare.runner.paths import state_dir
+
+
+def _store(repo: Repo) -> Any:
+    from git_iterare.runs.store import RunStore
+
+    return RunStore(repo)
+
+
+def settle(repo: Repo, record: Any) -> Any:
+    """The run's record after finishing it if its sandbox ended unobserved."""
+    from git_iterare.runs.status import ACTIVE
+
+    if record.status in ACTIVE:
+        from git_iterare.runner.finish import finish
+
+        return finish(repo, record.id)
+    return record
+
+
+def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
+    """Stop a running run; its work is committed and its status becomes ``stopped``.
+
+    Raises:
+        OperationFailed: the run is not active.
+    """
+    from git_iterare import sandbox
+    from git_iterare.runner.finish import finish
+    from git_iterare.runs.status import ACTIVE, STOPPED
+
+    store = _store(repo)
+    record = settle(repo, store.get(run_id))
+    if record.status not in ACTIVE:
+        raise OperationFailed(f"run {run_id} is not running (status {record.status})")
+    store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
+                 "stop requested")
+    if record.container:
+        sandbox.stop(record.container, grace_seconds)
+        return finish(repo, run_id, wait=True)
+    return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
+
+
+def _result_commit(record: Any) -> str:
+    if not record.head:
+        raise OperationFailed(f"run {record.id} has no result to use (status {record.status})",
+                              hint=f"see `git iterare show {record.id}`")
+    return str(record.head)
+
+
+def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
+    """``git diff <base> <result>`` of a finished run, with the user's diff options.
+
+    Returns:
+        git's exit status.
+
+    Raises:
+        OperationFailed: the run is still active or has no result.
+    """
+    from git_iterare.merge import diff_run
+    from git_iterare.runs.status import ACTIVE
+
+    record = settle(repo, record)
+    if record.status in ACTIVE:
+        raise OperationFailed(f"run {record.id} is still {record.status}",
+                              hint=f"its diff is ready when it ends: git iterare log -f "
+                                   f"{record.id}")
+    return diff_run(repo, record.base_commit, _result_commit(record), git_args)
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    """What ``merge`` did: the record after it and git's view of the merge."""
+
+    record: Any
+    result: Any
+
+
+def host_executable_changes(repo: Repo, record: Any) -> list[Any]:
+    """Files changed by a run that would execute on the host (hooks, build scripts, ...)."""
+    from git_iterare.hostexec import host_executable_changes as changes
+
+    return changes(repo, record.base_commit, _result_commit(record))
+
+
+def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
+          confirm: Callable[[list[Any]], bool]) -> MergeOutcome:
+    """Merge a finished run's result into the current branch.
+
+    Args:
+        repo: the repository.
+        record: the run.
+        squash, no_ff: as ``git merge``.
+        confirm: called with the changed files that would execute on the host when there
+            are any; returns whether to go on.
+
+    Raises:
+        OperationFailed: still active, no result, refused, or a conflict (the user's tree
+            and index are left as they were; the conflicting files are named).
+    """
+    from git_iterare.merge import merge_run
+    from git_iterare.runs.status import ACTIVE, MERGED
+
+    record = settle(repo, record)
+    if record.status in ACTIVE:
+        raise OperationFailed(f"run {record.id} is still {record.status}",
+                              hint=f"wait for it (git iterare log -f {record.id}) or stop it")
+    if record.status == "cleaned":
+        raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
+                              f"{record.head} with git merge if you still want it")
+    head = _result_commit(record)
+    risky = host_executable_changes(repo, record)
+    if risky and not confirm(risky):
+        raise OperationFailed("merge cancelled: the run changes files that run on your "
+                              "machine", hint="review them, then rerun with --yes")
+    message = f"Merge run {record.id} ({record.prompt_name or record.name})"
+    result = merge_run(repo, _merge_ref(repo, record, head), squash=squash, no_ff=no_ff,
+                       message=message)
+    store = _store(repo)
+    if record.status != MERGED:
+        record = store.transition(record.id, MERGED)
+    return MergeOutcome(record=record, result=result)
+
+
+def _merge_ref(repo: Repo, record: Any, head: str) -> str:
+    """The run's branch when it still points at the recorded result, else the commit."""
+    from git_iterare import proc
+
+    branch = record.branch or ""
+    found = proc.git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}",
+                     cwd=repo.work_tree or repo.git_dir, check=False).stdout.strip()
+    return branch if found == head else head
+
+
+def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
+    """Remove a run's worktree, branch and container; keep its record and commits.
+
+    Raises:
+        OperationFailed: the run is active (without ``force``), or has unmerged work and
+            ``force`` is not given.
+    """
+    from git_iterare import sandbox
+    from git_iterare.runs.status import ACTIVE, CLEANED
+    from git_iterare.workspace import cleanup_run, open_run
+
+    record = settle(repo, record)
+    if record.status == CLEANED:
+        return record
+    if record.status in ACTIVE:
+        if not force:
+            raise OperationFailed(f"run {record.id} is still {record.status}",
+                                  hint=f"stop it first (git iterare stop {record.id}) or "
+                                       f"use --force")
+        record = stop(repo, record.id)
+    if record.base_commit and record.worktree:
+        ws = open_run(repo, record.id, record.base_commit)
+        cleanup_run(repo, ws, force=force)
+    if record.container and sandbox.inspect(record.container) is not None:
+        sandbox.remove(record.container)
+    shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
+    return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
+
