@@ -124,7 +124,7 @@ def render_text(source: str, width: int = 80) -> str:
             text = " ".join(para)
             lead = " " * (indent + extra)
             out.append(textwrap.fill(text, width=width, initial_indent=lead,
-                                     subsequent_indent=lead))
+                                     subsequent_indent=lead, break_on_hyphens=False))
             para = []
 
     for raw in source.splitlines():

@@ -10,8 +10,8 @@ from git_iterare.cli.context import app
 
 @click.command("merge")
 @click.argument("run", required=False)
-@click.option("--squash", is_flag=True, help="Squash the run's commits into the index "
-              "(commit them yourself), as git merge --squash.")
+@click.option("--squash", is_flag=True,
+              help="Squash the run's changes into one new commit on the current branch.")
 @click.option("--no-ff", "no_ff", is_flag=True, help="Always create a merge commit.")
 @click.option("--yes", "-y", is_flag=True,
               help="Merge without asking when files that run on the host changed.")

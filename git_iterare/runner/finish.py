@@ -38,7 +38,8 @@ def _age(timestamp: str | None) -> float:
     return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
 
 
-def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool) -> tuple[str, str | None]:
+def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
+             ) -> tuple[str, str | None]:
     """The final status and error line of a run."""
     from git_iterare.runs import status as st
     from git_iterare.sandbox.exitcodes import describe
@@ -47,8 +48,7 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool) ->
         return st.LOST, "the sandbox container disappeared before the run was recorded"
     if record.extra.get("stop_requested"):
         return st.STOPPED, "stopped by `git iterare stop`"
-    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or (
-            exit_code == 137 and record.extra.get("timeout")):
+    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out"):
         return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
     sandbox_error = describe(exit_code) if exit_code is not None else None
     if sandbox_error:
@@ -115,10 +115,10 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     vanished = info is None
     exit_code = None if vanished else info.exit_code
     log = b""
-    if not vanished:
-        log = sandbox.logs(record.container)
-        store.set_log(record.id, log)
     agent = get_agent(record.agent or "shell")
+    if not vanished:
+        log = _redact(repo, record, agent, sandbox.logs(record.container))
+        store.set_log(record.id, log)
     events = [agent.parse_line(line) for line in _split_lines(log)]
     result = agent.summarize(events, exit_code=exit_code)
     status, error = _outcome(record, exit_code, result, vanished)
@@ -158,6 +158,31 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
     return record
+
+
+def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:
+    """``log`` with the run's secrets (credentials, ``--env`` values) replaced by ``***``.
+
+    The record travels with ``git iterare push``; an agent that prints its token must not
+    publish it. Secrets are looked up again here, since the finishing process may not be
+    the one that launched the run.
+    """
+    import os
+
+    from git_iterare import config as config_module
+    from git_iterare import proc
+    from git_iterare.errors import UserError
+
+    for name in record.extra.get("env", []):
+        proc.register_secret(os.environ.get(name, ""))
+    try:
+        # Loading credentials registers every secret in them (tokens in files too).
+        for secret in agent.credentials(config_module.load(repo), os.environ).secrets():
+            proc.register_secret(secret)
+    except UserError:
+        pass  # no credentials here: nothing of ours to find in the log
+    return proc.redact(log.decode("utf-8", "surrogateescape")).encode(
+        "utf-8", "surrogateescape")
 
 
 def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:

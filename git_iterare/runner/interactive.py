@@ -56,15 +56,18 @@ def _command(config: Config, shell: bool) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def _attach(container: str) -> int:
-    from git_iterare import proc
+def _attach(container: str) -> int | None:
+    """Attach the terminal; the session's exit status, or None when the user detached."""
+    from git_iterare import proc, sandbox
+    from git_iterare.runner.finish import LIVE_STATES
 
     if shutil.which("docker") is None:
         raise OperationFailed("the docker command is needed to attach a terminal",
                               hint="install the Docker CLI")
     proc.run(["docker", "attach", container], capture=False, check=False)
-    from git_iterare import sandbox
-
+    info = sandbox.inspect(container)
+    if info is not None and info.state in LIVE_STATES:
+        return None
     code = sandbox.wait(container)
     return 0 if code is None else code
 
@@ -84,10 +87,14 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
 
         record = execute(repo, config, ExecuteRequest(
             prompt=None, env_names=request.env_names, reuse=request.reuse,
-            branch=request.branch, name=request.name, tty=True, command=command),
-            progress=progress)
+            agent="shell" if request.shell else None, branch=request.branch,
+            name=request.name, tty=True, command=command), progress=progress)
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
         code = _attach(record.container)
+        if code is None:
+            progress(f"detached; run {record.id} goes on (git iterare stop {record.id} "
+                     f"ends it)")
+            return 0
         finish(repo, record.id, wait=True)
         return code
     return _session_on_current_tree(repo, config, request, command, progress)
@@ -139,7 +146,11 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         ca_bundle=_ca_bundle(config))
     container = sandbox.launch(spec)
     try:
-        return _attach(container)
+        code = _attach(container)
+        if code is None:  # detached: a session without a run cannot be found again
+            sandbox.stop(container)
+            code = sandbox.wait(container) or 0
+        return code
     finally:
         sandbox.remove(container)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -158,6 +158,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     policy = policy_from_config(config, agent.required_domains(config))
     timeout = request.timeout if request.timeout is not None else (
         prompt.timeout if prompt.timeout is not None else config["run.timeout"])
+    if request.tty:
+        timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     limits = _sandbox_limits(config)

@@ -43,11 +43,16 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     record = settle(repo, store.get(run_id))
     if record.status not in ACTIVE:
         raise OperationFailed(f"run {run_id} is not running (status {record.status})")
-    store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
-                 "stop requested")
     if record.container:
+        store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
+                     "stop requested")
         sandbox.stop(record.container, grace_seconds)
         return finish(repo, run_id, wait=True)
+    from git_iterare.runner.finish import LAUNCH_GRACE, _age
+
+    if _age(record.created) < LAUNCH_GRACE:
+        raise OperationFailed(f"run {run_id} is still being launched",
+                              hint="try again in a moment")
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
 
 
@@ -164,7 +169,9 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
         record = stop(repo, record.id)
     if record.base_commit and record.worktree:
         ws = open_run(repo, record.id, record.base_commit)
-        cleanup_run(repo, ws, force=force)
+        # A squash merge leaves the run's commits unreachable from the user's branches,
+        # though their content is merged: the merged status is the proof.
+        cleanup_run(repo, ws, force=force or record.status == "merged")
     if record.container and sandbox.inspect(record.container) is not None:
         sandbox.remove(record.container)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
