@@ -18,6 +18,12 @@ from git_iterare.workspace import common_git
 #: Directory prefixes (from the top of the tree) and why files under them run on the host.
 PATH_RULES: tuple[tuple[str, str], ...] = (
     (".git/", "git metadata (cannot come from a commit; listed for completeness)"),
+    (".iterare/config.toml", "git iterare config: mounts, egress allowlist, Claude gateway of "
+     "the next runs"),
+    (".iterare/Dockerfile", "built by git iterare on your Docker engine before the next run"),
+    (".iterare/include", "names host files git iterare copies into the next runs"),
+    (".iterare/prompts/", "prompts of the next runs (frontmatter env: passes host secrets)"),
+    (".cargo/", "cargo configuration (build runners, aliases)"),
     (".githooks/", "git hooks directory (used through core.hooksPath)"),
     (".husky/", "husky git hooks, run by git on commit/push"),
     (".vscode/tasks.json", "VS Code tasks, can run on folder open"),
@@ -55,6 +61,9 @@ NAME_RULES: dict[str, str] = {
     "Rakefile": "rake tasks", "Gemfile": "bundler (evaluated as Ruby)",
     "docker-compose.yml": "compose file (host mounts, privileged containers)",
     "compose.yaml": "compose file (host mounts, privileged containers)",
+    "compose.yml": "compose file (host mounts, privileged containers)",
+    "docker-compose.yaml": "compose file (host mounts, privileged containers)",
+    "tasks.json": "editor tasks (VS Code runs them, also in nested folders)",
     ".mise.toml": "mise tasks and hooks", "mise.toml": "mise tasks and hooks",
 }
 

@@ -537,6 +537,13 @@ def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Pat
     ("hooks/pre-push", "100644", "git hooks directory named by core.hooksPath"),
     ("src/main.py", "100644", None),
     (".husky/pre-commit", "100644", "husky git hooks, run by git on commit/push"),
+    (".iterare/config.toml", "100644", "git iterare config: mounts, egress allowlist, Claude "
+     "gateway of the next runs"),
+    (".iterare/prompts/next.md", "100644",
+     "prompts of the next runs (frontmatter env: passes host secrets)"),
+    ("deploy/compose.yml", "100644", "compose file (host mounts, privileged containers)"),
+    ("sub/.vscode/tasks.json", "100644", "editor tasks (VS Code runs them, also in nested "
+     "folders)"),
 ])
 def test_classify_host_executables(path: str, mode: str, reason: str | None) -> None:
     from git_iterare.hostexec import classify
