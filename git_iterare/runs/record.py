@@ -1,0 +1,224 @@
+"""The run record value (``run.json``) and its status transitions.
+
+The JSON layout is documented in gititerare-records(5). ``"v"`` is the format version;
+a reader refuses versions it does not know rather than guessing. Keys this version does
+not know are kept in :attr:`RunRecord.unknown` and written back unchanged, so an older
+git-iterare never drops what a newer one stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from git_iterare.errors import OperationFailed
+
+FORMAT_VERSION = 1
+
+CREATED = "created"
+STARTING = "starting"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+STOPPED = "stopped"
+TIMED_OUT = "timed-out"
+LOST = "lost"
+MERGED = "merged"
+CLEANED = "cleaned"
+
+#: Every status, in lifecycle order.
+STATUSES = (CREATED, STARTING, RUNNING, SUCCEEDED, FAILED, STOPPED, TIMED_OUT, LOST, MERGED,
+            CLEANED)
+#: The run's process may still be working.
+ACTIVE = frozenset({CREATED, STARTING, RUNNING})
+#: The run ended; its branch holds its result.
+ENDED = frozenset({SUCCEEDED, FAILED, STOPPED, TIMED_OUT, LOST})
+
+#: Allowed moves, ``from -> {to}``. Moving to the same status is always allowed (an update
+#: of other fields). Why each one exists:
+#:
+#: * created/starting/running move forward, or end early (failed, stopped, lost) when the
+#:   launch fails, the user stops it, or the process that watched it disappeared;
+#:   starting/running also time out.
+#: * an ended run (succeeded, failed, stopped, timed-out) can be merged (its partial work is
+#:   still a commit, see DESIGN "nothing is lost") or cleaned (worktree and branch removed).
+#: * lost means nobody saw the end: a later check may find the real outcome, so lost can
+#:   still become succeeded/failed/stopped/timed-out, or be merged or cleaned.
+#: * merged can only be cleaned; cleaned is final (its record and commits stay reachable).
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    CREATED: frozenset({STARTING, RUNNING, FAILED, STOPPED, LOST, CLEANED}),
+    STARTING: frozenset({RUNNING, FAILED, STOPPED, TIMED_OUT, LOST}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, STOPPED, TIMED_OUT, LOST}),
+    SUCCEEDED: frozenset({MERGED, CLEANED}),
+    FAILED: frozenset({MERGED, CLEANED}),
+    STOPPED: frozenset({MERGED, CLEANED}),
+    TIMED_OUT: frozenset({MERGED, CLEANED}),
+    LOST: frozenset({SUCCEEDED, FAILED, STOPPED, TIMED_OUT, MERGED, CLEANED}),
+    MERGED: frozenset({CLEANED}),
+    CLEANED: frozenset(),
+}
+
+#: How far along the lifecycle a status is; used when two copies of a record diverged.
+STATUS_RANK: Mapping[str, int] = {
+    CREATED: 0, STARTING: 1, RUNNING: 2, LOST: 3,
+    SUCCEEDED: 4, FAILED: 4, STOPPED: 4, TIMED_OUT: 4, MERGED: 5, CLEANED: 6,
+}
+
+
+class InvalidTransition(OperationFailed):
+    """A status change the table in :data:`TRANSITIONS` does not allow (exit status 1)."""
+
+
+class CorruptRecord(OperationFailed):
+    """A record that cannot be read: bad JSON, unknown ``"v"``, a missing tree entry.
+
+    Attributes:
+        run_id: the run whose record is corrupt.
+        problem: what is wrong, one line.
+    """
+
+    def __init__(self, run_id: str, problem: str):
+        super().__init__(f"run record {run_id} is corrupt: {problem}",
+                         hint=f"inspect it with `git log -p refs/iterare/runs/{run_id}`")
+        self.run_id = run_id
+        self.problem = problem
+
+
+def check_transition(old: str, new: str) -> None:
+    """Raise :class:`InvalidTransition` unless ``old -> new`` is allowed.
+
+    Raises:
+        InvalidTransition: not in :data:`TRANSITIONS`; UserError-like message names both.
+    """
+    if new not in STATUSES:
+        raise InvalidTransition(f"unknown run status {new!r}")
+    if old != new and new not in TRANSITIONS.get(old, frozenset()):
+        allowed = ", ".join(sorted(TRANSITIONS.get(old, frozenset()))) or "none"
+        raise InvalidTransition(f"a run cannot go from {old} to {new} (from {old}: {allowed})")
+
+
+def now_iso() -> str:
+    """The current time as ISO 8601 UTC with seconds, e.g. ``2026-01-01T12:00:00Z``."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str | None) -> _dt.datetime | None:
+    """Parse a timestamp written by :func:`now_iso` (or any ISO 8601); None when absent/bad."""
+    if not text:
+        return None
+    try:
+        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything known about one run; ``run.json`` in the record tree.
+
+    Timestamps are ISO 8601 UTC strings; ``cost_usd`` is US dollars; ``tokens`` maps a
+    kind (``input``, ``output``, ...) to a count; ``changes`` is ``{"files", "insertions",
+    "deletions"}`` of ``base_commit..head``, stored when the head is set.
+    """
+
+    id: str
+    name: str
+    status: str = CREATED
+    prompt_name: str | None = None
+    prompt_path: str | None = None
+    base_commit: str | None = None
+    base_branch: str | None = None
+    branch: str | None = None
+    agent: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    policy: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    created: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    cost_usd: float | None = None
+    tokens: dict[str, Any] = field(default_factory=dict)
+    turns: int | None = None
+    error: str | None = None
+    container: str | None = None
+    worktree: str | None = None
+    head: str | None = None
+    egress: dict[str, Any] | None = None
+    changes: dict[str, int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Top-level keys of run.json this version does not know; written back as they were.
+    unknown: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def replace(self, **fields: Any) -> RunRecord:
+        """Return a copy with ``fields`` changed (``dataclasses.replace``).
+
+        Raises:
+            TypeError: a field name that does not exist.
+        """
+        return dataclasses.replace(self, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object written as ``run.json`` (``"v"`` first, then fields, then unknown)."""
+        data: dict[str, Any] = {"v": FORMAT_VERSION}
+        for f in dataclasses.fields(self):
+            if f.name != "unknown":
+                data[f.name] = getattr(self, f.name)
+        for key, value in self.unknown.items():
+            data.setdefault(key, value)
+        return data
+
+    def to_json(self) -> bytes:
+        """``run.json`` bytes: UTF-8, indented, keys in a fixed order, trailing newline."""
+        return (json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], run_id: str = "?") -> RunRecord:
+        """Build a record from parsed ``run.json``.
+
+        Raises:
+            CorruptRecord: not an object, a missing/unknown ``"v"``, missing ``id``/``name``,
+                or a field of the wrong type.
+        """
+        if not isinstance(data, Mapping):
+            raise CorruptRecord(run_id, "run.json is not a JSON object")
+        version = data.get("v")
+        if version != FORMAT_VERSION:
+            raise CorruptRecord(run_id, f"run.json has unknown format version {version!r}")
+        known = {f.name for f in dataclasses.fields(cls)} - {"unknown"}
+        values = {k: v for k, v in data.items() if k in known}
+        unknown = {k: v for k, v in data.items() if k not in known and k != "v"}
+        for key in ("id", "name", "status"):
+            if not isinstance(values.get(key), str):
+                raise CorruptRecord(run_id, f"run.json field {key!r} is missing or not a string")
+        if values["status"] not in STATUSES:
+            raise CorruptRecord(run_id, f"run.json has unknown status {values['status']!r}")
+        for key in ("policy", "tokens", "extra"):
+            if values.get(key) is None:
+                values.pop(key, None)
+            elif not isinstance(values[key], dict):
+                raise CorruptRecord(run_id, f"run.json field {key!r} is not an object")
+        return cls(**values, unknown=unknown)
+
+    @classmethod
+    def from_json(cls, raw: bytes, run_id: str = "?") -> RunRecord:
+        """Parse ``run.json`` bytes.
+
+        Raises:
+            CorruptRecord: invalid UTF-8 or JSON, or see :meth:`from_dict`.
+        """
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptRecord(run_id, f"run.json is not valid JSON ({exc})") from None
+        return cls.from_dict(data, run_id)
+
+    @property
+    def sort_time(self) -> str:
+        """The creation time, for newest-first ordering (ISO strings sort as times)."""
+        return self.created or ""
