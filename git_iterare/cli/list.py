@@ -22,14 +22,13 @@ def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
 
     from git_iterare import ui
     from git_iterare.runs import index, render
-    from git_iterare.runs.store import RunStore
 
-    store = RunStore(app().repo)
-    entries = index.load_entries(store)
+    # No RunStore here: a warm listing is served from refs and the cache without dulwich.
+    entries = index.load_entries(app().repo.common_dir)
     wanted = set(statuses)
 
     def keep(entry: index.Entry) -> bool:
-        status = entry.record.status if entry.record else render.CORRUPT
+        status = entry.status
         if wanted:
             return status in wanted
         return all_ or status != "cleaned"

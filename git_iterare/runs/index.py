@@ -12,12 +12,13 @@ run and does not parse every record each time:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.runs import ids
 from git_iterare.runs.record import CorruptRecord, RunRecord
@@ -30,19 +31,29 @@ CACHE_VERSION = 1
 
 @dataclass(frozen=True)
 class Entry:
-    """One run as listed: its id, record commit, and the record or what is wrong with it.
+    """One run as listed: its id, record commit, and its ``run.json`` or what is wrong.
 
     Attributes:
         run_id: from the ref name.
         commit: record commit id, 40 hex.
-        record: the record; None when corrupt.
+        data: the parsed ``run.json`` (already validated once); None when corrupt.
         problem: one line saying why the record cannot be read; None when fine.
     """
 
     run_id: str
     commit: str
-    record: RunRecord | None
+    data: dict[str, Any] | None
     problem: str | None = None
+
+    @functools.cached_property
+    def record(self) -> RunRecord | None:
+        """The record (built on first use; listing as JSON never needs it); None if corrupt."""
+        return None if self.data is None else RunRecord.from_dict(self.data, self.run_id)
+
+    @property
+    def status(self) -> str:
+        """The run's status, or ``corrupt``."""
+        return "corrupt" if self.data is None else str(self.data.get("status"))
 
 
 def _packed_refs(common_dir: Path, prefix: str) -> dict[str, str]:
@@ -122,44 +133,57 @@ def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
     if not (isinstance(cached, list) and len(cached) == 2 and cached[0] == sha):
         return None
     payload = cached[1]
-    if isinstance(payload, dict) and "problem" in payload:
-        return Entry(run_id, sha, None, str(payload["problem"]))
-    try:
-        return Entry(run_id, sha, RunRecord.from_dict(payload, run_id))
-    except CorruptRecord:
+    if not isinstance(payload, dict):
         return None
+    if "problem" in payload:
+        return Entry(run_id, sha, None, str(payload["problem"]))
+    return Entry(run_id, sha, payload)
 
 
-def iter_entries(store: RunStore) -> Iterator[Entry]:
-    """Yield an :class:`Entry` for every record ref (in no particular order)."""
-    from git_iterare.runs.store import read_snapshot
+def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
+    """Yield an :class:`Entry` for every record ref (in no particular order).
 
-    refs = scan_run_refs(store.common_dir)
-    cache = _load_cache(store.common_dir)
+    Args:
+        common_dir: the repository's common gitdir.
+        store: an open store to read records that are not cached; opened on the first miss
+            when None (so a warm listing never imports dulwich).
+    """
+    refs = scan_run_refs(common_dir)
+    cache = _load_cache(common_dir)
     fresh: dict[str, list] = {}
     missed = False
     for run_id, sha in refs.items():
         entry = _entry_from_cache(run_id, sha, cache.get(run_id))
         if entry is None:
             missed = True
-            try:
-                record = read_snapshot(store.repo, run_id, sha.encode()).record
-                entry = Entry(run_id, sha, record)
-            except CorruptRecord as exc:
-                entry = Entry(run_id, sha, None, exc.problem)
-            payload = entry.record.to_dict() if entry.record else {"problem": entry.problem}
+            if store is None:
+                from git_iterare.runs.store import RunStore
+
+                store = RunStore(common_dir)
+            entry = _read_entry(store, run_id, sha)
+            payload = entry.data if entry.data is not None else {"problem": entry.problem}
             fresh[run_id] = [sha, payload]
         else:
             fresh[run_id] = cache[run_id]
         yield entry
     if missed or len(fresh) != len(cache):
-        _save_cache(store.common_dir, fresh)
+        _save_cache(common_dir, fresh)
 
 
-def load_entries(store: RunStore) -> list[Entry]:
+def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:
+    from git_iterare.runs.store import read_snapshot
+
+    try:
+        record = read_snapshot(store.repo, run_id, sha.encode()).record
+        return Entry(run_id, sha, record.to_dict())
+    except CorruptRecord as exc:
+        return Entry(run_id, sha, None, exc.problem)
+
+
+def load_entries(common_dir: Path, store: RunStore | None = None) -> list[Entry]:
     """Every entry, newest first (by created time, then id); corrupt ones last."""
-    entries = list(iter_entries(store))
-    entries.sort(key=lambda e: (e.record is not None,
-                                e.record.sort_time if e.record else "", e.run_id),
+    entries = list(iter_entries(common_dir, store))
+    entries.sort(key=lambda e: (e.data is not None,
+                                str(e.data.get("created") or "") if e.data else "", e.run_id),
                  reverse=True)
     return entries

@@ -37,10 +37,16 @@ STATUS_STYLES: dict[str, tuple[str, ...]] = {
 
 def duration_seconds(record: RunRecord, now: _dt.datetime) -> float | None:
     """Seconds from ``started`` to ``finished`` (to ``now`` while active); None if unknown."""
-    start = parse_iso(record.started)
+    return span(record.status, record.started, record.finished, now)
+
+
+def span(status: str, started: str | None, finished: str | None, now: _dt.datetime
+         ) -> float | None:
+    """Seconds from ``started`` to ``finished`` (or ``now`` for an active ``status``)."""
+    start = parse_iso(started)
     if start is None:
         return None
-    end = parse_iso(record.finished) or (now if record.status in ACTIVE else None)
+    end = parse_iso(finished) or (now if status in ACTIVE else None)
     return max(0.0, (end - start).total_seconds()) if end else None
 
 
@@ -80,27 +86,22 @@ def cost_text(cost: float | None) -> str:
 
 def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
     """One run of ``list --format json`` (keys :data:`LIST_JSON_KEYS`)."""
-    rec = entry.record
-    if rec is None:
+    data = entry.data
+    if data is None:
         item: dict[str, Any] = dict.fromkeys(LIST_JSON_KEYS)
         item.update(id=entry.run_id, status=CORRUPT, problem=entry.problem)
         return item
-    duration = duration_seconds(rec, now)
-    values = {
-        "id": rec.id, "status": rec.status, "name": rec.name, "prompt_name": rec.prompt_name,
-        "agent": rec.agent, "branch": rec.branch, "base_branch": rec.base_branch,
-        "base_commit": rec.base_commit, "head": rec.head, "created": rec.created,
-        "started": rec.started, "finished": rec.finished,
-        "duration_s": round(duration, 3) if duration is not None else None,
-        "cost_usd": rec.cost_usd, "changes": rec.changes, "problem": None,
-    }
-    return {k: values[k] for k in LIST_JSON_KEYS}
+    item = {k: data.get(k) for k in LIST_JSON_KEYS}
+    duration = span(data.get("status", ""), data.get("started"), data.get("finished"), now)
+    item["duration_s"] = round(duration, 3) if duration is not None else None
+    item["problem"] = None
+    return item
 
 
 def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
-    """The ``list --format json`` document: ``{"v": 1, "runs": [item, ...]}``."""
+    """The ``list --format json`` document, compact: ``{"v": 1, "runs": [item, ...]}``."""
     return json.dumps({"v": LIST_JSON_VERSION, "runs": [list_item(e, now) for e in entries]},
-                      indent=2, ensure_ascii=False)
+                      ensure_ascii=False)
 
 
 def list_porcelain(entries: Iterable[Entry], now: _dt.datetime) -> str:

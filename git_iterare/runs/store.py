@@ -222,7 +222,7 @@ class RunStore:
 
         wanted = set(statuses) if statuses is not None else None
         out = []
-        for entry in index.load_entries(self):
+        for entry in index.load_entries(self.common_dir, self):
             rec = entry.record
             if rec is None:
                 continue
