@@ -43,4 +43,5 @@ def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
         click.echo("no runs" + ("" if all_ or wanted else " (see --all for cleaned runs)"),
                    err=True)
     else:
-        click.echo(render.list_table(shown, now, ui.paint), nl=False)
+        # click strips ANSI codes off terminals; ui already decided whether to color.
+        click.echo(render.list_table(shown, now, ui.paint), nl=False, color=True)

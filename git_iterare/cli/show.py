@@ -29,4 +29,5 @@ def command(run: str | None) -> None:
         diffstat = result.stdout if result.returncode == 0 else \
             "(commits not available in this repository)"
     now = dt.datetime.now(dt.timezone.utc)
-    click.echo(render.show_text(record, prompt, log, diffstat, now, ui.paint), nl=False)
+    click.echo(render.show_text(record, prompt, log, diffstat, now, ui.paint), nl=False,
+               color=True)  # ui.paint already decided; keep click from stripping
