@@ -62,7 +62,8 @@ def test_push_fetch_and_merge(repo: Path, tmp_path: Path) -> None:
     merged = a.get(rec.id)
     assert merged.status == "merged" and merged.extra == {"from_a": 2, "from_b": 1}
     tip = f"refs/iterare/runs/{rec.id}"
-    assert len(git("log", "-1", "--format=%P", tip, cwd=repo).stdout.split()) == 2
+    parents = git("log", "-1", "--format=%P", tip, cwd=repo).stdout.split()
+    assert len(parents) == 3 and parents[2] == work  # local, remote, and the run's head
     note = git("notes", "--ref=iterare", "show", work, cwd=repo).stdout.splitlines()
     assert sorted(json.loads(x)["run"] for x in note) == sorted(["other-0123abcd", "third-0123abcd", rec.id])
 
