@@ -9,6 +9,7 @@ from pathlib import Path
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo as DulwichRepo
 
+from git_iterare.runs.cas import refname
 from git_iterare.runs.store import RunStore
 from tests.conftest import git, iterare
 from tests.runs_helpers import commit_on_branch, head_of, make_run
@@ -41,7 +42,7 @@ def corrupt_run(repo: Path, run_id: str, files: dict[bytes, bytes]) -> None:
     c.author_timezone = c.commit_timezone = 0
     c.message = b"bad\n"
     r.object_store.add_object(c)
-    r.refs[f"refs/iterare/runs/{run_id}".encode()] = c.id
+    r.refs[refname(f"refs/iterare/runs/{run_id}")] = c.id
 
 
 def test_list_formats(repo: Path) -> None:
@@ -123,6 +124,7 @@ def test_corrupt_records_are_listed_and_named(repo: Path) -> None:
 def test_show(repo: Path) -> None:
     store = RunStore(repo)
     rec = make_run(repo, "fix-bug", prompt_text="Fix it.\nCarefully.\n", created=T0)
+    assert rec.base_commit is not None
     work = commit_on_branch(repo, f"iterare/{rec.id}", "a.txt", "one\ntwo\n")
     store.transition(rec.id, "running", started=T0)
     store.set_head(rec.id, work)

@@ -65,7 +65,8 @@ def test_push_fetch_and_merge(repo: Path, tmp_path: Path) -> None:
     parents = git("log", "-1", "--format=%P", tip, cwd=repo).stdout.split()
     assert len(parents) == 3 and parents[2] == work  # local, remote, and the run's head
     note = git("notes", "--ref=iterare", "show", work, cwd=repo).stdout.splitlines()
-    assert sorted(json.loads(x)["run"] for x in note) == sorted(["other-0123abcd", "third-0123abcd", rec.id])
+    runs = sorted(json.loads(x)["run"] for x in note)
+    assert runs == sorted(["other-0123abcd", "third-0123abcd", rec.id])
 
     again = iterare("fetch", "origin", cwd=other)
     assert again.stdout == "runs from origin: 1 fast-forward\nnotes: fast-forward\n"

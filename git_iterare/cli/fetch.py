@@ -1,4 +1,4 @@
-"""``git iterare fetch [REMOTE]``: share run records and notes (see :mod:`git_iterare.runs.sync`)."""
+"""``git iterare fetch [REMOTE]``: share run records and notes (:mod:`git_iterare.runs.sync`)."""
 
 from __future__ import annotations
 

@@ -12,12 +12,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from dulwich.file import FileLocked
 from dulwich.objects import ZERO_SHA
 from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import OperationFailed
+
+if TYPE_CHECKING:
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
 
 #: Seconds after which a write that keeps losing the race gives up.
 CAS_TIMEOUT = 120.0
@@ -28,6 +33,16 @@ MAX_BACKOFF = 0.05
 IDENTITY = b"git-iterare <git-iterare@localhost>"
 
 
+def oid(value: bytes) -> ObjectID:
+    """``value`` (40 hex bytes) typed as dulwich's ObjectID."""
+    return cast("ObjectID", value)
+
+
+def refname(value: str | bytes) -> Ref:
+    """A full ref name typed as dulwich's Ref."""
+    return cast("Ref", value.encode() if isinstance(value, str) else value)
+
+
 class Unchanged(Exception):
     """Raised by a builder to say the ref should stay as it is."""
 
@@ -35,7 +50,7 @@ class Unchanged(Exception):
 def read_ref(repo: DulwichRepo, ref: bytes) -> bytes | None:
     """The object id ``ref`` points to (hex bytes), or None when it does not exist."""
     try:
-        return repo.refs[ref]
+        return repo.refs[refname(ref)]
     except KeyError:
         return None
 
@@ -76,7 +91,8 @@ def cas_update(
         if new == old:
             return old
         try:
-            if repo.refs.set_if_equals(ref, old if old is not None else ZERO_SHA, new,
+            if repo.refs.set_if_equals(refname(ref), oid(old if old is not None else ZERO_SHA),
+                                       oid(new),
                                        committer=IDENTITY, message=message.encode()):
                 return new
         except FileLocked:

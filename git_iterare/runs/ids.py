@@ -79,7 +79,7 @@ def new_run_id(name: str) -> str:
 def is_run_id(text: str) -> bool:
     """Whether ``text`` has the shape of a run id with a valid name."""
     match = _ID_RE.match(text)
-    return bool(match) and name_problem(match.group("name")) is None
+    return match is not None and name_problem(match.group("name")) is None
 
 
 def validate_run_id(run_id: str) -> str:

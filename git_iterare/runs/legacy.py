@@ -26,6 +26,7 @@ from typing import Any
 
 from git_iterare.errors import UserError
 from git_iterare.runs import ids
+from git_iterare.runs.cas import read_ref
 from git_iterare.runs.record import CLEANED, LOST
 from git_iterare.runs.store import RunStore
 
@@ -140,7 +141,7 @@ def import_runs(store: RunStore, project_dir: Path, path: Path | None = None) ->
             continue
         project = Path(str(info.get("project_dir") or project_dir))
         worktree = project / "workspaces" / legacy_name
-        head = store.repo.refs.read_ref(f"refs/heads/{legacy_name}".encode()) \
+        head = read_ref(store.repo, f"refs/heads/{legacy_name}".encode()) \
             if ids.name_problem(legacy_name) is None else None
         status = LOST if head else CLEANED
         created = _iso(info.get("timestamp"))

@@ -20,7 +20,7 @@ from dulwich.objects import Commit, Tree
 from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import UserError
-from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update
+from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update, oid
 from git_iterare.runs.ids import NOTES_REF
 
 #: Keys of a note line, in the order they are written.
@@ -86,7 +86,7 @@ def write_notes_commit(repo: DulwichRepo, tree_id: bytes, parents: list[bytes], 
     """Write a notes commit for ``tree_id`` and return its id."""
     commit = Commit()
     commit.tree = tree_id
-    commit.parents = parents
+    commit.parents = [oid(p) for p in parents]
     commit.author = commit.committer = IDENTITY
     commit.author_time = commit.commit_time = int(time.time())
     commit.author_timezone = commit.commit_timezone = 0
@@ -110,7 +110,7 @@ def add_note(repo: DulwichRepo, commits: Iterable[str], entry: Mapping[str, Any]
         raise UserError("a note entry needs a 'run'")
     targets = list(dict.fromkeys(commits))
     for sha in targets:
-        if sha.encode() not in repo.object_store:
+        if oid(sha.encode()) not in repo.object_store:
             raise UserError(f"cannot annotate {sha}: no such commit")
     line = format_line(entry)
 

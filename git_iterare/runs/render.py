@@ -155,14 +155,14 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
 
     def fmt(row: list[str], status: str | None) -> str:
         cells = []
-        for i, (cell, col) in enumerate(zip(row, TABLE_COLUMNS)):
+        for i, (cell, col) in enumerate(zip(row, TABLE_COLUMNS, strict=True)):
             text = cell.rjust(widths[i]) if col.right else cell.ljust(widths[i])
             if i == 1 and status is not None:
                 text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
             cells.append(text)
         return "  ".join(cells).rstrip()
 
-    lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses)]
+    lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
     return "\n".join(lines) + "\n"
 
 

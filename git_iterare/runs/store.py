@@ -25,7 +25,7 @@ from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs import ids
-from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update, read_ref
+from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update, oid, read_ref
 from git_iterare.runs.record import (
     ACTIVE,
     CLEANED,
@@ -122,12 +122,13 @@ def write_record_commit(
     tree = Tree()
     for name, sha in files.items():
         if name != RUN_JSON:
-            tree.add(name, _FILE_MODE, sha)
+            tree.add(name, _FILE_MODE, oid(sha))
     tree.add(RUN_JSON, _FILE_MODE, run_json.id)
     store.add_object(tree)
-    parent_list = list(dict.fromkeys(parents))
-    if record.head and record.head.encode() not in parent_list and record.head.encode() in store:
-        parent_list.append(record.head.encode())
+    parent_list = [oid(p) for p in dict.fromkeys(parents)]
+    head = oid(record.head.encode()) if record.head else None
+    if head is not None and head not in parent_list and head in store:
+        parent_list.append(head)
     commit = Commit()
     commit.tree = tree.id
     commit.parents = parent_list
@@ -411,7 +412,7 @@ class RunStore:
         Raises:
             UserError: ``commit`` is not an object of this repository.
         """
-        if commit.encode() not in self.repo.object_store:
+        if oid(commit.encode()) not in self.repo.object_store:
             raise UserError(f"commit {commit} is not in this repository")
         if changes is None:
             base = self.get(run_id).base_commit

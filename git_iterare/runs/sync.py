@@ -29,7 +29,7 @@ from dulwich.objects import Commit, Tree
 from git_iterare import proc
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.runs import ids
-from git_iterare.runs.cas import Unchanged, cas_update, read_ref
+from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
 from git_iterare.runs.record import STATUS_RANK, CorruptRecord
 from git_iterare.runs.store import LOG_JSONL, RunStore, Snapshot, read_snapshot, write_record_commit
 
@@ -127,7 +127,7 @@ def fetch(store: RunStore, remote: str) -> SyncResult:
                 result.skipped[run_id] = exc.message
         elif name == "notes":
             result.notes = merge_notes(store, sha.encode())
-        store.repo.refs.remove_if_equals((ns + name).encode(), sha.encode())
+        store.repo.refs.remove_if_equals(refname(ns + name), oid(sha.encode()))
     return result
 
 
@@ -183,10 +183,10 @@ def merge_run(store: RunStore, run_id: str, theirs: bytes) -> str:
             read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
             outcome[:] = ["new"]
             return theirs
-        if old == theirs or can_fast_forward(repo, theirs, old):
+        if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
             outcome[:] = ["up-to-date"]
             raise Unchanged
-        if can_fast_forward(repo, old, theirs):
+        if can_fast_forward(repo, oid(old), oid(theirs)):
             read_snapshot(repo, run_id, theirs)
             outcome[:] = ["fast-forward"]
             return theirs
@@ -248,10 +248,10 @@ def merge_notes(store: RunStore, theirs: bytes) -> str:
         if old is None:
             outcome[:] = ["new"]
             return theirs
-        if old == theirs or can_fast_forward(repo, theirs, old):
+        if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
             outcome[:] = ["up-to-date"]
             raise Unchanged
-        if can_fast_forward(repo, old, theirs):
+        if can_fast_forward(repo, oid(old), oid(theirs)):
             outcome[:] = ["fast-forward"]
             return theirs
         mine, other = _note_map(store, old), _note_map(store, theirs)
