@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Commit, Tree
@@ -158,6 +159,25 @@ def push(store: RunStore, remote: str) -> SyncResult:
     return result
 
 
+def _easy_merge(repo: Any, old: bytes | None, theirs: bytes, outcome: list[str]
+                ) -> bytes | None:
+    """Handle the merges that need no new commit.
+
+    Returns ``theirs`` for a new ref or a fast-forward, None when a real merge is needed;
+    raises :class:`Unchanged` when ``old`` already contains ``theirs``. Sets ``outcome[0]``.
+    """
+    if old is None:
+        outcome[:] = ["new"]
+        return theirs
+    if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
+        outcome[:] = ["up-to-date"]
+        raise Unchanged
+    if can_fast_forward(repo, oid(old), oid(theirs)):
+        outcome[:] = ["fast-forward"]
+        return theirs
+    return None
+
+
 def _rank(snap: Snapshot, repo_commit: Commit) -> tuple:
     rec = snap.record
     latest = max(x or "" for x in (rec.created, rec.started, rec.finished))
@@ -179,17 +199,11 @@ def merge_run(store: RunStore, run_id: str, theirs: bytes) -> str:
     outcome: list[str] = []
 
     def build(old: bytes | None) -> bytes:
-        if old is None:
+        easy = _easy_merge(repo, old, theirs, outcome)
+        if easy is not None:
             read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
-            outcome[:] = ["new"]
-            return theirs
-        if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
-            outcome[:] = ["up-to-date"]
-            raise Unchanged
-        if can_fast_forward(repo, oid(old), oid(theirs)):
-            read_snapshot(repo, run_id, theirs)
-            outcome[:] = ["fast-forward"]
-            return theirs
+            return easy
+        assert old is not None
         mine_snap, their_snap = read_snapshot(repo, run_id, old), read_snapshot(repo, run_id,
                                                                                 theirs)
         mine_commit, their_commit = repo[old], repo[theirs]
@@ -245,15 +259,10 @@ def merge_notes(store: RunStore, theirs: bytes) -> str:
     outcome: list[str] = []
 
     def build(old: bytes | None) -> bytes:
-        if old is None:
-            outcome[:] = ["new"]
-            return theirs
-        if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
-            outcome[:] = ["up-to-date"]
-            raise Unchanged
-        if can_fast_forward(repo, oid(old), oid(theirs)):
-            outcome[:] = ["fast-forward"]
-            return theirs
+        easy = _easy_merge(repo, old, theirs, outcome)
+        if easy is not None:
+            return easy
+        assert old is not None
         mine, other = _note_map(store, old), _note_map(store, theirs)
         commit = repo[old]
         assert isinstance(commit, Commit)
