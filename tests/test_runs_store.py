@@ -84,6 +84,9 @@ def test_resolve(repo: Path) -> None:
     assert store.resolve("alph").id == a.id
     assert store.resolve("alpha").id == a.id
     assert store.resolve(None).id == b2.id
+    alphabet = make_run(repo, "alphabet")
+    assert store.resolve("alpha").id == a.id  # a prefix of two ids, the prompt of one run
+    assert store.resolve("alphab").id == alphabet.id
     with pytest.raises(UserError) as info:
         store.resolve("beta")
     assert info.value.exit_code == 2

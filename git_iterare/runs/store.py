@@ -255,12 +255,14 @@ class RunStore:
             return records[0]
         if arg in all_ids:
             return self.get(arg)
-        matches = [i for i in all_ids if i.startswith(arg)]
-        if not matches:
-            matches = [r.id for r in self.list(include_cleaned=True)
-                       if arg in (r.prompt_name, r.name)]
-        if len(matches) == 1:
-            return self.get(matches[0])
+        by_prefix = [i for i in all_ids if i.startswith(arg)]
+        if len(by_prefix) == 1:
+            return self.get(by_prefix[0])
+        by_name = [r.id for r in self.list(include_cleaned=True)
+                   if arg in (r.prompt_name, r.name)]
+        if len(by_name) == 1:
+            return self.get(by_name[0])
+        matches = by_name or by_prefix
         if not matches:
             raise OperationFailed(f"no run matches {arg!r}", hint="see `git iterare list --all`")
         raise UserError(f"{arg!r} matches {len(matches)} runs: {', '.join(sorted(matches))}",
