@@ -51,8 +51,9 @@ def bench(n: int) -> None:
                          cost_usd=0.01 * (i % 7),
                          changes={"files": i % 5, "insertions": i, "deletions": i % 11})
         made = time.perf_counter() - start
-        git_iterare = [os.path.join(os.path.dirname(sys.executable), "git-iterare"),
-                       "list", "--format", "json"]
+        # `git iterare` as users run it: git finds git-iterare next to this Python.
+        os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+        git_iterare = ["git", "iterare", "list", "--format", "json"]
         cold = _timed(git_iterare, repo)
         lists = [_timed(git_iterare, repo) for _ in range(REPEAT)]
         refs = [_timed(["git", "for-each-ref", "refs/iterare/runs"], repo)

@@ -184,6 +184,8 @@ def test_list_reflects_updates_after_cache(repo: Path) -> None:
     assert "\tcreated\t" in iterare("list", "--format", "porcelain", cwd=repo).stdout
     RunStore(repo).transition(rec.id, "running")
     assert "\trunning\t" in iterare("list", "--format", "porcelain", cwd=repo).stdout
+    (repo / ".git" / "iterare" / "list-cache.json").write_text("{garbage")
+    assert "\trunning\t" in iterare("list", "--format", "porcelain", cwd=repo).stdout
     git("update-ref", "-d", f"refs/iterare/runs/{rec.id}", cwd=repo)
     assert iterare("list", "--format", "porcelain", cwd=repo).stdout == ""
     assert head_of(repo)

@@ -12,6 +12,7 @@ run and does not parse every record each time:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -26,7 +27,10 @@ from git_iterare.runs.record import CorruptRecord, RunRecord
 if TYPE_CHECKING:
     from git_iterare.runs.store import RunStore
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+#: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
+#: objects); any other key of a record is kept in a per-entry object.
+CACHE_KEYS = ["v", *(f.name for f in dataclasses.fields(RunRecord) if f.name != "unknown")]
 
 
 @dataclass(frozen=True)
@@ -79,22 +83,32 @@ def scan_refs(common_dir: Path, prefix: str) -> dict[str, str]:
         prefix: e.g. ``"refs/iterare/runs/"`` (with the trailing slash).
     """
     found = _packed_refs(common_dir, prefix)
-    top = common_dir / prefix
-    if top.is_dir():
-        for dirpath, _dirs, names in os.walk(top):
-            rel = os.path.relpath(dirpath, top)
-            for name in names:
-                if name.endswith(".lock"):
-                    continue
-                try:
-                    with open(os.path.join(dirpath, name), "rb") as handle:
-                        value = handle.read(100).strip().decode("ascii", "replace")
-                except OSError:
-                    continue
-                key = name if rel == "." else f"{rel}/{name}"
-                if len(value) == 40:
-                    found[key] = value
+    _scan_loose(os.path.join(common_dir, prefix), "", found)
     return found
+
+
+def _scan_loose(folder: str, rel: str, found: dict[str, str]) -> None:
+    # os.scandir and raw os.read: this loop runs once per run on every `list`.
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _scan_loose(entry.path, f"{rel}{entry.name}/", found)
+            continue
+        if entry.name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            value = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if len(value) >= 40 and not value.startswith(b"ref:"):
+            found[rel + entry.name] = value[:40].decode("ascii", "replace")
 
 
 def scan_run_refs(common_dir: Path) -> dict[str, str]:
@@ -111,7 +125,8 @@ def _load_cache(common_dir: Path) -> dict[str, list]:
         data = json.loads(_cache_path(common_dir).read_bytes())
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("v") != CACHE_VERSION:
+    if not isinstance(data, dict) or data.get("v") != CACHE_VERSION \
+            or data.get("keys") != CACHE_KEYS:
         return {}
     entries = data.get("entries")
     return entries if isinstance(entries, dict) else {}
@@ -122,22 +137,36 @@ def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps({"v": CACHE_VERSION, "entries": entries},
-                                  separators=(",", ":")))
+        tmp.write_text(json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS, "entries": entries},
+                                  separators=(",", ":"), ensure_ascii=False))
         os.replace(tmp, path)
     except OSError:  # a read-only repository still lists, only slower
         tmp.unlink(missing_ok=True)
 
 
+def _to_cache(entry: Entry) -> list:
+    """``[commit, values in CACHE_KEYS order, other keys]``, or ``[commit, None, problem]``."""
+    if entry.data is None:
+        return [entry.commit, None, entry.problem]
+    others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
+    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None]
+
+
+_KEY_SET = frozenset(CACHE_KEYS)
+
+
 def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
-    if not (isinstance(cached, list) and len(cached) == 2 and cached[0] == sha):
+    if not (isinstance(cached, list) and len(cached) == 3 and cached[0] == sha):
         return None
-    payload = cached[1]
-    if not isinstance(payload, dict):
+    values, extra = cached[1], cached[2]
+    if values is None:
+        return Entry(run_id, sha, None, str(extra))
+    if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
         return None
-    if "problem" in payload:
-        return Entry(run_id, sha, None, str(payload["problem"]))
-    return Entry(run_id, sha, payload)
+    data = dict(zip(CACHE_KEYS, values, strict=True))
+    if isinstance(extra, dict):
+        data.update(extra)
+    return Entry(run_id, sha, data)
 
 
 def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
@@ -161,8 +190,7 @@ def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[En
 
                 store = RunStore(common_dir)
             entry = _read_entry(store, run_id, sha)
-            payload = entry.data if entry.data is not None else {"problem": entry.problem}
-            fresh[run_id] = [sha, payload]
+            fresh[run_id] = _to_cache(entry)
         else:
             fresh[run_id] = cache[run_id]
         yield entry
