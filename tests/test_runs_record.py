@@ -65,3 +65,12 @@ def test_allowed(old: str, new: str) -> None:
 def test_refused(old: str, new: str) -> None:
     with pytest.raises(InvalidTransition):
         r.check_transition(old, new)
+
+
+def test_listing_cache_keys_follow_the_record() -> None:
+    import dataclasses
+
+    from git_iterare.runs.index import CACHE_KEYS
+
+    assert CACHE_KEYS == ["v", *(f.name for f in dataclasses.fields(RunRecord)
+                                 if f.name != "unknown")]

@@ -8,7 +8,6 @@ component, so they follow git-check-ref-format(1) and refuse ``/`` as well.
 from __future__ import annotations
 
 import re
-import secrets
 
 from git_iterare.errors import UserError
 
@@ -73,6 +72,8 @@ def new_run_id(name: str) -> str:
     Raises:
         UserError: ``name`` is not a valid run name.
     """
+    import secrets  # hashlib and hmac: not needed to list
+
     return f"{validate_name(name)}-{secrets.token_hex(4)}"
 
 

@@ -12,7 +12,6 @@ run and does not parse every record each time:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -22,15 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from git_iterare.runs import ids
-from git_iterare.runs.record import CorruptRecord, RunRecord
 
 if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
 
 CACHE_VERSION = 2
 #: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
 #: objects); any other key of a record is kept in a per-entry object.
-CACHE_KEYS = ["v", *(f.name for f in dataclasses.fields(RunRecord) if f.name != "unknown")]
+#: (Spelled out so listing needs not import the record module; a test checks it.)
+CACHE_KEYS = ["v", "id", "name", "status", "prompt_name", "prompt_path", "base_commit",
+              "base_branch", "branch", "agent", "image", "image_digest", "policy", "exit_code",
+              "created", "started", "finished", "cost_usd", "tokens", "turns", "error",
+              "container", "worktree", "head", "egress", "changes", "extra"]
 
 
 @dataclass(frozen=True)
@@ -42,16 +45,21 @@ class Entry:
         commit: record commit id, 40 hex.
         data: the parsed ``run.json`` (already validated once); None when corrupt.
         problem: one line saying why the record cannot be read; None when fine.
+        item_json: this run's object in ``list --format json``, kept in the cache for runs
+            that ended (it no longer depends on the time); None otherwise.
     """
 
     run_id: str
     commit: str
     data: dict[str, Any] | None
     problem: str | None = None
+    item_json: str | None = None
 
     @functools.cached_property
     def record(self) -> RunRecord | None:
         """The record (built on first use; listing as JSON never needs it); None if corrupt."""
+        from git_iterare.runs.record import RunRecord
+
         return None if self.data is None else RunRecord.from_dict(self.data, self.run_id)
 
     @property
@@ -145,28 +153,33 @@ def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
 
 
 def _to_cache(entry: Entry) -> list:
-    """``[commit, values in CACHE_KEYS order, other keys]``, or ``[commit, None, problem]``."""
+    """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
+    ``[commit, None, problem, item JSON]``."""
+    from git_iterare.runs import render
+
+    item = render.fixed_item_json(entry)
     if entry.data is None:
-        return [entry.commit, None, entry.problem]
+        return [entry.commit, None, entry.problem, item]
     others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
-    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None]
+    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None, item]
 
 
 _KEY_SET = frozenset(CACHE_KEYS)
 
 
 def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
-    if not (isinstance(cached, list) and len(cached) == 3 and cached[0] == sha):
+    if not (isinstance(cached, list) and len(cached) == 4 and cached[0] == sha):
         return None
-    values, extra = cached[1], cached[2]
+    values, extra, item = cached[1], cached[2], cached[3]
+    item = item if isinstance(item, str) else None
     if values is None:
-        return Entry(run_id, sha, None, str(extra))
+        return Entry(run_id, sha, None, str(extra), item)
     if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
         return None
     data = dict(zip(CACHE_KEYS, values, strict=True))
     if isinstance(extra, dict):
         data.update(extra)
-    return Entry(run_id, sha, data)
+    return Entry(run_id, sha, data, None, item)
 
 
 def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
@@ -199,6 +212,7 @@ def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[En
 
 
 def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:
+    from git_iterare.runs.record import CorruptRecord
     from git_iterare.runs.store import read_snapshot
 
     try:

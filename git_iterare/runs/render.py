@@ -9,11 +9,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.runs.index import Entry
-from git_iterare.runs.record import ACTIVE, RunRecord, parse_iso
+from git_iterare.runs.status import ACTIVE, parse_iso
+
+if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
 
 #: Version of the ``list --format json`` document.
 LIST_JSON_VERSION = 1
@@ -98,10 +100,26 @@ def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
     return item
 
 
+def fixed_item_json(entry: Entry) -> str | None:
+    """The JSON text of :func:`list_item` when it no longer changes with time (the run is
+    not active), for the listing cache; None for active runs."""
+    if entry.data is not None and entry.data.get("status") in ACTIVE:
+        return None
+    return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
 def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
-    """The ``list --format json`` document, compact: ``{"v": 1, "runs": [item, ...]}``."""
-    return json.dumps({"v": LIST_JSON_VERSION, "runs": [list_item(e, now) for e in entries]},
-                      ensure_ascii=False)
+    """The ``list --format json`` document: ``{"v": 1, "runs": [item, ...]}``, on one line.
+
+    Items of ended runs come ready-made from the cache; the result is the same text as
+    ``json.dumps`` of the whole document.
+    """
+    items = [e.item_json or json.dumps(list_item(e, now), ensure_ascii=False)
+             for e in entries]
+    return f'{{"v": {LIST_JSON_VERSION}, "runs": [' + ", ".join(items) + "]}"
 
 
 def list_porcelain(entries: Iterable[Entry], now: _dt.datetime) -> str:
@@ -123,17 +141,9 @@ def _plain(value: Any) -> str:
     return text.replace("\t", " ").replace("\n", " ")
 
 
-@dataclass(frozen=True)
-class Column:
-    """A table column: header and whether it is right-aligned."""
-
-    header: str
-    right: bool = False
-
-
-TABLE_COLUMNS = (Column("ID"), Column("STATUS"), Column("AGENT"), Column("AGE", True),
-                 Column("DURATION", True), Column("COST", True), Column("BRANCH"),
-                 Column("CHANGES"))
+#: Table columns: (header, right-aligned).
+TABLE_COLUMNS = (("ID", False), ("STATUS", False), ("AGENT", False), ("AGE", True),
+                 ("DURATION", True), ("COST", True), ("BRANCH", False), ("CHANGES", False))
 
 
 def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
@@ -150,13 +160,13 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
                      human_span(duration_seconds(rec, now)), cost_text(rec.cost_usd),
                      rec.branch or "-", changes_text(rec.changes)])
         statuses.append(rec.status)
-    headers = [c.header for c in TABLE_COLUMNS]
+    headers = [header for header, _ in TABLE_COLUMNS]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def fmt(row: list[str], status: str | None) -> str:
         cells = []
-        for i, (cell, col) in enumerate(zip(row, TABLE_COLUMNS, strict=True)):
-            text = cell.rjust(widths[i]) if col.right else cell.ljust(widths[i])
+        for i, (cell, (_, right)) in enumerate(zip(row, TABLE_COLUMNS, strict=True)):
+            text = cell.rjust(widths[i]) if right else cell.ljust(widths[i])
             if i == 1 and status is not None:
                 text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
             cells.append(text)
