@@ -189,3 +189,25 @@ def test_list_reflects_updates_after_cache(repo: Path) -> None:
     git("update-ref", "-d", f"refs/iterare/runs/{rec.id}", cwd=repo)
     assert iterare("list", "--format", "porcelain", cwd=repo).stdout == ""
     assert head_of(repo)
+
+
+def test_many_uncached_records_are_read_in_one_batch(repo: Path) -> None:
+    from git_iterare.runs.index import BATCH_THRESHOLD
+
+    made = {make_run(repo, f"r{i}").id for i in range(BATCH_THRESHOLD + 4)}
+    corrupt_run(repo, "badjson-0000000a", {b"run.json": b"{nope", b"prompt.md": b""})
+    corrupt_run(repo, "badv-0000000b", {b"run.json": b'{"v": 9}', b"prompt.md": b""})
+    corrupt_run(repo, "noprompt-0000000c", {b"run.json": b"{}"})
+    corrupt_run(repo, "other-0000000d", {b"run.json": json.dumps(
+        {"v": 1, "id": "x-00000000", "name": "x", "status": "created"}).encode(),
+        b"prompt.md": b""})
+    runs = json.loads(iterare("list", "--format", "json", cwd=repo).stdout)["runs"]
+    assert {r["id"] for r in runs if r["status"] == "created"} == made
+    problems = {r["id"]: r["problem"] for r in runs if r["status"] == "corrupt"}
+    assert problems.pop("badjson-0000000a").startswith("run.json is not valid JSON")
+    assert problems == {
+        "badv-0000000b": "run.json has unknown format version 9",
+        "noprompt-0000000c": "the record tree has no prompt.md",
+        "other-0000000d": "run.json names another run ('x-00000000')"}
+    cached = iterare("list", "--format", "json", cwd=repo).stdout
+    assert json.loads(cached)["runs"] == runs

@@ -72,5 +72,5 @@ def test_listing_cache_keys_follow_the_record() -> None:
 
     from git_iterare.runs.index import CACHE_KEYS
 
-    assert CACHE_KEYS == ["v", *(f.name for f in dataclasses.fields(RunRecord)
-                                 if f.name != "unknown")]
+    assert ["v", *(f.name for f in dataclasses.fields(RunRecord)
+                                 if f.name != "unknown")] == CACHE_KEYS

@@ -10,7 +10,7 @@ import pytest
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs.record import InvalidTransition
 from git_iterare.runs.store import RunStore
-from tests.conftest import git
+from tests.conftest import git, iterare
 from tests.runs_helpers import commit_on_branch, head_of, make_run
 
 
@@ -111,6 +111,9 @@ def test_head_survives_branch_deletion_and_gc(repo: Path) -> None:
     assert git("fsck", "--strict", cwd=repo).returncode == 0
     assert store.get(rec.id).head == work
     assert RunStore(repo).get(rec.id).status == "succeeded"  # read from packed refs/objects
+    (repo / ".git" / "iterare" / "list-cache.json").unlink(missing_ok=True)
+    listed = iterare("list", "--format", "porcelain", cwd=repo).stdout
+    assert listed.split("\t")[:2] == [rec.id, "succeeded"]
 
 
 def test_notes_shown_by_git_log(repo: Path) -> None:

@@ -182,6 +182,11 @@ def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
     return Entry(run_id, sha, data, None, item)
 
 
+#: With more uncached records than this, they are read with one ``git cat-file`` process
+#: instead of dulwich (which costs about 0.6 ms per record in pure Python).
+BATCH_THRESHOLD = 16
+
+
 def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
     """Yield an :class:`Entry` for every record ref (in no particular order).
 
@@ -193,22 +198,77 @@ def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[En
     refs = scan_run_refs(common_dir)
     cache = _load_cache(common_dir)
     fresh: dict[str, list] = {}
-    missed = False
+    entries: dict[str, Entry | None] = {}
+    misses: dict[str, str] = {}
     for run_id, sha in refs.items():
-        entry = _entry_from_cache(run_id, sha, cache.get(run_id))
+        entries[run_id] = _entry_from_cache(run_id, sha, cache.get(run_id))
+        if entries[run_id] is None:
+            misses[run_id] = sha
+    batch = _read_batch(common_dir, misses) if len(misses) > BATCH_THRESHOLD else {}
+    for run_id, sha in refs.items():
+        entry = entries[run_id] or batch.get(run_id)
         if entry is None:
-            missed = True
             if store is None:
                 from git_iterare.runs.store import RunStore
 
                 store = RunStore(common_dir)
             entry = _read_entry(store, run_id, sha)
-            fresh[run_id] = _to_cache(entry)
-        else:
-            fresh[run_id] = cache[run_id]
+        fresh[run_id] = cache[run_id] if run_id not in misses else _to_cache(entry)
         yield entry
-    if missed or len(fresh) != len(cache):
+    if misses or len(fresh) != len(cache):
         _save_cache(common_dir, fresh)
+
+
+def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
+    """Read many records with one ``git cat-file --batch-command``.
+
+    Returns entries only for records read without trouble or with a bad ``run.json``;
+    anything else (a missing object, a tree entry that is not a blob) is left to dulwich,
+    which names the exact problem.
+    """
+    from git_iterare import proc
+    from git_iterare.errors import ExternalError
+    from git_iterare.runs.record import CorruptRecord, validate_dict
+
+    order = list(misses.items())
+    commands = b"".join(f"contents {sha}:run.json\ninfo {sha}:prompt.md\n".encode()
+                        for _, sha in order)
+    try:
+        out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
+                       input=commands, text=False, scrub_git_env=True).stdout
+    except ExternalError:
+        return {}  # an old git without --batch-command: dulwich reads them one by one
+    found: dict[str, Entry] = {}
+    pos = 0
+    for run_id, sha in order:
+        header, pos = _line(out, pos)
+        parts = header.split(b" ")
+        content = None
+        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
+            size = int(parts[2])
+            content = out[pos:pos + size] if parts[1] == b"blob" else None
+            pos += size + 1
+        prompt = _line(out, pos)
+        pos = prompt[1]
+        if content is None or prompt[0].split(b" ")[1:2] != [b"blob"]:
+            continue
+        try:
+            data = json.loads(content)
+            validate_dict(data, run_id)
+        except ValueError:
+            continue  # bad JSON or UTF-8: dulwich's read names the problem
+        except CorruptRecord as exc:
+            found[run_id] = Entry(run_id, sha, None, exc.problem)
+            continue
+        if data["id"] == run_id:
+            found[run_id] = Entry(run_id, sha, data)
+    return found
+
+
+def _line(data: bytes, pos: int) -> tuple[bytes, int]:
+    end = data.find(b"\n", pos)
+    end = len(data) if end < 0 else end
+    return data[pos:end], end + 1
 
 
 def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:

@@ -120,27 +120,12 @@ class RunRecord:
         """Build a record from parsed ``run.json``.
 
         Raises:
-            CorruptRecord: not an object, a missing/unknown ``"v"``, missing ``id``/``name``,
-                or a field of the wrong type.
+            CorruptRecord: see :func:`validate_dict`.
         """
-        if not isinstance(data, Mapping):
-            raise CorruptRecord(run_id, "run.json is not a JSON object")
-        version = data.get("v")
-        if version != FORMAT_VERSION:
-            raise CorruptRecord(run_id, f"run.json has unknown format version {version!r}")
-        known = {f.name for f in dataclasses.fields(cls)} - {"unknown"}
-        values = {k: v for k, v in data.items() if k in known}
-        unknown = {k: v for k, v in data.items() if k not in known and k != "v"}
-        for key in ("id", "name", "status"):
-            if not isinstance(values.get(key), str):
-                raise CorruptRecord(run_id, f"run.json field {key!r} is missing or not a string")
-        if values["status"] not in STATUSES:
-            raise CorruptRecord(run_id, f"run.json has unknown status {values['status']!r}")
-        for key in ("policy", "tokens", "extra"):
-            if values.get(key) is None:
-                values.pop(key, None)
-            elif not isinstance(values[key], dict):
-                raise CorruptRecord(run_id, f"run.json field {key!r} is not an object")
+        validate_dict(data, run_id)
+        values = {k: v for k, v in data.items() if k in _FIELDS
+                  and not (v is None and k in _OBJECT_FIELDS)}
+        unknown = {k: v for k, v in data.items() if k not in _FIELDS and k != "v"}
         return cls(**values, unknown=unknown)
 
     @classmethod
@@ -160,3 +145,30 @@ class RunRecord:
     def sort_time(self) -> str:
         """The creation time, for newest-first ordering (ISO strings sort as times)."""
         return self.created or ""
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {"unknown"}
+_OBJECT_FIELDS = ("policy", "tokens", "extra")
+
+
+def validate_dict(data: Any, run_id: str = "?") -> None:
+    """Check parsed ``run.json`` without building a record (listing checks many).
+
+    Raises:
+        CorruptRecord: not an object, a missing or unknown ``"v"``, ``id``/``name``/
+            ``status`` missing or not strings, an unknown status, or ``policy``/``tokens``/
+            ``extra`` not objects.
+    """
+    if not isinstance(data, Mapping):
+        raise CorruptRecord(run_id, "run.json is not a JSON object")
+    version = data.get("v")
+    if version != FORMAT_VERSION:
+        raise CorruptRecord(run_id, f"run.json has unknown format version {version!r}")
+    for key in ("id", "name", "status"):
+        if not isinstance(data.get(key), str):
+            raise CorruptRecord(run_id, f"run.json field {key!r} is missing or not a string")
+    if data["status"] not in STATUSES:
+        raise CorruptRecord(run_id, f"run.json has unknown status {data['status']!r}")
+    for key in _OBJECT_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise CorruptRecord(run_id, f"run.json field {key!r} is not an object")
