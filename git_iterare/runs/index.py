@@ -12,11 +12,9 @@ run and does not parse every record each time:
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,36 +34,73 @@ CACHE_KEYS = ["v", "id", "name", "status", "prompt_name", "prompt_path", "base_c
               "container", "worktree", "head", "egress", "changes", "extra"]
 
 
-@dataclass(frozen=True)
 class Entry:
     """One run as listed: its id, record commit, and its ``run.json`` or what is wrong.
+
+    A plain class with slots rather than a dataclass: ``list`` makes one per run, and a
+    cached entry keeps ``run.json`` as the positional values of the cache until asked.
 
     Attributes:
         run_id: from the ref name.
         commit: record commit id, 40 hex.
-        data: the parsed ``run.json`` (already validated once); None when corrupt.
         problem: one line saying why the record cannot be read; None when fine.
         item_json: this run's object in ``list --format json``, kept in the cache for runs
             that ended (it no longer depends on the time); None otherwise.
     """
 
-    run_id: str
-    commit: str
-    data: dict[str, Any] | None
-    problem: str | None = None
-    item_json: str | None = None
+    __slots__ = ("_data", "_others", "_record", "_values", "commit", "item_json", "problem",
+                 "run_id")
 
-    @functools.cached_property
+    def __init__(self, run_id: str, commit: str, data: dict[str, Any] | None,
+                 problem: str | None = None, item_json: str | None = None, *,
+                 values: list | None = None, others: dict[str, Any] | None = None):
+        self.run_id = run_id
+        self.commit = commit
+        self.problem = problem
+        self.item_json = item_json
+        self._data = data
+        self._values = values
+        self._others = others
+        self._record: RunRecord | None = None
+
+    def __repr__(self) -> str:
+        return f"Entry({self.run_id!r}, {self.commit!r}, status={self.status!r})"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the record could be read."""
+        return self._data is not None or self._values is not None
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        """The parsed ``run.json`` (validated when it was read); None when corrupt."""
+        if self._data is None and self._values is not None:
+            self._data = dict(zip(CACHE_KEYS, self._values, strict=True))
+            if self._others:
+                self._data.update(self._others)
+        return self._data
+
+    def get(self, key: str) -> Any:
+        """One ``run.json`` field (None when absent or corrupt), without building the dict."""
+        if self._values is not None and key in _KEY_INDEX:
+            return self._values[_KEY_INDEX[key]]
+        data = self.data
+        return None if data is None else data.get(key)
+
+    @property
     def record(self) -> RunRecord | None:
-        """The record (built on first use; listing as JSON never needs it); None if corrupt."""
-        from git_iterare.runs.record import RunRecord
+        """The record, built on first use (``list --format json`` never needs it)."""
+        data = self.data
+        if self._record is None and data is not None:
+            from git_iterare.runs.record import RunRecord
 
-        return None if self.data is None else RunRecord.from_dict(self.data, self.run_id)
+            self._record = RunRecord.from_dict(data, self.run_id)
+        return self._record
 
     @property
     def status(self) -> str:
         """The run's status, or ``corrupt``."""
-        return "corrupt" if self.data is None else str(self.data.get("status"))
+        return str(self.get("status")) if self.ok else "corrupt"
 
 
 def _packed_refs(common_dir: Path, prefix: str) -> dict[str, str]:
@@ -165,6 +200,7 @@ def _to_cache(entry: Entry) -> list:
 
 
 _KEY_SET = frozenset(CACHE_KEYS)
+_KEY_INDEX = {key: i for i, key in enumerate(CACHE_KEYS)}
 
 
 def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
@@ -176,10 +212,8 @@ def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
         return Entry(run_id, sha, None, str(extra), item)
     if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
         return None
-    data = dict(zip(CACHE_KEYS, values, strict=True))
-    if isinstance(extra, dict):
-        data.update(extra)
-    return Entry(run_id, sha, data, None, item)
+    return Entry(run_id, sha, None, None, item, values=values,
+                 others=extra if isinstance(extra, dict) else None)
 
 
 #: With more uncached records than this, they are read with one ``git cat-file`` process
@@ -285,7 +319,5 @@ def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:
 def load_entries(common_dir: Path, store: RunStore | None = None) -> list[Entry]:
     """Every entry, newest first (by created time, then id); corrupt ones last."""
     entries = list(iter_entries(common_dir, store))
-    entries.sort(key=lambda e: (e.data is not None,
-                                str(e.data.get("created") or "") if e.data else "", e.run_id),
-                 reverse=True)
+    entries.sort(key=lambda e: (e.ok, str(e.get("created") or ""), e.run_id), reverse=True)
     return entries
