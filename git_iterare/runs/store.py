@@ -246,20 +246,24 @@ class RunStore:
             OperationFailed: nothing matches, or there are no runs (exit 1).
             CorruptRecord: the run found cannot be read.
         """
-        all_ids = self.run_ids()
+        from git_iterare.runs import index
+
+        def readable() -> list[index.Entry]:
+            return [e for e in index.load_entries(self.common_dir, self) if e.ok]
+
         if arg is None:
-            records = self.list(include_cleaned=True)
-            if not records:
+            entries = readable()
+            if not entries:
                 raise OperationFailed("there are no runs yet", hint="start one with "
                                       "`git iterare execute PROMPT`")
-            return records[0]
+            return self.get(entries[0].run_id)
+        all_ids = self.run_ids()
         if arg in all_ids:
             return self.get(arg)
         by_prefix = [i for i in all_ids if i.startswith(arg)]
         if len(by_prefix) == 1:
             return self.get(by_prefix[0])
-        by_name = [r.id for r in self.list(include_cleaned=True)
-                   if arg in (r.prompt_name, r.name)]
+        by_name = [e.run_id for e in readable() if arg in (e.get("prompt_name"), e.get("name"))]
         if len(by_name) == 1:
             return self.get(by_name[0])
         matches = by_name or by_prefix
