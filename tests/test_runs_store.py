@@ -135,3 +135,30 @@ def test_notes_shown_by_git_log(repo: Path) -> None:
     assert git("fsck", "--strict", cwd=repo).returncode == 0
     with pytest.raises(UserError, match="no such commit"):
         store.add_note(["0" * 40], {"run": rec.id})
+
+
+def test_notes_written_by_git_are_kept(repo: Path) -> None:
+    store = RunStore(repo)
+    rec = make_run(repo)
+    commits = []
+    for i in range(3):
+        commits.append(commit_on_branch(repo, f"t{i}", f"f{i}.txt", f"{i}\n"))
+    git("notes", "--ref=iterare", "add", "-m", "written by hand", commits[0], cwd=repo)
+    store.add_note(commits, {"run": rec.id, "prompt": "p", "agent": "shell", "status": "x"})
+    line = f'{{"run": "{rec.id}", "prompt": "p", "agent": "shell", "status": "x"}}'
+    assert git("notes", "--ref=iterare", "show", commits[0], cwd=repo).stdout == \
+        f"written by hand\n{line}\n"
+    for sha in commits[1:]:
+        assert git("notes", "--ref=iterare", "show", sha, cwd=repo).stdout == f"{line}\n"
+    assert git("fsck", "--strict", cwd=repo).returncode == 0
+
+
+def test_list_api(repo: Path) -> None:
+    store = RunStore(repo)
+    a = make_run(repo, "a", created="2026-01-01T00:00:00Z")
+    b = make_run(repo, "b", created="2026-01-02T00:00:00Z")
+    store.transition(a.id, "cleaned")
+    assert [r.id for r in store.list()] == [b.id]
+    assert [r.id for r in store.list(include_cleaned=True)] == [b.id, a.id]
+    assert [r.id for r in store.list(statuses=["cleaned"])] == [a.id]
+    assert store.list(statuses=["running"]) == []
