@@ -20,4 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("cleanup", "Remove a run's worktree, branch and container; keep its record"),
     "stop": ("stop", "Stop a running run, keeping its work"),
     "interactive": ("interactive", "Open a terminal session with the agent in the sandbox"),
+    "list": ("list", "List runs with their status, agent, age, duration, cost and changes"),
+    "show": ("show", "Show a run: its record, prompt, log summary and changes"),
+    "push": ("push", "Share run records and notes with a remote"),
+    "fetch": ("fetch", "Fetch run records and notes from a remote and merge them"),
+    "import-legacy": ("import_legacy", "Import the run history of iterare (iterare-llm)"),
 }

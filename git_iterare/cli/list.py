@@ -1,0 +1,47 @@
+"""``git iterare list [--all] [--status S] [--format table|json|porcelain]``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli.context import app
+
+STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stopped",
+                  "timed-out", "lost", "merged", "cleaned", "corrupt")
+
+
+@click.command("list")
+@click.option("--all", "-a", "all_", is_flag=True, help="Also list cleaned runs.")
+@click.option("--status", "-s", "statuses", multiple=True, type=click.Choice(STATUS_CHOICES),
+              help="Only runs with this status (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "porcelain"]),
+              default="table", show_default=True, help="Output format.")
+def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
+    """List runs: active and finished ones, cleaned ones too with --all."""
+    import datetime as dt
+
+    from git_iterare import ui
+    from git_iterare.runs import index, render
+
+    # No RunStore here: a warm listing is served from refs and the cache without dulwich.
+    entries = index.load_entries(app().repo.common_dir)
+    wanted = set(statuses)
+
+    def keep(entry: index.Entry) -> bool:
+        status = entry.status
+        if wanted:
+            return status in wanted
+        return all_ or status != "cleaned"
+
+    shown = [e for e in entries if keep(e)]
+    now = dt.datetime.now(dt.timezone.utc)
+    if fmt == "json":
+        click.echo(render.list_json(shown, now))
+    elif fmt == "porcelain":
+        click.echo(render.list_porcelain(shown, now), nl=False)
+    elif not shown:
+        click.echo("no runs" + ("" if all_ or wanted else " (see --all for cleaned runs)"),
+                   err=True)
+    else:
+        # click strips ANSI codes off terminals; ui already decided whether to color.
+        click.echo(render.list_table(shown, now, ui.paint), nl=False, color=True)

@@ -1,0 +1,323 @@
+"""Fast listing of run records.
+
+``git iterare list`` must stay cheap with thousands of runs, so it does not spawn git per
+run and does not parse every record each time:
+
+* refs are read with one scan of ``packed-refs`` and of the loose ``refs/iterare/runs``
+  folder (:func:`scan_run_refs`), no subprocess;
+* each record commit's ``run.json`` is looked up once with dulwich and kept in a cache file,
+  ``<common dir>/iterare/list-cache.json``, keyed by run id and record commit id. A ref that
+  moved is simply a cache miss; the cache is derived data and can be deleted at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from git_iterare.runs import ids
+
+if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.runs.store import RunStore
+
+CACHE_VERSION = 2
+#: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
+#: objects); any other key of a record is kept in a per-entry object.
+#: (Spelled out so listing needs not import the record module; a test checks it.)
+CACHE_KEYS = ["v", "id", "name", "status", "prompt_name", "prompt_path", "base_commit",
+              "base_branch", "branch", "agent", "image", "image_digest", "policy", "exit_code",
+              "created", "started", "finished", "cost_usd", "tokens", "turns", "error",
+              "container", "worktree", "head", "egress", "changes", "extra"]
+
+
+class Entry:
+    """One run as listed: its id, record commit, and its ``run.json`` or what is wrong.
+
+    A plain class with slots rather than a dataclass: ``list`` makes one per run, and a
+    cached entry keeps ``run.json`` as the positional values of the cache until asked.
+
+    Attributes:
+        run_id: from the ref name.
+        commit: record commit id, 40 hex.
+        problem: one line saying why the record cannot be read; None when fine.
+        item_json: this run's object in ``list --format json``, kept in the cache for runs
+            that ended (it no longer depends on the time); None otherwise.
+    """
+
+    __slots__ = ("_data", "_others", "_record", "_values", "commit", "item_json", "problem",
+                 "run_id")
+
+    def __init__(self, run_id: str, commit: str, data: dict[str, Any] | None,
+                 problem: str | None = None, item_json: str | None = None, *,
+                 values: list | None = None, others: dict[str, Any] | None = None):
+        self.run_id = run_id
+        self.commit = commit
+        self.problem = problem
+        self.item_json = item_json
+        self._data = data
+        self._values = values
+        self._others = others
+        self._record: RunRecord | None = None
+
+    def __repr__(self) -> str:
+        return f"Entry({self.run_id!r}, {self.commit!r}, status={self.status!r})"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the record could be read."""
+        return self._data is not None or self._values is not None
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        """The parsed ``run.json`` (validated when it was read); None when corrupt."""
+        if self._data is None and self._values is not None:
+            self._data = dict(zip(CACHE_KEYS, self._values, strict=True))
+            if self._others:
+                self._data.update(self._others)
+        return self._data
+
+    def get(self, key: str) -> Any:
+        """One ``run.json`` field (None when absent or corrupt), without building the dict."""
+        if self._values is not None and key in _KEY_INDEX:
+            return self._values[_KEY_INDEX[key]]
+        data = self.data
+        return None if data is None else data.get(key)
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The record, built on first use (``list --format json`` never needs it)."""
+        data = self.data
+        if self._record is None and data is not None:
+            from git_iterare.runs.record import RunRecord
+
+            self._record = RunRecord.from_dict(data, self.run_id)
+        return self._record
+
+    @property
+    def status(self) -> str:
+        """The run's status, or ``corrupt``."""
+        return str(self.get("status")) if self.ok else "corrupt"
+
+
+def _packed_refs(common_dir: Path, prefix: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    try:
+        text = (common_dir / "packed-refs").read_text("utf-8", "replace")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        if not line or line[0] in "#^":
+            continue
+        sha, _, name = line.partition(" ")
+        if name.startswith(prefix):
+            found[name[len(prefix):]] = sha
+    return found
+
+
+def scan_refs(common_dir: Path, prefix: str) -> dict[str, str]:
+    """Map ``name-after-prefix -> object id`` for refs under ``prefix`` (loose wins).
+
+    Args:
+        common_dir: the repository's common gitdir.
+        prefix: e.g. ``"refs/iterare/runs/"`` (with the trailing slash).
+    """
+    found = _packed_refs(common_dir, prefix)
+    _scan_loose(os.path.join(common_dir, prefix), "", found)
+    return found
+
+
+def _scan_loose(folder: str, rel: str, found: dict[str, str]) -> None:
+    # os.scandir and raw os.read: this loop runs once per run on every `list`.
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _scan_loose(entry.path, f"{rel}{entry.name}/", found)
+            continue
+        if entry.name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            value = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if len(value) >= 40 and not value.startswith(b"ref:"):
+            found[rel + entry.name] = value[:40].decode("ascii", "replace")
+
+
+def scan_run_refs(common_dir: Path) -> dict[str, str]:
+    """Map ``run id -> record commit id`` for every ``refs/iterare/runs/<id>``."""
+    return scan_refs(common_dir, ids.RUNS_PREFIX)
+
+
+def _cache_path(common_dir: Path) -> Path:
+    return common_dir / "iterare" / "list-cache.json"
+
+
+def _load_cache(common_dir: Path) -> dict[str, list]:
+    try:
+        data = json.loads(_cache_path(common_dir).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("v") != CACHE_VERSION \
+            or data.get("keys") != CACHE_KEYS:
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
+    path = _cache_path(common_dir)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp.write_text(json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS, "entries": entries},
+                                  separators=(",", ":"), ensure_ascii=False))
+        os.replace(tmp, path)
+    except OSError:  # a read-only repository still lists, only slower
+        tmp.unlink(missing_ok=True)
+
+
+def _to_cache(entry: Entry) -> list:
+    """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
+    ``[commit, None, problem, item JSON]``."""
+    from git_iterare.runs import render
+
+    item = render.fixed_item_json(entry)
+    if entry.data is None:
+        return [entry.commit, None, entry.problem, item]
+    others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
+    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None, item]
+
+
+_KEY_SET = frozenset(CACHE_KEYS)
+_KEY_INDEX = {key: i for i, key in enumerate(CACHE_KEYS)}
+
+
+def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
+    if not (isinstance(cached, list) and len(cached) == 4 and cached[0] == sha):
+        return None
+    values, extra, item = cached[1], cached[2], cached[3]
+    item = item if isinstance(item, str) else None
+    if values is None:
+        return Entry(run_id, sha, None, str(extra), item)
+    if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
+        return None
+    return Entry(run_id, sha, None, None, item, values=values,
+                 others=extra if isinstance(extra, dict) else None)
+
+
+#: With more uncached records than this, they are read with one ``git cat-file`` process
+#: instead of dulwich (which costs about 0.6 ms per record in pure Python).
+BATCH_THRESHOLD = 16
+
+
+def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
+    """Yield an :class:`Entry` for every record ref (in no particular order).
+
+    Args:
+        common_dir: the repository's common gitdir.
+        store: an open store to read records that are not cached; opened on the first miss
+            when None (so a warm listing never imports dulwich).
+    """
+    refs = scan_run_refs(common_dir)
+    cache = _load_cache(common_dir)
+    fresh: dict[str, list] = {}
+    entries: dict[str, Entry | None] = {}
+    misses: dict[str, str] = {}
+    for run_id, sha in refs.items():
+        entries[run_id] = _entry_from_cache(run_id, sha, cache.get(run_id))
+        if entries[run_id] is None:
+            misses[run_id] = sha
+    batch = _read_batch(common_dir, misses) if len(misses) > BATCH_THRESHOLD else {}
+    for run_id, sha in refs.items():
+        entry = entries[run_id] or batch.get(run_id)
+        if entry is None:
+            if store is None:
+                from git_iterare.runs.store import RunStore
+
+                store = RunStore(common_dir)
+            entry = _read_entry(store, run_id, sha)
+        fresh[run_id] = cache[run_id] if run_id not in misses else _to_cache(entry)
+        yield entry
+    if misses or len(fresh) != len(cache):
+        _save_cache(common_dir, fresh)
+
+
+def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
+    """Read many records with one ``git cat-file --batch-command``.
+
+    Returns entries only for records read without trouble or with a bad ``run.json``;
+    anything else (a missing object, a tree entry that is not a blob) is left to dulwich,
+    which names the exact problem.
+    """
+    from git_iterare import proc
+    from git_iterare.errors import ExternalError
+    from git_iterare.runs.record import CorruptRecord, validate_dict
+
+    order = list(misses.items())
+    commands = b"".join(f"contents {sha}:run.json\ninfo {sha}:prompt.md\n".encode()
+                        for _, sha in order)
+    try:
+        out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
+                       input=commands, text=False, scrub_git_env=True).stdout
+    except ExternalError:
+        return {}  # an old git without --batch-command: dulwich reads them one by one
+    found: dict[str, Entry] = {}
+    pos = 0
+    for run_id, sha in order:
+        header, pos = _line(out, pos)
+        parts = header.split(b" ")
+        content = None
+        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
+            size = int(parts[2])
+            content = out[pos:pos + size] if parts[1] == b"blob" else None
+            pos += size + 1
+        prompt = _line(out, pos)
+        pos = prompt[1]
+        if content is None or prompt[0].split(b" ")[1:2] != [b"blob"]:
+            continue
+        try:
+            data = json.loads(content)
+            validate_dict(data, run_id)
+        except ValueError:
+            continue  # bad JSON or UTF-8: dulwich's read names the problem
+        except CorruptRecord as exc:
+            found[run_id] = Entry(run_id, sha, None, exc.problem)
+            continue
+        if data["id"] == run_id:
+            found[run_id] = Entry(run_id, sha, data)
+    return found
+
+
+def _line(data: bytes, pos: int) -> tuple[bytes, int]:
+    end = data.find(b"\n", pos)
+    end = len(data) if end < 0 else end
+    return data[pos:end], end + 1
+
+
+def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:
+    from git_iterare.runs.record import CorruptRecord
+    from git_iterare.runs.store import read_snapshot
+
+    try:
+        record = read_snapshot(store.repo, run_id, sha.encode()).record
+        return Entry(run_id, sha, record.to_dict())
+    except CorruptRecord as exc:
+        return Entry(run_id, sha, None, exc.problem)
+
+
+def load_entries(common_dir: Path, store: RunStore | None = None) -> list[Entry]:
+    """Every entry, newest first (by created time, then id); corrupt ones last."""
+    entries = list(iter_entries(common_dir, store))
+    entries.sort(key=lambda e: (e.ok, str(e.get("created") or ""), e.run_id), reverse=True)
+    return entries

@@ -1,0 +1,268 @@
+"""Turning records into the output of ``list`` and ``show``.
+
+The JSON and porcelain formats of ``list`` are stable interfaces, documented in
+gititerare-records(5): fields are never renamed or reordered; new ones are added at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from git_iterare.runs.index import Entry
+from git_iterare.runs.status import ACTIVE, parse_iso
+
+if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
+
+#: Version of the ``list --format json`` document.
+LIST_JSON_VERSION = 1
+#: Keys of each run in ``list --format json``, in order.
+LIST_JSON_KEYS = ("id", "status", "name", "prompt_name", "agent", "branch", "base_branch",
+                  "base_commit", "head", "created", "started", "finished", "duration_s",
+                  "cost_usd", "changes", "problem")
+#: Columns of ``list --format porcelain`` (tab separated, ``-`` for none), in order.
+PORCELAIN_FIELDS = ("id", "status", "agent", "created", "duration_s", "cost_usd", "branch",
+                    "files", "insertions", "deletions")
+
+CORRUPT = "corrupt"
+
+STATUS_STYLES: dict[str, tuple[str, ...]] = {
+    "created": ("dim",), "starting": ("cyan",), "running": ("blue", "bold"),
+    "succeeded": ("green",), "failed": ("red",), "stopped": ("yellow",),
+    "timed-out": ("red",), "lost": ("magenta",), "merged": ("green", "bold"),
+    "cleaned": ("dim",), CORRUPT: ("red", "bold"),
+}
+
+
+def duration_seconds(record: RunRecord, now: _dt.datetime) -> float | None:
+    """Seconds from ``started`` to ``finished`` (to ``now`` while active); None if unknown."""
+    return span(record.status, record.started, record.finished, now)
+
+
+def span(status: str, started: str | None, finished: str | None, now: _dt.datetime
+         ) -> float | None:
+    """Seconds from ``started`` to ``finished`` (or ``now`` for an active ``status``)."""
+    start = parse_iso(started)
+    if start is None:
+        return None
+    end = parse_iso(finished) or (now if status in ACTIVE else None)
+    return max(0.0, (end - start).total_seconds()) if end else None
+
+
+def human_span(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h10m``, ``4d3h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def age_seconds(record: RunRecord, now: _dt.datetime) -> float | None:
+    """Seconds since the run was created."""
+    created = parse_iso(record.created)
+    return max(0.0, (now - created).total_seconds()) if created else None
+
+
+def changes_text(changes: dict[str, int] | None) -> str:
+    """``3 files +10 -2`` or ``-``."""
+    if not changes:
+        return "-"
+    files = changes.get("files", 0)
+    return (f"{files} file{'s' if files != 1 else ''} "
+            f"+{changes.get('insertions', 0)} -{changes.get('deletions', 0)}")
+
+
+def cost_text(cost: float | None) -> str:
+    """``$0.12`` or ``-``."""
+    return "-" if cost is None else f"${cost:.2f}"
+
+
+def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
+    """One run of ``list --format json`` (keys :data:`LIST_JSON_KEYS`)."""
+    data = entry.data
+    if data is None:
+        item: dict[str, Any] = dict.fromkeys(LIST_JSON_KEYS)
+        item.update(id=entry.run_id, status=CORRUPT, problem=entry.problem)
+        return item
+    item = {k: data.get(k) for k in LIST_JSON_KEYS}
+    duration = span(data.get("status", ""), data.get("started"), data.get("finished"), now)
+    item["duration_s"] = round(duration, 3) if duration is not None else None
+    item["problem"] = None
+    return item
+
+
+def fixed_item_json(entry: Entry) -> str | None:
+    """The JSON text of :func:`list_item` when it no longer changes with time (the run is
+    not active), for the listing cache; None for active runs."""
+    if entry.data is not None and entry.data.get("status") in ACTIVE:
+        return None
+    return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
+    """The ``list --format json`` document: ``{"v": 1, "runs": [item, ...]}``, on one line.
+
+    Items of ended runs come ready-made from the cache; the result is the same text as
+    ``json.dumps`` of the whole document.
+    """
+    items = [e.item_json or json.dumps(list_item(e, now), ensure_ascii=False)
+             for e in entries]
+    return f'{{"v": {LIST_JSON_VERSION}, "runs": [' + ", ".join(items) + "]}"
+
+
+def list_porcelain(entries: Iterable[Entry], now: _dt.datetime) -> str:
+    """``list --format porcelain``: one tab-separated line per run, no header."""
+    lines = []
+    for entry in entries:
+        item = list_item(entry, now)
+        changes = item["changes"] or {}
+        values = {**item, "files": changes.get("files"),
+                  "insertions": changes.get("insertions"), "deletions": changes.get("deletions")}
+        lines.append("\t".join(_plain(values[k]) for k in PORCELAIN_FIELDS))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = str(value)
+    return text.replace("\t", " ").replace("\n", " ")
+
+
+#: Table columns: (header, right-aligned).
+TABLE_COLUMNS = (("ID", False), ("STATUS", False), ("AGENT", False), ("AGE", True),
+                 ("DURATION", True), ("COST", True), ("BRANCH", False), ("CHANGES", False))
+
+
+def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
+    """The human table of ``list``; ``paint(text, *styles)`` colors the status."""
+    rows: list[list[str]] = []
+    statuses: list[str] = []
+    for entry in entries:
+        rec = entry.record
+        if rec is None:
+            rows.append([entry.run_id, CORRUPT, "-", "-", "-", "-", "-", entry.problem or ""])
+            statuses.append(CORRUPT)
+            continue
+        rows.append([rec.id, rec.status, rec.agent or "-", human_span(age_seconds(rec, now)),
+                     human_span(duration_seconds(rec, now)), cost_text(rec.cost_usd),
+                     rec.branch or "-", changes_text(rec.changes)])
+        statuses.append(rec.status)
+    headers = [header for header, _ in TABLE_COLUMNS]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def fmt(row: list[str], status: str | None) -> str:
+        cells = []
+        for i, (cell, (_, right)) in enumerate(zip(row, TABLE_COLUMNS, strict=True)):
+            text = cell.rjust(widths[i]) if right else cell.ljust(widths[i])
+            if i == 1 and status is not None:
+                text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
+            cells.append(text)
+        return "  ".join(cells).rstrip()
+
+    lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
+    return "\n".join(lines) + "\n"
+
+
+def blocked_domains(egress: dict[str, Any] | None) -> list[str]:
+    """Names in ``egress["blocked"]`` (strings, or objects with ``"name"``), sorted, unique."""
+    if not egress:
+        return []
+    names = set()
+    for item in egress.get("blocked") or []:
+        name = item.get("name") if isinstance(item, dict) else item
+        if isinstance(name, str) and name:
+            names.add(name)
+    return sorted(names)
+
+
+def log_summary(log: bytes) -> tuple[int, str | None]:
+    """``(number of lines, text of the last result event or None)`` of a ``log.jsonl``.
+
+    A result event is a JSON object with ``"type": "result"`` (Claude Code's stream-json
+    final event); its ``result`` (or ``subtype``) is shown.
+    """
+    lines = [line for line in log.splitlines() if line.strip()]
+    last = None
+    for raw in reversed(lines):
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "result":
+            value = event.get("result", event.get("subtype"))
+            last = value if isinstance(value, str) else json.dumps(value)
+            break
+    return len(lines), last
+
+
+def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
+              now: _dt.datetime, paint: Any) -> str:
+    """The text of ``git iterare show``."""
+    out: list[str] = []
+
+    def field(label: str, value: Any) -> None:
+        if value not in (None, "", {}, []):
+            out.append(f"{label + ':':<11}{value}")
+
+    status = paint(rec.status, *STATUS_STYLES.get(rec.status, ()))
+    if rec.exit_code is not None:
+        status += f" (exit {rec.exit_code})"
+    field("run", paint(rec.id, "bold"))
+    field("status", status)
+    field("prompt", f"{rec.prompt_name or '-'}" + (f" ({rec.prompt_path})" if rec.prompt_path
+                                                   else ""))
+    field("agent", rec.agent)
+    field("image", (rec.image or "") + (f" ({rec.image_digest})" if rec.image_digest else ""))
+    field("branch", rec.branch)
+    field("base", " ".join(x for x in (rec.base_branch, rec.base_commit) if x))
+    field("head", rec.head)
+    field("created", rec.created)
+    field("started", rec.started)
+    field("finished", rec.finished)
+    duration = duration_seconds(rec, now)
+    field("duration", human_span(duration) if duration is not None else None)
+    field("cost", cost_text(rec.cost_usd) if rec.cost_usd is not None else None)
+    field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()))
+    field("turns", rec.turns)
+    field("container", rec.container)
+    field("worktree", rec.worktree)
+    field("changes", changes_text(rec.changes) if rec.changes else None)
+    field("policy", json.dumps(rec.policy, sort_keys=True) if rec.policy else None)
+    field("extra", json.dumps(rec.extra, sort_keys=True) if rec.extra else None)
+    if rec.error:
+        out.append(f"{'error:':<11}{paint(rec.error, 'red')}")
+    out.append("")
+    out.append(paint("Prompt:", "bold"))
+    out.extend(f"    {line}" for line in prompt.splitlines())
+    out.append("")
+    count, last = log_summary(log)
+    out.append(paint("Log:", "bold") + f" {count} line{'s' if count != 1 else ''}")
+    if last is not None:
+        out.append(f"    last result: {last}")
+    if diffstat is not None:
+        out.append("")
+        out.append(paint(f"Changes ({(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}):",
+                         "bold"))
+        out.extend(f"   {line}" for line in diffstat.rstrip("\n").splitlines())
+    blocked = blocked_domains(rec.egress)
+    if blocked:
+        out.append("")
+        out.append(paint("Blocked egress:", "bold") + " to allow a name, add its line to "
+                   "allowed_domains under [firewall] in .iterare/config.toml")
+        width = max(len(name) for name in blocked)
+        for name in blocked:
+            out.append(f"    {name:<{width}}  {json.dumps(name)},")
+    return "\n".join(out) + "\n"

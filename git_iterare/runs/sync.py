@@ -1,0 +1,304 @@
+"""Sharing records with a remote: ``git iterare push`` and ``git iterare fetch``.
+
+The transport is git's own (``git fetch`` / ``git push`` through :mod:`git_iterare.proc`), so
+remotes, URLs, credentials and SSH work as they do for the user's branches. Fetch lands in a
+private namespace, ``refs/iterare-remote/<remote>/runs/<id>`` and
+``refs/iterare-remote/<remote>/notes``; each ref is then merged into the local one with
+compare-and-swap (dulwich), and the namespace is removed:
+
+* a run only the remote has is created; when one side contains the other, the ref
+  fast-forwards (or stays);
+* when both changed, a merge commit is written whose parents are both sides (no history is
+  lost) and whose ``run.json`` is the side further along (status rank, then newest
+  timestamp, then commit time); ``extra`` keys of both sides are kept and ``log.jsonl``
+  comes from the winning side, or the other when the winner has none;
+* notes are merged per annotated commit by concatenating lines, dropping exact duplicates.
+
+``push`` fetches and merges first, so what it pushes fast-forwards the remote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dulwich.graph import can_fast_forward
+from dulwich.objects import Commit, Tree
+
+from git_iterare import proc
+from git_iterare.errors import ExternalError, OperationFailed, UserError
+from git_iterare.runs import ids
+from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
+from git_iterare.runs.record import STATUS_RANK, CorruptRecord
+from git_iterare.runs.store import LOG_JSONL, RunStore, Snapshot, read_snapshot, write_record_commit
+
+REMOTE_NS = "refs/iterare-remote/"
+
+
+@dataclass
+class SyncResult:
+    """What a fetch or push did.
+
+    Attributes:
+        remote: the remote name or URL.
+        outcomes: run id -> ``new``, ``fast-forward``, ``merged`` or ``up-to-date``.
+        notes: ``new``, ``fast-forward``, ``merged``, ``up-to-date`` or None (no notes).
+        pushed: whether a push was made.
+        skipped: run id -> reason, for remote records that could not be merged (corrupt).
+    """
+
+    remote: str
+    outcomes: dict[str, str] = field(default_factory=dict)
+    notes: str | None = None
+    pushed: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def default_remote(store: RunStore, *, for_push: bool = False) -> str:
+    """The remote git would use: the branch's (push) remote, ``remote.pushDefault`` for
+    pushes, else ``origin``."""
+    from git_iterare.repo import read_git_config
+
+    branch = proc.git("symbolic-ref", "--short", "-q", "HEAD", check=False).stdout.strip()
+    values = {e.key: e.value for e in read_git_config(r"^(branch\..*\.(remote|pushremote)|"
+                                                      r"remote\.pushdefault)$")}
+    order = []
+    if for_push:
+        order += [f"branch.{branch}.pushremote", "remote.pushdefault"]
+    order.append(f"branch.{branch}.remote")
+    for key in order:
+        if values.get(key.lower()) and values[key.lower()] != ".":
+            return values[key.lower()]
+    return "origin"
+
+
+def namespace(remote: str) -> str:
+    """``refs/iterare-remote/<name>/`` for a remote name; a URL gets ``url-<12 hex>``."""
+    if ids.name_problem(remote) is None:
+        return f"{REMOTE_NS}{remote}/"
+    return f"{REMOTE_NS}url-{hashlib.sha1(remote.encode()).hexdigest()[:12]}/"
+
+
+def _git(store: RunStore, *args: str) -> str:
+    return proc.git("--git-dir", str(store.common_dir), *args, scrub_git_env=True).stdout
+
+
+def _remote_refs(store: RunStore, remote: str) -> dict[str, str]:
+    try:
+        out = _git(store, "ls-remote", remote, ids.RUNS_PREFIX + "*", ids.NOTES_REF)
+    except ExternalError as exc:
+        raise OperationFailed(f"cannot reach remote {remote!r}: {exc.message}",
+                              hint="check `git remote -v`") from None
+    refs = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        refs[name] = sha
+    return refs
+
+
+def fetch(store: RunStore, remote: str) -> SyncResult:
+    """Fetch the remote's records and notes and merge them into the local ones.
+
+    Raises:
+        OperationFailed: the remote cannot be reached or a local ref kept changing.
+        ExternalError: git fetch failed.
+    """
+    result = SyncResult(remote)
+    advertised = _remote_refs(store, remote)
+    if not advertised:
+        return result
+    ns = namespace(remote)
+    specs = [f"+{ids.RUNS_PREFIX}*:{ns}runs/*"]
+    if ids.NOTES_REF in advertised:
+        specs.append(f"+{ids.NOTES_REF}:{ns}notes")
+    _git(store, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, *specs)
+    from git_iterare.runs.index import scan_refs
+
+    fetched = scan_refs(store.common_dir, ns)
+    for name, sha in sorted(fetched.items()):
+        if name.startswith("runs/"):
+            run_id = name[len("runs/"):]
+            try:
+                result.outcomes[run_id] = merge_run(store, run_id, sha.encode())
+            except CorruptRecord as exc:
+                result.skipped[run_id] = exc.problem
+            except UserError as exc:
+                result.skipped[run_id] = exc.message
+        elif name == "notes":
+            result.notes = merge_notes(store, sha.encode())
+        store.repo.refs.remove_if_equals(refname(ns + name), oid(sha.encode()))
+    return result
+
+
+def push(store: RunStore, remote: str) -> SyncResult:
+    """Merge the remote's records first (see :func:`fetch`), then push ours.
+
+    Raises:
+        OperationFailed: nothing to push, the remote cannot be reached, or it changed
+            between our fetch and push (run the command again).
+        ExternalError: git push failed for another reason.
+    """
+    result = fetch(store, remote)
+    specs = []
+    if store.run_ids():
+        specs.append(f"{ids.RUNS_PREFIX}*:{ids.RUNS_PREFIX}*")
+    if read_ref(store.repo, ids.NOTES_REF.encode()) is not None:
+        specs.append(f"{ids.NOTES_REF}:{ids.NOTES_REF}")
+    if not specs:
+        raise OperationFailed("there are no run records to push")
+    try:
+        _git(store, "push", "--quiet", remote, *specs)
+    except ExternalError as exc:
+        if "rejected" in exc.stderr or "non-fast-forward" in exc.stderr:
+            raise OperationFailed(f"{remote} changed while pushing: {exc.message}",
+                                  hint="run `git iterare push` again") from None
+        raise
+    result.pushed = True
+    return result
+
+
+def _easy_merge(repo: Any, old: bytes | None, theirs: bytes, outcome: list[str]
+                ) -> bytes | None:
+    """Handle the merges that need no new commit.
+
+    Returns ``theirs`` for a new ref or a fast-forward, None when a real merge is needed;
+    raises :class:`Unchanged` when ``old`` already contains ``theirs``. Sets ``outcome[0]``.
+    """
+    if old is None:
+        outcome[:] = ["new"]
+        return theirs
+    if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
+        outcome[:] = ["up-to-date"]
+        raise Unchanged
+    if can_fast_forward(repo, oid(old), oid(theirs)):
+        outcome[:] = ["fast-forward"]
+        return theirs
+    return None
+
+
+def _rank(snap: Snapshot, repo_commit: Commit) -> tuple:
+    rec = snap.record
+    latest = max(x or "" for x in (rec.created, rec.started, rec.finished))
+    return (STATUS_RANK.get(rec.status, 0), latest, repo_commit.commit_time)
+
+
+def merge_run(store: RunStore, run_id: str, theirs: bytes) -> str:
+    """Merge the record commit ``theirs`` into ``refs/iterare/runs/<id>``.
+
+    Returns:
+        ``new``, ``up-to-date``, ``fast-forward`` or ``merged``.
+
+    Raises:
+        UserError: ``run_id`` is not a valid run id.
+        CorruptRecord: a side cannot be read.
+    """
+    ids.validate_run_id(run_id)
+    repo = store.repo
+    outcome: list[str] = []
+
+    def build(old: bytes | None) -> bytes:
+        easy = _easy_merge(repo, old, theirs, outcome)
+        if easy is not None:
+            read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
+            return easy
+        assert old is not None
+        mine_snap, their_snap = read_snapshot(repo, run_id, old), read_snapshot(repo, run_id,
+                                                                                theirs)
+        mine_commit, their_commit = repo[old], repo[theirs]
+        assert isinstance(mine_commit, Commit) and isinstance(their_commit, Commit)
+        if _rank(their_snap, their_commit) > _rank(mine_snap, mine_commit):
+            win, lose = their_snap, mine_snap
+        else:
+            win, lose = mine_snap, their_snap
+        record = win.record.replace(extra={**lose.record.extra, **win.record.extra})
+        files = dict(win.files)
+        if LOG_JSONL not in files and LOG_JSONL in lose.files:
+            files[LOG_JSONL] = lose.files[LOG_JSONL]
+        outcome[:] = ["merged"]
+        return write_record_commit(repo, record, files, [old, theirs],
+                                   f"merge {run_id} from a remote")
+
+    cas_update(repo, ids.run_ref(run_id).encode(), build, f"iterare: merge {run_id}")
+    return outcome[0]
+
+
+def union_lines(*texts: str) -> str:
+    """Concatenate note texts line by line, dropping blank lines and exact duplicates."""
+    seen: list[str] = []
+    for text in texts:
+        for line in text.splitlines():
+            if line.strip() and line not in seen:
+                seen.append(line)
+    return "".join(f"{line}\n" for line in seen)
+
+
+def _note_map(store: RunStore, commit_id: bytes) -> dict[bytes, bytes]:
+    from dulwich.notes import NotesTree
+
+    commit = store.repo[commit_id]
+    assert isinstance(commit, Commit)
+    tree = store.repo[commit.tree]
+    assert isinstance(tree, Tree)
+    notes = NotesTree(tree, store.repo.object_store)
+    return {obj: store.repo[blob].as_raw_string() for obj, blob in notes.list_notes()}
+
+
+def merge_notes(store: RunStore, theirs: bytes) -> str:
+    """Merge the notes commit ``theirs`` into ``refs/notes/iterare``.
+
+    Returns:
+        ``new``, ``up-to-date``, ``fast-forward`` or ``merged``.
+    """
+    from dulwich.notes import NotesTree
+
+    from git_iterare.runs.notes import write_notes_commit
+
+    repo = store.repo
+    outcome: list[str] = []
+
+    def build(old: bytes | None) -> bytes:
+        easy = _easy_merge(repo, old, theirs, outcome)
+        if easy is not None:
+            return easy
+        assert old is not None
+        mine, other = _note_map(store, old), _note_map(store, theirs)
+        commit = repo[old]
+        assert isinstance(commit, Commit)
+        base_tree = repo[commit.tree]
+        assert isinstance(base_tree, Tree)
+        notes = NotesTree(base_tree, repo.object_store)
+        tree = base_tree
+        for obj, text in other.items():
+            merged = union_lines(mine.get(obj, b"").decode("utf-8", "replace"),
+                                 text.decode("utf-8", "replace")).encode()
+            if merged != mine.get(obj):
+                tree = notes.set_note(obj, merged)
+        outcome[:] = ["merged"]
+        return write_notes_commit(repo, tree.id, [old, theirs], "Merge iterare notes")
+
+    cas_update(repo, ids.NOTES_REF.encode(), build, "iterare: merge notes")
+    return outcome[0]
+
+
+def describe(result: SyncResult) -> Iterable[str]:
+    """Lines summarising a :class:`SyncResult` for the user."""
+    counts: dict[str, int] = {}
+    for outcome in result.outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    parts = [f"{n} {k}" for k, n in sorted(counts.items())]
+    yield f"runs from {result.remote}: " + (", ".join(parts) if parts else "none")
+    if result.notes:
+        yield f"notes: {result.notes}"
+    for run_id, problem in sorted(result.skipped.items()):
+        yield f"skipped corrupt remote record {run_id}: {problem}"
+    if result.pushed:
+        yield f"pushed run records and notes to {result.remote}"
+
+
+def check_remote_arg(remote: str) -> str:
+    """Refuse a remote argument that git would read as an option."""
+    if not remote or remote.startswith("-"):
+        raise UserError(f"invalid remote {remote!r}", hint="give a remote name or URL")
+    return remote
