@@ -19,7 +19,8 @@ def test_version_works_outside_a_repository(tmp_path: Path) -> None:
 def test_bare_invocation_lists_every_command(repo: Path) -> None:
     result = iterare(cwd=repo)
     assert result.returncode == 0
-    listed = [line.split()[0] for line in result.stdout.split("Commands:\n")[1].splitlines()]
+    listed = [line.split()[0] for line in result.stdout.split("Commands:\n")[1].splitlines()
+              if line.startswith("  ") and not line.startswith("   ")]
     assert listed == sorted(COMMANDS)
 
 

@@ -46,7 +46,7 @@ def test_every_command_has_a_complete_page(name: str) -> None:
 def test_main_page_lists_every_command_and_key() -> None:
     sections = _sections(MAN_DIR / "git-iterare.1")
     for name in COMMANDS:
-        assert f".B {name}\n" in sections["COMMANDS"], name
+        assert f".B {_roff_option(name)}\n" in sections["COMMANDS"], name
     for key in KEYS:
         assert f".B {key}\n" in sections["CONFIGURATION"], key
     for status in ("0", "1", "2", "130"):
