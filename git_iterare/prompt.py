@@ -69,28 +69,15 @@ class Prompt:
 
 
 def name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a run or prompt, or None when it can.
+    """Why ``name`` cannot name a prompt, or None when it can.
 
-    Names end up in branch names, ref names and paths, so they must not contain ``/``,
-    ``..``, whitespace or control characters, nor start with ``-`` or ``.``.
+    Prompt names become run names, so the rule is the run names' one
+    (:func:`git_iterare.runs.ids.name_problem`): they end up in branch names, ref names
+    and paths.
     """
-    if not name:
-        return "is empty"
-    if "/" in name or "\\" in name:
-        return "contains a slash"
-    if ".." in name:
-        return "contains '..'"
-    if any(c.isspace() for c in name):
-        return "contains whitespace"
-    if _CONTROL.search(name):
-        return "contains a control character"
-    if name.startswith(("-", ".")):
-        return f"starts with '{name[0]}'"
-    if name.endswith(".lock"):
-        return "ends with '.lock'"
-    if any(c in name for c in "~^:?*[@{"):
-        return "contains one of ~^:?*[@{ (not allowed in git branch names)"
-    return None
+    from git_iterare.runs.ids import name_problem as run_name_problem
+
+    return run_name_problem(name)
 
 
 def env_name_problem(name: Any) -> str | None:
@@ -230,9 +217,12 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
         else:
             if not isinstance(value, str):
                 raise fail(key, f"must be a string, got {value!r}")
-            problem = _branch_problem(value) if key == "branch" else name_problem(value)
-            if problem:
-                raise fail(key, f"{value!r} {problem}")
+            if key == "branch":
+                problem = _branch_problem(value)
+                if problem:
+                    raise fail(key, f"{value!r} {problem}")
+            elif problem := name_problem(value):
+                raise fail(key, f"{value!r}: {problem}")
             fields[key] = value
     return fields, warnings
 
@@ -248,7 +238,7 @@ def parse(text: str, path: Path) -> Prompt:
     name = path.name[:-3] if path.name.endswith(".md") else path.name
     problem = name_problem(name)
     if problem:
-        raise UserError(f"{where}: prompt name {name!r} {problem}", hint="rename the file")
+        raise UserError(f"{where}: prompt name {name!r}: {problem}", hint="rename the file")
     yaml_text, yaml_line, body, body_line = split_frontmatter(text, where)
     fields: dict[str, Any] = {}
     warnings: list[str] = []

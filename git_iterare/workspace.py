@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +47,6 @@ DEFAULT_AGENT_UID = 1000
 AGENT_NAME = "git-iterare agent"
 AGENT_EMAIL = "agent@git-iterare.invalid"
 
-RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}-[0-9a-f]{8}$")
 EXCLUDE_LINE = "/.iterare/worktrees/"
 
 RUN_GITDIR_CONFIG = f"""\
@@ -115,15 +113,15 @@ class RunWorkspace:
 
 
 def validate_run_id(run_id: str) -> str:
-    """Return ``run_id`` when it is ``<name>-<8 hex>`` (lower case, no slashes).
+    """Return ``run_id`` when it is ``<name>-<8 hex>`` by the run-name rule
+    (:func:`git_iterare.runs.ids.validate_run_id`).
 
     Raises:
         UserError: it is not.
     """
-    if not RUN_ID_RE.match(run_id):
-        raise UserError(f"invalid run id {run_id!r}: expected <name>-<8 hex digits>, "
-                        "lower-case letters, digits, '.', '_' and '-'")
-    return run_id
+    from git_iterare.runs.ids import validate_run_id as check
+
+    return check(run_id)
 
 
 def _top(repo: Repo) -> Path:

@@ -83,8 +83,8 @@ def test_path_relative_to_cwd(tmp_path: Path, prompts: Path) -> None:
      "(letters, digits and _, not starting with a digit)"),
     ("---\nenv: {A: 1}\n---\nx\n",
      "FILE:2: env must be a list of variable names, got {'A': 1}"),
-    ("---\nworkspace: ../up\n---\nx\n", "FILE:2: workspace '../up' contains a slash"),
-    ("---\nworkspace: -rf\n---\nx\n", "FILE:2: workspace '-rf' starts with '-'"),
+    ("---\nworkspace: ../up\n---\nx\n", "FILE:2: workspace '../up': it starts with '.'"),
+    ("---\nworkspace: -rf\n---\nx\n", "FILE:2: workspace '-rf': it starts with '-'"),
     ("---\nbranch: 'a b'\n---\nx\n", "FILE:2: branch 'a b' is not a valid branch name"),
     ("---\nagent: 3\n---\nx\n", "FILE:2: agent must be a string, got 3"),
     ("---\nworkspace: a\n\nbody without end\n",
@@ -123,7 +123,7 @@ def test_bad_file_name(tmp_path: Path, prompts: Path) -> None:
     with pytest.raises(UserError) as info:
         load_prompt(str(path), prompts, tmp_path)
     assert info.value.render() == (
-        f"{path}: prompt name 'has space' contains whitespace (rename the file)")
+        f"{path}: prompt name 'has space': it contains whitespace (rename the file)")
 
 
 def test_not_utf8(prompts: Path) -> None:
@@ -134,10 +134,10 @@ def test_not_utf8(prompts: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "problem"), [
-    ("ok-name_1.2", None), ("", "is empty"), ("a/b", "contains a slash"),
-    ("a..b", "contains '..'"), ("a\tb", "contains whitespace"),
-    ("a\x01b", "contains a control character"),
-    ("-x", "starts with '-'"), ("x.lock", "ends with '.lock'"),
+    ("ok-name_1.2", None), ("", "it is empty"), ("a/b", "it contains '/'"),
+    ("a..b", "it contains '..'"), ("a b", "it contains whitespace"),
+    ("a\x01b", "it contains a control character"),
+    ("-x", "it starts with '-'"), ("x.lock", "it ends with '.' or '.lock'"),
 ])
 def test_name_problem(name: str, problem: str | None) -> None:
     assert name_problem(name) == problem

@@ -24,7 +24,18 @@ def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
     from git_iterare.runs import index, render
 
     # No RunStore here: a warm listing is served from refs and the cache without dulwich.
-    entries = index.load_entries(app().repo.common_dir)
+    repo = app().repo
+    entries = index.load_entries(repo.common_dir)
+    if any(e.status in ("created", "starting", "running") for e in entries):
+        # Only now is the Docker engine asked: runs that ended unobserved are finished.
+        from git_iterare.errors import IterareError
+        from git_iterare.runner.finish import reconcile
+
+        try:
+            if reconcile(repo):
+                entries = index.load_entries(repo.common_dir)
+        except IterareError as exc:
+            ui.warn(f"active runs could not be checked: {exc.render()}")
     wanted = set(statuses)
 
     def keep(entry: index.Entry) -> bool:

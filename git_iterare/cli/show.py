@@ -17,8 +17,10 @@ def command(run: str | None) -> None:
     from git_iterare.runs import render
     from git_iterare.runs.store import RunStore
 
+    from git_iterare.runner.manage import settle
+
     store = RunStore(app().repo)
-    record = store.resolve(run)
+    record = settle(app().repo, store.resolve(run), tolerant=True)
     prompt = store.read_prompt(record.id)
     log = store.read_log(record.id)
     diffstat = None

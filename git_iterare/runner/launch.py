@@ -177,6 +177,12 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         base_commit = resolve_commit(repo, base_branch or "HEAD")
         if base_branch is None:
             base_branch = _current_branch(repo)
+    from git_iterare.runs.ids import validate_name
+    from git_iterare.workspace import check_run_dirs, include_paths
+
+    validate_name(request.name or prompt.run_name)
+    check_run_dirs(repo)
+    include_paths(repo)  # a bad .iterare/include line is refused before anything exists
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,

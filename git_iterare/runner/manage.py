@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from git_iterare.errors import OperationFailed
+from git_iterare import ui
+from git_iterare.errors import IterareError, OperationFailed
 from git_iterare.repo import Repo
 from git_iterare.runner.paths import state_dir
 
@@ -18,15 +19,27 @@ def _store(repo: Repo) -> Any:
     return RunStore(repo)
 
 
-def settle(repo: Repo, record: Any) -> Any:
-    """The run's record after finishing it if its sandbox ended unobserved."""
+def settle(repo: Repo, record: Any, *, tolerant: bool = False) -> Any:
+    """The run's record after finishing it if its sandbox ended unobserved.
+
+    Args:
+        tolerant: when the Docker engine cannot be asked, warn and return the record as
+            stored instead of failing (for commands that only show records).
+    """
     from git_iterare.runs.status import ACTIVE
 
-    if record.status in ACTIVE:
-        from git_iterare.runner.finish import finish
+    if record.status not in ACTIVE:
+        return record
+    from git_iterare.runner.finish import finish
 
+    try:
         return finish(repo, record.id)
-    return record
+    except IterareError as exc:
+        if not tolerant:
+            raise
+        ui.warn(f"run {record.id} may have ended; its status could not be checked: "
+                f"{exc.render()}")
+        return record
 
 
 def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
