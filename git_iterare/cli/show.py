@@ -14,10 +14,9 @@ def command(run: str | None) -> None:
     import datetime as dt
 
     from git_iterare import proc, ui
+    from git_iterare.runner.manage import settle
     from git_iterare.runs import render
     from git_iterare.runs.store import RunStore
-
-    from git_iterare.runner.manage import settle
 
     store = RunStore(app().repo)
     record = settle(app().repo, store.resolve(run), tolerant=True)
