@@ -11,5 +11,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "Set up .iterare/ (config, prompts, Dockerfile) in a repository"),
     "install": ("install", "Create the global configuration directory"),
     "config": ("config", "Show the effective configuration and where each value came from"),
+    "image": ("image", "Build the sandbox image or show its status"),
     "completion": ("completion", "Print a shell completion script for bash, zsh or fish"),
 }
