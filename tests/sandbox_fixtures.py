@@ -62,6 +62,17 @@ def docker_compose_command() -> str:
 
 
 @pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    """Compose v1 has no ``up --wait`` (pytest-docker's default)."""
+    return ["down -v", "up --build -d"]
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup() -> list[str]:
+    return ["down -v"]
+
+
+@pytest.fixture(scope="session")
 def docker_compose_file() -> str:
     return str(NET_DIR / "docker-compose.yml")
 

@@ -26,9 +26,11 @@ from git_iterare.sandbox import EgressPolicy, Limits, Mount, SandboxSpec
 from tests.sandbox_fixtures import (  # noqa: F401  (fixtures)
     NET,
     NET_DIR,
+    docker_cleanup,
     docker_compose_command,
     docker_compose_file,
     docker_compose_project_name,
+    docker_setup,
     host_listener,
     sandbox_image,
     test_network,
@@ -118,9 +120,11 @@ def escape_runs(sandbox_image: str, test_network: str, host_listener: int,  # no
                 capture_output=True, text=True, check=True).stdout}
     tried = [r for mode in ("agent", "root") for r in runs[mode].values() if not r["control"]]
     escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if r["escaped"]]
-    summary = {"attempts": len(tried), "escapes": len(escapes), "escaped": escapes}
+    summary = {"attempts": len(tried), "escapes": len(escapes), "escaped": escapes,
+               "results": {mode: runs[mode] for mode in ("agent", "root")}}
     (base / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\nescape suite: {summary['attempts']} attempts, {summary['escapes']} escapes")
+    print(f"\nescape suite: {summary['attempts']} attempts, {summary['escapes']} escapes "
+          f"(details: {base / 'summary.json'})")
     runs["summary"] = summary
     return runs
 

@@ -147,7 +147,7 @@ def test_spec_refuses_root_and_bad_names(tmp_path: Path) -> None:
         SandboxSpec(**base, secret_env={"A-B": "x"})  # type: ignore[arg-type]
     with pytest.raises(UserError, match="bad secret file path"):
         SandboxSpec(**base, secret_files={"../x": b""})  # type: ignore[arg-type]
-    with pytest.raises(UserError, match="docker.memory: bad size '4 gb'"):
+    with pytest.raises(UserError, match=r"docker\.memory: bad size '4 gb'"):
         Limits(memory="4 gb")
     spec = SandboxSpec(**base, secret_env={"TOKEN": "s3cret"})  # type: ignore[arg-type]
     assert "s3cret" not in repr(spec)

@@ -31,10 +31,10 @@ from git_iterare.sandbox.spec import (
 LABEL_STATE = "dev.iterare.state"
 
 #: What the entrypoint needs as root before it drops to the agent (which gets none):
-#: firewall and ipsets, binding port 53, switching users, clearing the bounding set,
+#: firewall and ipsets (iptables asks ipset by a raw socket), binding port 53, switching users, clearing the bounding set,
 #: reading the 0600 secret files and preparing the agent's home, signalling the agent.
-CAPABILITIES = ("NET_ADMIN", "NET_BIND_SERVICE", "SETUID", "SETGID", "SETPCAP", "CHOWN",
-                "DAC_OVERRIDE", "FOWNER", "KILL")
+CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "SETGID", "SETPCAP",
+                "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -17,22 +17,29 @@ emit() { # emit NAME ESCAPED(true|false) DETAIL [control]
 attempt() {
     local name=$1; shift
     local out
-    if out=$(timeout $((T + 2)) "$@" 2>&1); then
+    # bash -c so that the helper functions below (exported) run under timeout too.
+    if out=$(timeout $((T + 2)) bash -c '"$@"' attempt "$@" 2>&1); then
         emit "$name" true "succeeded: $(tr '\n' ' ' <<<"$out")"
     else
         emit "$name" false "failed as it should: $(tr '\n' ' ' <<<"$out" | tail -c 200)"
     fi
 }
 
-# resolves NAME DNS_ARGS...: succeeds when dig gets an address for NAME.
+# resolves NAME DNS_ARGS...: succeeds when dig gets an address for NAME; on failure
+# prints dig's status (NXDOMAIN, or why no server answered).
 resolves() {
     local name=$1; shift
-    local ans
-    ans=$(dig +tries=1 +time=2 +short "$@" "$name" A 2>/dev/null | grep -E '^[0-9.]+$')
-    [ -n "$ans" ] && echo "$ans"
+    local out ans
+    out=$(dig +tries=1 +time=2 "$@" "$name" A 2>&1)
+    ans=$(awk '/^;; ANSWER SECTION/ {a=1; next} a && NF == 0 {a=0} a && $4 == "A" {print $5}' <<<"$out")
+    if [ -n "$ans" ]; then echo "$ans"; return 0; fi
+    grep -o 'status: [A-Z]*\|communications error.*\|no servers could be reached\|connection refused' <<<"$out" | head -2 >&2
+    return 1
 }
 
 http() { curl -sS --max-time $T -o - "$@"; }
+export -f http resolves
+export T
 
 # --- control: the allowed name works ---------------------------------------------------
 if out=$(http http://allowed.test/ 2>&1) && [[ $out == allowed:80* ]]; then
@@ -69,9 +76,14 @@ attempt dns-udp-upstream-v6 resolves blocked.test "@$DNS_V6"
 # --- IPv6, ICMP, the Docker host -------------------------------------------------------
 attempt ipv6-literal-blocked http -g "http://[$BLOCKED_V6]/"
 attempt ipv6-literal-dns-server http -g "http://[$DNS_V6]/"
-attempt icmp-blocked ping -c 1 -W 2 "$BLOCKED_V4"
-attempt icmp-dns-server ping -c 1 -W 2 "$DNS_V4"
-attempt icmp6-blocked ping -6 -c 1 -W 2 "$BLOCKED_V6"
+# A copy of ping without its file capability uses an unprivileged ICMP socket
+# (net.ipv4.ping_group_range), so the firewall, not a missing capability, must stop it.
+cp /usr/bin/ping /tmp/ping-plain
+attempt icmp-blocked /tmp/ping-plain -c 1 -W 2 "$BLOCKED_V4"
+attempt icmp-dns-server /tmp/ping-plain -c 1 -W 2 "$DNS_V4"
+attempt icmp-allowed-host /tmp/ping-plain -c 1 -W 2 "$ALLOWED_V4"
+attempt icmp6-blocked /tmp/ping-plain -6 -c 1 -W 2 "$BLOCKED_V6"
+attempt icmp-with-capable-ping ping -c 1 -W 2 "$BLOCKED_V4"
 attempt host-bridge-listener bash -c "exec 3<>/dev/tcp/$GATEWAY_V4/$HOST_PORT"
 attempt host-bridge-http http "http://$GATEWAY_V4:$HOST_PORT/"
 
@@ -95,8 +107,8 @@ attempt sudo sudo -n true
 if [ "$(id -u)" != 0 ]; then  # su from root to root is no escalation
     attempt su su -c true root </dev/null
 fi
-attempt capabilities bash -c '! grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status'
-attempt no-new-privs-off bash -c '! grep -q "^NoNewPrivs:[[:space:]]*1" /proc/self/status'
+attempt capabilities bash -c 'grep "^Cap" /proc/self/status | tr "\n\t" "  "; ! grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status || ! grep -q "^CapBnd:[[:space:]]*0*$" /proc/self/status'
+attempt no-new-privs-off bash -c 'grep "^NoNewPrivs" /proc/self/status; ! grep -q "^NoNewPrivs:[[:space:]]*1" /proc/self/status'
 attempt read-entrypoint-environ cat /proc/1/environ
 
 # --- the host repository and the Docker socket -----------------------------------------
@@ -108,8 +120,9 @@ attempt write-any-gitdir-via-mounts bash -c '
         case $m in /proc*|/sys*|/dev*) continue;; esac
         for g in $(find "$m" -xdev -maxdepth 3 -name HEAD -path "*git*" 2>/dev/null); do
             d=$(dirname "$g")
+            echo -n "tried $d; "
             touch "$d/iterare-escape-probe" 2>/dev/null && { echo "wrote into $d"; exit 0; }
         done
     done; exit 1'
-attempt docker-socket bash -c 'for s in /var/run/docker.sock /run/docker.sock $(find / -xdev -name "*.sock" 2>/dev/null); do [ -S "$s" ] && curl -s --max-time 2 --unix-socket "$s" http://localhost/version && exit 0; done; exit 1'
+attempt docker-socket bash -c 'for s in /var/run/docker.sock /run/docker.sock $(find / -xdev -name "*.sock" 2>/dev/null); do [ -S "$s" ] && curl -s --max-time 2 --unix-socket "$s" http://localhost/version && exit 0; done; echo "no socket found"; exit 1'
 attempt docker-tcp-on-gateway http "http://$GATEWAY_V4:2375/version"
