@@ -113,7 +113,7 @@ def escape_runs(sandbox_image: str, test_network: str, host_listener: int,  # no
     finally:
         for cid in ids:
             sandbox.remove(cid)
-    runs = {"agent": _parse(agent_out), "root": _parse(root.stdout),
+    runs: dict[str, Any] = {"agent": _parse(agent_out), "root": _parse(root.stdout),
             "agent_exit": code, "agent_output": agent_out, "root_stderr": root.stderr,
             "report": report, "git_status": subprocess.run(
                 ["git", "status", "--porcelain", "--ignored"], cwd=host_repo,

@@ -31,8 +31,9 @@ from git_iterare.sandbox.spec import (
 LABEL_STATE = "dev.iterare.state"
 
 #: What the entrypoint needs as root before it drops to the agent (which gets none):
-#: firewall and ipsets (iptables asks ipset by a raw socket), binding port 53, switching users, clearing the bounding set,
-#: reading the 0600 secret files and preparing the agent's home, signalling the agent.
+#: firewall and ipsets (iptables asks ipset through a raw socket), binding port 53,
+#: switching users, clearing the bounding set, reading the 0600 secret files, preparing
+#: the agent's home, signalling the agent.
 CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "SETGID", "SETPCAP",
                 "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")
 
