@@ -39,6 +39,8 @@ LABEL_PROJECT_HASH = "dev.iterare.project-dockerfile-hash"
 Progress = Callable[[str], None]
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: The classic builder's bookkeeping lines, left out of error context.
+_NOISE = re.compile(r"^ ?---> |^Removing intermediate container |^Successfully (built|tagged) ")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
     with docker_errors(f"build {name}"):
         for chunk in client().api.build(decode=True, rm=True, forcerm=True, **api_kwargs):
             if "error" in chunk:
-                tail = " | ".join(line for line in recent[-3:] if line)
+                tail = " | ".join(recent[-3:])
                 detail = str(chunk.get("error", "")).strip()
                 raise OperationFailed(f"building {name} failed: {detail}"
                                       + (f" (last output: {tail})" if tail else ""))
@@ -115,7 +117,8 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
                     progress(f"Step {step.group(1)}/{step.group(2)}: {step.group(3)[:100]}")
                 elif verbose:
                     progress(f"  {line}")
-                recent = [*recent[-5:], line]
+                if not _NOISE.match(line):
+                    recent = [*recent[-5:], line]
     with docker_errors(f"inspect {name}"):
         return str(client().images.get(name).id)
 
