@@ -47,6 +47,7 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     cid = sandbox.launch(spec)
     assert sandbox.wait(cid, timeout=60) == 7
     lines = [line.decode() for line in sandbox.attach(cid)]
+    assert sandbox.logs(cid) == "".join(lines).encode()
     assert lines[0].startswith("iterare-sandbox: firewall up: 1 domains, 0 CIDRs, "
                                "DNS via 198.51.100.53; self-check passed")
     # stdout and stderr are separate pipes: their relative order is not kept.
@@ -175,6 +176,8 @@ def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
      "needs arrays domains, cidrs, dns"),
     (["--cap-add", "NET_ADMIN"], '{"domains": ["bad name"], "cidrs": [], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "bad domain in policy: 'bad name'"),
+    (["--cap-add", "NET_ADMIN"], '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "bad CIDR in policy: "),
 ])
 def test_entrypoint_refuses_and_agent_never_runs(sandbox_image: str, tmp_path: Path,  # noqa: F811
                                                  args: list[str], policy: str | None,

@@ -27,7 +27,7 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "attach", "get_backend", "inspect", "launch", "list_sandboxes", "policy_from_config",
+    "attach", "get_backend", "inspect", "launch", "list_sandboxes", "logs", "policy_from_config",
     "read_egress_report", "remove", "stop", "wait",
 ]
 
@@ -52,6 +52,11 @@ def launch(spec: SandboxSpec) -> str:
 def attach(container_id: str) -> Iterator[bytes]:
     """Its stdout and stderr as lines (bytes), following until it exits."""
     return get_backend().attach(container_id)
+
+
+def logs(container_id: str) -> bytes:
+    """Everything it has printed so far (stdout and stderr), without following."""
+    return get_backend().logs(container_id)
 
 
 def wait(container_id: str, timeout: float | None = None) -> int | None:

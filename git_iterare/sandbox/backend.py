@@ -23,6 +23,10 @@ class Backend(Protocol):
         """Yield its output (stdout and stderr) as lines, following until it exits."""
         ...
 
+    def logs(self, container_id: str) -> bytes:
+        """Everything it has printed so far (stdout and stderr), without following."""
+        ...
+
     def wait(self, container_id: str, timeout: float | None = None) -> int | None:
         """Wait for the exit status; None when ``timeout`` seconds pass first."""
         ...
