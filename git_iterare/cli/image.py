@@ -7,7 +7,7 @@ import click
 from git_iterare.cli.context import app
 
 
-@click.group("image")
+@click.group("image", context_settings={"help_option_names": ["-h"]})
 def command() -> None:
     """Build the sandbox image or show its status."""
 
@@ -77,3 +77,15 @@ def status(fmt: str) -> None:
                 click.echo(f"label {key}: {info.labels[key]}")
     if not info.present:
         raise OperationFailed(f"image {name} is missing", hint="run `git iterare image build`")
+
+
+def _share_common_options() -> None:
+    # --color and --verbose work after the subcommand too (git iterare image build
+    # --verbose); --help stays on `image`, whose manual page covers both.
+    from git_iterare.cli.main import common_options
+
+    for sub in (build, status):
+        sub.params.extend(p for p in common_options() if p.name in ("color", "verbose"))
+
+
+_share_common_options()
