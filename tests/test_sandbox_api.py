@@ -102,7 +102,7 @@ def test_wait_timeout_then_stop(make_spec) -> None:
     assert sandbox.wait(cid, timeout=30) == 143
     assert time.monotonic() - started < 10
     refused = json.loads((spec.out_dir / "refused.json").read_text())
-    assert refused == {"v": 1, "rejected_packets": {"ipv4": 0, "ipv6": 0}}
+    assert refused == {"v": 1, "rejected_packets": {"ipv4": 0, "ipv6": 0}, "addresses": {}}
 
 
 def test_secrets_reach_only_the_agent(make_spec, sandbox_image: str) -> None:  # noqa: F811

@@ -177,3 +177,7 @@ def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) ->
     assert report.refused_connections.recorded
     assert report.refused_connections.ipv4 > 0
     assert report.refused_connections.ipv6 > 0
+    addresses = report.refused_connections.addresses
+    for target in ("BLOCKED_V4", "DNS_V4", "GATEWAY_V4", "BLOCKED_V6"):
+        assert addresses.get(NET[target], 0) > 0, (target, addresses)
+    assert "198.51.100.7" not in addresses  # the self-check's own probe

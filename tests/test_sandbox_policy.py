@@ -121,11 +121,14 @@ def test_parse_dns_log_counts() -> None:
 
 def test_read_egress_report(tmp_path: Path) -> None:
     (tmp_path / "dns.log").write_text(LOG)
-    (tmp_path / "refused.json").write_text('{"v": 1, "rejected_packets": {"ipv4": 3, "ipv6": 1}}')
+    (tmp_path / "refused.json").write_text(
+        '{"v": 1, "rejected_packets": {"ipv4": 3, "ipv6": 1}, '
+        '"addresses": {"10.0.0.9": 3, "fd31:0007:0000:0000:0000:0000:0000:0021": 1}}')
     (tmp_path / "status.json").write_text('{"ok": true}')
     report = read_egress_report(tmp_path)
     assert report.blocked == {"blocked.test": 2}
     assert report.refused_connections.total == 4 and report.refused_connections.recorded
+    assert report.refused_connections.addresses == {"10.0.0.9": 3, "fd31:7::21": 1}
     assert report.status == {"ok": True}
     empty = read_egress_report(tmp_path / "missing")
     assert (empty.allowed, empty.blocked, empty.refused_connections.recorded) == ({}, {}, False)

@@ -4,13 +4,17 @@
   ``<date> dnsmasq[22]: 7 127.0.0.1/41234 query[A] example.org from 127.0.0.1`` and, for a
   name outside the allowlist, ``... 7 127.0.0.1/41234 config example.org is NXDOMAIN``
   (the leading number ties a query to its answer).
-* ``refused.json`` -- ``{"v": 1, "rejected_packets": {"ipv4": N, "ipv6": N}}``: packets the
-  firewall's final REJECT rules refused while the agent ran (written when it exits).
+* ``refused.json`` -- ``{"v": 1, "rejected_packets": {"ipv4": N, "ipv6": N},
+  "addresses": {"10.0.0.7": N, ...}}``: packets the firewall's REJECT rules refused while
+  the agent ran, and per destination address the packets refused (from the kernel's
+  ``xt_recent`` lists: at most 100 addresses, each counted up to 20). Written when the
+  agent exits.
 * ``status.json`` -- the entrypoint's start-up result and self-checks.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections import Counter
@@ -26,16 +30,19 @@ _LINE = re.compile(r"dnsmasq\[\d+\]: (\d+) \S+ (\S+) (\S+)(?: (.*))?$")
 
 @dataclass(frozen=True)
 class RefusedConnections:
-    """Packets refused by the firewall's catch-all rules (counters, no addresses).
+    """Packets refused by the firewall while the agent ran.
 
     Attributes:
         ipv4: refused IPv4 packets.
         ipv6: refused IPv6 packets.
+        addresses: destination address -> refused packets (each counted up to 20; at
+            most 100 addresses kept, the least recent dropped first).
         recorded: False when the sandbox did not write the counters (killed, still running).
     """
 
     ipv4: int = 0
     ipv6: int = 0
+    addresses: dict[str, int] = field(default_factory=dict)
     recorded: bool = False
 
     @property
@@ -88,6 +95,14 @@ def parse_dns_log(text: str) -> tuple[dict[str, int], dict[str, int]]:
     return dict(allowed), dict(blocked)
 
 
+def _address(text: str) -> str:
+    """The kernel writes IPv6 addresses in full (``fd31:0007:0000:...``); compress them."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -111,6 +126,9 @@ def read_egress_report(out_dir: Path | str) -> EgressReport:
     counters = _read_json(out / "refused.json").get("rejected_packets")
     refused = RefusedConnections()
     if isinstance(counters, dict):
+        raw = _read_json(out / "refused.json").get("addresses")
+        addresses = ({_address(str(k)): int(v) for k, v in raw.items() if isinstance(v, int)}
+                     if isinstance(raw, dict) else {})
         refused = RefusedConnections(int(counters.get("ipv4", 0)), int(counters.get("ipv6", 0)),
-                                     True)
+                                     addresses, True)
     return EgressReport(allowed, blocked, refused, _read_json(out / "status.json"))
