@@ -71,6 +71,10 @@ KEYS: dict[str, Key] = {
     for k in (
         Key("docker.image", "str", DEFAULT_IMAGE,
             "Sandbox image; built by `git iterare image build` when missing."),
+        Key("docker.base_image", "str", "node:20-bookworm-slim",
+            "Debian bookworm based image `git iterare image build` starts from."),
+        Key("docker.claude_version", "str", "latest",
+            "npm version of Claude Code installed by `git iterare image build`."),
         Key("docker.network", "str", "",
             "Docker network to attach the sandbox to (default: a bridge network of its own)."),
         Key("docker.dns", "list", [],

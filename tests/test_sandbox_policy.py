@@ -1,15 +1,156 @@
+"""Unit tests: egress policy validation and the egress report parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from git_iterare import config as config_mod
+from git_iterare.errors import UserError
+from git_iterare.sandbox import BASE_DOMAINS, EgressPolicy, policy_from_config, read_egress_report
+from git_iterare.sandbox.egress import parse_dns_log
+from git_iterare.sandbox.exitcodes import SandboxExit, describe
+from git_iterare.sandbox.policy import validate_domain
+from git_iterare.sandbox.spec import Limits, SandboxSpec
 
 
-def test_host_dns_servers(tmp_path: Path) -> None:
-    from git_iterare.sandbox.docker_backend import host_dns_servers
+@pytest.mark.parametrize("name", ["github.com", "*.githubusercontent.com", "a-b.c0.io",
+                                  "X.Example.ORG", "localhost", "xn--bcher-kva.example"])
+def test_good_domains(name: str) -> None:
+    assert validate_domain(name, "k") == name.lower()
 
-    plain = tmp_path / "resolv.conf"
-    plain.write_text("# c\nnameserver 127.0.0.1\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\n"
-                     "nameserver 10.0.0.2\nsearch x\nnameserver junk\n")
-    assert host_dns_servers(plain, tmp_path / "none") == ("10.0.0.2", "fe80::1")
-    stub = tmp_path / "stub.conf"
-    stub.write_text("nameserver 127.0.0.53\noptions edns0\n")
-    upstream = tmp_path / "upstream.conf"
-    upstream.write_text("nameserver 192.168.1.1\nnameserver ::1\n")
-    assert host_dns_servers(stub, upstream) == ("192.168.1.1",)
-    assert host_dns_servers(tmp_path / "missing", upstream) == ()
+
+@pytest.mark.parametrize("name,why", [
+    ("", "empty"),
+    ("*", "'*' is allowed only as a whole leading label"),
+    ("*.com", "a wildcard needs at least two labels"),
+    ("a.*.com", "'*' is allowed only as a whole leading label"),
+    ("*foo.com", "'*' is allowed only as a whole leading label"),
+    ("foo..com", "label ''"),
+    ("-foo.com", "label '-foo'"),
+    ("foo.com.", "label ''"),
+    ("foo.com/x", "label 'com/x'"),
+    ("foo.com extra", "label 'com extra'"),
+    ("10.0.0.1", "looks like an address"),
+    ("a" * 64 + ".com", "1-63 characters"),
+])
+def test_bad_domains_name_key_and_entry(name: str, why: str) -> None:
+    with pytest.raises(UserError) as info:
+        validate_domain(name, "firewall.allowed_domains (from file:/p/config.toml)")
+    text = info.value.render()
+    assert text.startswith(
+        f"firewall.allowed_domains (from file:/p/config.toml): bad domain {name!r}: ")
+    assert why in text
+
+
+def _config(tmp_path: Path, body: str) -> config_mod.Config:
+    path = tmp_path / "config.toml"
+    path.write_text(body)
+    settings = dict(config_mod.load(None, env={"HOME": str(tmp_path),
+                                               "XDG_CONFIG_HOME": str(tmp_path / "x")},
+                                    git_entries=[]).settings)
+    doc = config_mod.parse_toml_file(path)
+    for section, table in doc.items():
+        for key, value in table.items():
+            name = f"{section}.{key}"
+            settings[name] = config_mod.Setting(name, value, f"file:{path}")
+    return config_mod.Config(settings)
+
+
+def test_policy_from_config_orders_and_dedups(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, '[firewall]\nallowed_domains = ["Example.com", "github.com"]\n'
+                            'allowed_cidrs = ["10.1.2.3/16"]\n[docker]\ndns = ["10.0.0.2"]\n')
+    policy = policy_from_config(cfg, ["api.anthropic.com"])
+    assert policy == EgressPolicy(("api.anthropic.com", *BASE_DOMAINS, "example.com"),
+                                  ("10.1.0.0/16",), ("10.0.0.2",))
+    assert json.loads(policy.to_json()) == {"v": 1, "domains": list(policy.domains),
+                                            "cidrs": ["10.1.0.0/16"], "dns": ["10.0.0.2"]}
+
+
+def test_policy_from_config_names_the_file(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, '[firewall]\nallowed_domains = ["ok.com", "bad_name.com"]\n')
+    with pytest.raises(UserError) as info:
+        policy_from_config(cfg)
+    assert info.value.render() == (
+        f"firewall.allowed_domains (from file:{tmp_path}/config.toml): bad domain "
+        "'bad_name.com': label 'bad_name' is not letters, digits and inner '-' (1-63 "
+        "characters) (use a host name like example.com or *.example.com)")
+
+
+@pytest.mark.parametrize("key,body,entry", [
+    ("firewall.allowed_cidrs", '[firewall]\nallowed_cidrs = ["10.0.0.0/33"]\n', "10.0.0.0/33"),
+    ("docker.dns", '[docker]\ndns = ["dns.google"]\n', "dns.google"),
+])
+def test_bad_networks_and_servers(tmp_path: Path, key: str, body: str, entry: str) -> None:
+    with pytest.raises(UserError) as info:
+        policy_from_config(_config(tmp_path, body))
+    assert info.value.message.startswith(f"{key} (from file:{tmp_path}/config.toml): bad ")
+    assert repr(entry) in info.value.message
+
+
+def test_allows_matches_wildcards_but_not_parents() -> None:
+    policy = EgressPolicy.build(["github.com", "*.githubusercontent.com"])
+    assert policy.allows("github.com") and policy.allows("GitHub.com.")
+    assert policy.allows("raw.githubusercontent.com")
+    assert not policy.allows("githubusercontent.com")
+    assert not policy.allows("api.github.com")
+    assert not policy.allows("evilgithub.com")
+
+
+LOG = """\
+Nov 29 17:02:24 dnsmasq[22]: started, version 2.90 cachesize 1000
+Nov 29 17:02:24 dnsmasq[22]: 1 127.0.0.1/48021 query[A] iterare-selfcheck.invalid from 127.0.0.1
+Nov 29 17:02:24 dnsmasq[22]: 1 127.0.0.1/48021 config iterare-selfcheck.invalid is NXDOMAIN
+Nov 29 17:02:25 dnsmasq[22]: 2 127.0.0.1/40000 query[A] allowed.test from 127.0.0.1
+Nov 29 17:02:25 dnsmasq[22]: 2 127.0.0.1/40000 forwarded allowed.test to 10.231.7.10
+Nov 29 17:02:25 dnsmasq[22]: 2 127.0.0.1/40000 reply allowed.test is 10.231.7.20
+Nov 29 17:02:25 dnsmasq[22]: 3 127.0.0.1/40001 query[AAAA] Blocked.test from 127.0.0.1
+Nov 29 17:02:25 dnsmasq[22]: 3 127.0.0.1/40001 config blocked.test is NXDOMAIN
+Nov 29 17:02:26 dnsmasq[22]: 4 127.0.0.1/40002 query[A] blocked.test from 127.0.0.1
+Nov 29 17:02:26 dnsmasq[22]: 4 127.0.0.1/40002 config blocked.test is NXDOMAIN
+Nov 29 17:02:26 dnsmasq[22]: 5 127.0.0.1/40003 query[A] allowed.test from 127.0.0.1
+Nov 29 17:02:26 dnsmasq[22]: 5 127.0.0.1/40003 cached allowed.test is 10.231.7.20
+"""
+
+
+def test_parse_dns_log_counts() -> None:
+    assert parse_dns_log(LOG) == ({"allowed.test": 2}, {"blocked.test": 2})
+
+
+def test_read_egress_report(tmp_path: Path) -> None:
+    (tmp_path / "dns.log").write_text(LOG)
+    (tmp_path / "refused.json").write_text(
+        '{"v": 1, "rejected_packets": {"ipv4": 3, "ipv6": 1}, '
+        '"addresses": {"10.0.0.9": 3, "fd31:0007:0000:0000:0000:0000:0000:0021": 1}}')
+    (tmp_path / "status.json").write_text('{"ok": true}')
+    report = read_egress_report(tmp_path)
+    assert report.blocked == {"blocked.test": 2}
+    assert report.refused_connections.total == 4 and report.refused_connections.recorded
+    assert report.refused_connections.addresses == {"10.0.0.9": 3, "fd31:7::21": 1}
+    assert report.status == {"ok": True}
+    empty = read_egress_report(tmp_path / "missing")
+    assert (empty.allowed, empty.blocked, empty.refused_connections.recorded) == ({}, {}, False)
+
+
+def test_entrypoint_exit_codes_match_the_script() -> None:
+    script = (Path(__file__).parents[1] / "container" / "entrypoint").read_text()
+    codes = {int(c) for c in __import__("re").findall(r"\bfail (\d+) ", script)}
+    assert codes == {int(c) for c in SandboxExit}
+    assert describe(93) == "the firewall could not be set up (NET_ADMIN missing?)"
+    assert describe(0) is None and describe(1) is None
+
+
+def test_spec_refuses_root_and_bad_names(tmp_path: Path) -> None:
+    base = dict(image="i", name="n", command=("true",), policy=EgressPolicy(), out_dir=tmp_path)
+    with pytest.raises(UserError, match="must not run as root"):
+        SandboxSpec(**base, agent_uid=0)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="bad environment variable name 'A-B'"):
+        SandboxSpec(**base, secret_env={"A-B": "x"})  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="bad secret file path"):
+        SandboxSpec(**base, secret_files={"../x": b""})  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"docker\.memory: bad size '4 gb'"):
+        Limits(memory="4 gb")
+    spec = SandboxSpec(**base, secret_env={"TOKEN": "s3cret"})  # type: ignore[arg-type]
+    assert "s3cret" not in repr(spec)

@@ -1,0 +1,91 @@
+"""``git iterare image build|status``: the sandbox image."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli.context import app
+
+
+@click.group("image", context_settings={"help_option_names": ["-h"]})
+def command() -> None:
+    """Build the sandbox image or show its status."""
+
+
+@command.command("build")
+@click.option("--base", metavar="IMAGE", default=None,
+              help="Debian bookworm based image to build on ([docker] base_image).")
+@click.option("--ca-bundle", metavar="FILE", default=None,
+              type=click.Path(dir_okay=False),
+              help="PEM CA bundle for downloads through a TLS-intercepting proxy "
+                   "([docker] ca_bundle).")
+@click.option("--claude-version", metavar="V", default=None,
+              help="npm version of Claude Code ([docker] claude_version).")
+@click.option("--no-cache", is_flag=True, help="Rebuild every step.")
+@click.option("--tag", metavar="NAME", default=None,
+              help="Image to create ([docker] image).")
+def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
+          no_cache: bool, tag: str | None) -> None:
+    """Build the sandbox image (and the project's .iterare/Dockerfile on top)."""
+    from pathlib import Path
+
+    from git_iterare import proc
+    from git_iterare.sandbox.image import build_image, ensure_image
+
+    ctx = app()
+    ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
+                          "docker.claude_version": claude_version, "docker.image": tag})
+    config = ctx.config
+    ca = config["docker.ca_bundle"]
+    name = config["docker.image"]
+    click.echo(f"building {name} from {config['docker.base_image']}", err=True)
+    ref = build_image(name, base=config["docker.base_image"],
+                      ca_bundle=Path(ca).expanduser() if ca else None,
+                      claude_version=config["docker.claude_version"], no_cache=no_cache,
+                      progress=lambda line: click.echo(line, err=True), verbose=proc.VERBOSE)
+    click.echo(f"{ref.name} {ref.id}")
+    repo = ctx.optional_repo()
+    if repo is not None and repo.main_work_tree is not None:
+        project = ensure_image(config, repo, lambda line: click.echo(line, err=True))
+        if project.name != ref.name:
+            click.echo(f"{project.name} {project.id}")
+
+
+@command.command("status")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+def status(fmt: str) -> None:
+    """Show whether the sandbox image exists, its id, creation time and labels."""
+    import json
+
+    from git_iterare.errors import OperationFailed
+    from git_iterare.sandbox.image import image_status
+
+    name = app().config["docker.image"]
+    info = image_status(name)
+    if fmt == "json":
+        click.echo(json.dumps({"name": info.name, "present": info.present, "id": info.id,
+                               "created": info.created, "labels": dict(info.labels)},
+                              indent=2))
+    else:
+        click.echo(f"image: {info.name}")
+        click.echo(f"present: {'yes' if info.present else 'no'}")
+        if info.present:
+            click.echo(f"id: {info.id}")
+            click.echo(f"created: {info.created}")
+            for key in sorted(info.labels):
+                click.echo(f"label {key}: {info.labels[key]}")
+    if not info.present:
+        raise OperationFailed(f"image {name} is missing", hint="run `git iterare image build`")
+
+
+def _share_common_options() -> None:
+    # --color and --verbose work after the subcommand too (git iterare image build
+    # --verbose); --help stays on `image`, whose manual page covers both.
+    from git_iterare.cli.main import common_options
+
+    for sub in (build, status):
+        sub.params.extend(p for p in common_options() if p.name in ("color", "verbose"))
+
+
+_share_common_options()

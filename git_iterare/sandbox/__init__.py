@@ -1,0 +1,84 @@
+"""The sandbox: image, container lifecycle and egress policy (agent-agnostic).
+
+Start a sandbox from a :class:`SandboxSpec` with :func:`launch`, follow it with
+:func:`attach`, :func:`wait` for it (with a timeout in seconds), :func:`stop` and
+:func:`remove` it. The engine is a :class:`~git_iterare.sandbox.backend.Backend`; the
+default is Docker (:mod:`git_iterare.sandbox.docker_backend`), imported on first use so
+importing this package does not import the docker SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from git_iterare.sandbox.backend import Backend
+from git_iterare.sandbox.egress import EgressReport, RefusedConnections, read_egress_report
+from git_iterare.sandbox.exitcodes import SandboxExit
+from git_iterare.sandbox.policy import BASE_DOMAINS, EgressPolicy, policy_from_config
+from git_iterare.sandbox.spec import (
+    LABEL_REPO,
+    LABEL_RUN,
+    ContainerInfo,
+    Limits,
+    Mount,
+    SandboxSpec,
+)
+
+__all__ = [
+    "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
+    "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
+    "attach", "get_backend", "inspect", "launch", "list_sandboxes", "logs", "policy_from_config",
+    "read_egress_report", "remove", "stop", "wait",
+]
+
+_BACKEND: Backend | None = None
+
+
+def get_backend() -> Backend:
+    """The engine backend in use (Docker)."""
+    global _BACKEND
+    if _BACKEND is None:
+        from git_iterare.sandbox.docker_backend import DockerBackend
+
+        _BACKEND = DockerBackend()
+    return _BACKEND
+
+
+def launch(spec: SandboxSpec) -> str:
+    """Create and start a sandbox; return its container id (see Backend.launch)."""
+    return get_backend().launch(spec)
+
+
+def attach(container_id: str) -> Iterator[bytes]:
+    """Its stdout and stderr as lines (bytes), following until it exits."""
+    return get_backend().attach(container_id)
+
+
+def logs(container_id: str) -> bytes:
+    """Everything it has printed so far (stdout and stderr), without following."""
+    return get_backend().logs(container_id)
+
+
+def wait(container_id: str, timeout: float | None = None) -> int | None:
+    """Its exit status, or None when ``timeout`` seconds pass first."""
+    return get_backend().wait(container_id, timeout)
+
+
+def stop(container_id: str, grace_seconds: float = 10) -> None:
+    """SIGTERM to the agent, SIGKILL after ``grace_seconds``."""
+    get_backend().stop(container_id, grace_seconds)
+
+
+def remove(container_id: str) -> None:
+    """Remove the container and its secrets; a missing one is not an error."""
+    get_backend().remove(container_id)
+
+
+def inspect(container_id: str) -> ContainerInfo | None:
+    """State, exit status and labels; None when it does not exist."""
+    return get_backend().inspect(container_id)
+
+
+def list_sandboxes(repo_path: str | None = None) -> list[ContainerInfo]:
+    """Every sandbox, or those labelled with the repository ``repo_path``."""
+    return get_backend().list_sandboxes(repo_path)

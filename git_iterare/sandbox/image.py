@@ -1,0 +1,248 @@
+"""Building the sandbox image, and the project layer on top of it.
+
+The image is built from ``container/Dockerfile`` and ``container/entrypoint`` (shipped in
+``git_iterare/data/container``) with the classic builder of the Docker API, which every
+engine supports (the SDK cannot drive BuildKit). The build context is a temporary
+directory holding those two files and ``ca.pem`` (the CA bundle, or an empty file); the
+Dockerfile copies ``ca.pem`` only into the stage that runs npm, so it never reaches the
+final image (it stays in the engine's local build cache until pruned).
+
+A project's ``.iterare/Dockerfile`` (``FROM`` the sandbox image; its build context holds
+that file alone) is built on top into
+``<image repository>:project-<hash>``, where the hash covers the Dockerfile and the id of
+the image it builds on; it is rebuilt when either changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.sandbox.docker_errors import client, docker_errors
+
+DEFAULT_BASE_IMAGE = "node:20-bookworm-slim"
+
+LABEL_IMAGE = "dev.iterare.image"
+LABEL_BASE = "dev.iterare.base"
+LABEL_CLAUDE = "dev.iterare.claude-version"
+LABEL_CONTEXT_HASH = "dev.iterare.context-hash"
+LABEL_PROJECT_HASH = "dev.iterare.project-dockerfile-hash"
+
+Progress = Callable[[str], None]
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: The classic builder's bookkeeping lines, left out of error context.
+_NOISE = re.compile(r"^ ?---> |^Removing intermediate container |^Successfully (built|tagged) ")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image to run.
+
+    Attributes:
+        name: name with tag (``git-iterare:latest``).
+        id: image id (``sha256:...``).
+    """
+
+    name: str
+    id: str
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    """What the engine knows about an image.
+
+    Attributes:
+        name: the name asked about.
+        present: whether it exists.
+        id: image id, or "" when missing.
+        created: creation time as the engine reports it (RFC 3339), or "".
+        labels: its labels.
+    """
+
+    name: str
+    present: bool
+    id: str = ""
+    created: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def context_files() -> dict[str, bytes]:
+    """The sandbox image's build files (``Dockerfile``, ``entrypoint``) by name."""
+    root = resources.files("git_iterare") / "data" / "container"
+    return {name: (root / name).read_bytes() for name in ("Dockerfile", "entrypoint")}
+
+
+def _hash(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
+                  verbose: bool) -> str:
+    """Run one build through the low-level API, condensing its log into ``progress``.
+
+    Returns:
+        The new image's id.
+
+    Raises:
+        OperationFailed: the build failed (the failing step's last output lines kept).
+    """
+    recent: list[str] = []
+    with docker_errors(f"build {name}"):
+        for chunk in client().api.build(decode=True, rm=True, forcerm=True, **api_kwargs):
+            if "error" in chunk:
+                tail = " | ".join(recent[-3:])
+                detail = str(chunk.get("error", "")).strip()
+                raise OperationFailed(f"building {name} failed: {detail}"
+                                      + (f" (last output: {tail})" if tail else ""))
+            text = str(chunk.get("stream", "")).rstrip("\n")
+            for line in text.splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                step = _STEP.match(line)
+                if step:
+                    progress(f"Step {step.group(1)}/{step.group(2)}: {step.group(3)[:100]}")
+                elif verbose:
+                    progress(f"  {line}")
+                if not _NOISE.match(line):
+                    recent = [*recent[-5:], line]
+    with docker_errors(f"inspect {name}"):
+        return str(client().images.get(name).id)
+
+
+def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | None = None,
+                claude_version: str = "latest", no_cache: bool = False,
+                progress: Progress = lambda line: None, verbose: bool = False) -> ImageRef:
+    """Build the sandbox image.
+
+    Args:
+        name: image name and tag to create (``git-iterare:latest``).
+        base: Debian bookworm based image (``BASE_IMAGE`` build argument).
+        ca_bundle: PEM file of extra CAs for the build's downloads (npm), or None.
+        claude_version: npm version of ``@anthropic-ai/claude-code`` (``latest``).
+        no_cache: build every step afresh.
+        progress: called with one line per build step (and every output line when
+            ``verbose``).
+
+    Raises:
+        UserError: the CA bundle cannot be read, or is not PEM.
+        OperationFailed: the engine is unreachable or the build failed.
+    """
+    ca = b""
+    if ca_bundle is not None:
+        try:
+            ca = Path(ca_bundle).read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read CA bundle {ca_bundle}: {exc.strerror}",
+                            hint="fix --ca-bundle or [docker] ca_bundle") from None
+        if b"-----BEGIN CERTIFICATE-----" not in ca:
+            raise UserError(f"{ca_bundle} is not a PEM CA bundle (no BEGIN CERTIFICATE)",
+                            hint="fix --ca-bundle or [docker] ca_bundle")
+    files = context_files()
+    context = Path(tempfile.mkdtemp(prefix="iterare-build-"))
+    try:
+        for fname, data in files.items():
+            (context / fname).write_bytes(data)
+        (context / "entrypoint").chmod(0o755)
+        (context / "ca.pem").write_bytes(ca)
+        labels = {
+            LABEL_BASE: base,
+            LABEL_CLAUDE: claude_version,
+            LABEL_CONTEXT_HASH: _hash(files["Dockerfile"], files["entrypoint"]),
+        }
+        image_id = _stream_build(
+            {"path": str(context), "tag": name, "nocache": no_cache, "pull": False,
+             "buildargs": {"BASE_IMAGE": base, "CLAUDE_CODE_VERSION": claude_version},
+             "labels": labels},
+            name, progress, verbose)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return ImageRef(name, image_id)
+
+
+def image_status(name: str) -> ImageStatus:
+    """Whether ``name`` exists, with its id, creation time and labels.
+
+    Raises:
+        OperationFailed: the engine is unreachable.
+    """
+    import docker.errors
+
+    with docker_errors(f"inspect {name}"):
+        try:
+            image = client().images.get(name)
+        except docker.errors.ImageNotFound:
+            return ImageStatus(name, False)
+    return ImageStatus(name, True, str(image.id), str(image.attrs.get("Created", "")),
+                       dict(image.labels or {}))
+
+
+def project_image_name(image: str, digest: str) -> str:
+    """``<repository of image>:project-<first 12 hex of digest>``."""
+    repository = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    return f"{repository}:project-{digest[:12]}"
+
+
+def ensure_image(config: Any, repo: Any = None,
+                 progress: Progress = lambda line: None) -> ImageRef:
+    """The image a run uses, building what is missing or stale.
+
+    Builds ``docker.image`` when it does not exist (base ``docker.base_image``, CA
+    ``docker.ca_bundle``); then, when the repository has ``.iterare/Dockerfile``, builds it
+    on top unless an image with the same content hash exists.
+
+    Args:
+        config: a :class:`git_iterare.config.Config`.
+        repo: a :class:`git_iterare.repo.Repo`, or None (no project layer).
+        progress: receives one line per build step.
+
+    Raises:
+        UserError: bad CA bundle, or an unreadable project Dockerfile.
+        OperationFailed: the engine is unreachable or a build failed.
+    """
+    name = config["docker.image"]
+    status = image_status(name)
+    if status.present:
+        base = ImageRef(name, status.id)
+    else:
+        progress(f"building {name} (missing)")
+        ca = config["docker.ca_bundle"]
+        base = build_image(name, base=config["docker.base_image"] or DEFAULT_BASE_IMAGE,
+                           ca_bundle=Path(ca).expanduser() if ca else None, progress=progress)
+    dockerfile = repo.iterare_dir / "Dockerfile" if repo is not None else None
+    if dockerfile is None or not dockerfile.is_file():
+        return base
+    try:
+        content = dockerfile.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {dockerfile}: {exc.strerror}") from None
+    digest = _hash(content, base.id.encode())
+    project = project_image_name(name, digest)
+    existing = image_status(project)
+    if existing.present and existing.labels.get(LABEL_PROJECT_HASH) == digest:
+        return ImageRef(project, existing.id)
+    progress(f"building {project} from {dockerfile}")
+    # The context holds the Dockerfile alone: .iterare/ also holds run worktrees.
+    context = Path(tempfile.mkdtemp(prefix="iterare-project-build-"))
+    try:
+        (context / "Dockerfile").write_bytes(content)
+        image_id = _stream_build(
+            {"path": str(context), "tag": project, "pull": False,
+             "labels": {LABEL_PROJECT_HASH: digest, LABEL_IMAGE: "project"}},
+            project, progress, False)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return ImageRef(project, image_id)

@@ -1,0 +1,178 @@
+"""The egress policy of a sandbox: which names and networks it may reach.
+
+The policy is written as JSON to ``/run/iterare/policy.json`` in the container (see
+``container/entrypoint``), in the shape ``{"domains": [...], "cidrs": [...], "dns": [...]}``.
+Names follow RFC 1123 host name syntax (letters, digits and ``-`` in labels of 1-63
+characters, 253 characters in all); ``*.`` as a whole leading label allows every subdomain
+(not the name itself). An allowed name lets through TCP to the addresses it resolves to, on
+every port but 22.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from git_iterare.errors import UserError
+
+#: Names every sandbox may reach: GitHub (git over HTTPS, API, raw files, archives,
+#: release downloads) and the npm registry.
+BASE_DOMAINS: tuple[str, ...] = (
+    "github.com",
+    "api.github.com",
+    "codeload.github.com",
+    "uploads.github.com",
+    "objects.githubusercontent.com",
+    "*.githubusercontent.com",
+    "registry.npmjs.org",
+)
+
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def validate_domain(name: str, where: str) -> str:
+    """Check one allowlist entry and return it in lower case.
+
+    Args:
+        name: ``example.com`` or ``*.example.com``.
+        where: the config key or file it came from, for the error message.
+
+    Raises:
+        UserError: the entry is not a host name or a ``*.`` wildcard of one, naming
+            ``where`` and the entry.
+    """
+
+    def bad(why: str) -> UserError:
+        return UserError(f"{where}: bad domain {name!r}: {why}",
+                         hint="use a host name like example.com or *.example.com")
+
+    if not isinstance(name, str) or not name:
+        raise bad("empty")
+    host = name[2:] if name.startswith("*.") else name
+    if len(host) > 253:
+        raise bad("longer than 253 characters")
+    labels = host.split(".")
+    for label in labels:
+        if "*" in label:
+            raise bad("'*' is allowed only as a whole leading label, as in *.example.com")
+        if not _LABEL.match(label):
+            raise bad(f"label {label!r} is not letters, digits and inner '-' (1-63 characters)")
+    if name.startswith("*.") and len(labels) < 2:
+        raise bad("a wildcard needs at least two labels after '*.'")
+    if labels[-1].isdigit():
+        raise bad("looks like an address; put networks in firewall.allowed_cidrs")
+    return name.lower()
+
+
+def validate_cidr(text: str, where: str) -> str:
+    """Check a network (``10.0.0.0/8``, ``2001:db8::/32``) or address; return it normalized.
+
+    Raises:
+        UserError: not an IPv4/IPv6 network, naming ``where`` and the entry.
+    """
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except (ValueError, TypeError):
+        raise UserError(f"{where}: bad network {text!r}",
+                        hint="use CIDR notation such as 10.1.0.0/16") from None
+
+
+def validate_dns_server(text: str, where: str) -> str:
+    """Check a DNS server address (IPv4 or IPv6, no port); return it normalized.
+
+    Raises:
+        UserError: not an address, naming ``where`` and the entry.
+    """
+    try:
+        return str(ipaddress.ip_address(text))
+    except (ValueError, TypeError):
+        raise UserError(f"{where}: bad DNS server {text!r}",
+                        hint="use an IP address such as 10.0.0.2") from None
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """What a sandbox may reach.
+
+    Attributes:
+        domains: allowed names, lower case, ``*.`` wildcards included; no duplicates.
+        cidrs: allowed networks, normalized (``10.1.0.0/16``).
+        dns: upstream DNS servers the sandbox's resolver forwards allowed names to; empty
+            means the servers Docker gives the container (never its embedded server).
+    """
+
+    domains: tuple[str, ...] = ()
+    cidrs: tuple[str, ...] = ()
+    dns: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        """The policy file the entrypoint reads (``/run/iterare/policy.json``)."""
+        return json.dumps({"v": 1, "domains": list(self.domains), "cidrs": list(self.cidrs),
+                           "dns": list(self.dns)}, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> EgressPolicy:
+        """Read a policy back from its JSON form, validating every entry.
+
+        Raises:
+            UserError: a missing list or a bad entry.
+        """
+        try:
+            return cls.build(data.get("domains", []), data.get("cidrs", []),
+                             data.get("dns", []), where=where)
+        except AttributeError:
+            raise UserError(f"{where}: not a policy object") from None
+
+    @classmethod
+    def build(cls, domains: Iterable[str], cidrs: Iterable[str] = (),
+              dns: Iterable[str] = (), where: str = "policy") -> EgressPolicy:
+        """Validate and deduplicate entries (see :func:`validate_domain`)."""
+        return cls(
+            domains=_unique(validate_domain(d, where) for d in domains),
+            cidrs=_unique(validate_cidr(c, where) for c in cidrs),
+            dns=_unique(validate_dns_server(s, where) for s in dns),
+        )
+
+    def allows(self, name: str) -> bool:
+        """Whether ``name`` is allowed: listed, or a subdomain of a ``*.`` entry."""
+        name = name.lower().rstrip(".")
+        for entry in self.domains:
+            if entry.startswith("*."):
+                if name.endswith(entry[1:]):
+                    return True
+            elif name == entry:
+                return True
+        return False
+
+
+def policy_from_config(config: Any, agent_domains: Iterable[str] = ()) -> EgressPolicy:
+    """Build a run's policy: the agent's domains, :data:`BASE_DOMAINS`, then config.
+
+    Args:
+        config: a :class:`git_iterare.config.Config`; reads ``firewall.allowed_domains``,
+            ``firewall.allowed_cidrs`` and ``docker.dns``.
+        agent_domains: names the agent needs (for Claude Code: the Anthropic API).
+
+    Raises:
+        UserError: a bad entry, naming the config key and where its value came from.
+    """
+
+    def where(key: str) -> str:
+        return f"{key} (from {config.origin(key)})"
+
+    agent = [validate_domain(d, "agent domains") for d in agent_domains]
+    extra = [validate_domain(d, where("firewall.allowed_domains"))
+             for d in config["firewall.allowed_domains"]]
+    cidrs = [validate_cidr(c, where("firewall.allowed_cidrs"))
+             for c in config["firewall.allowed_cidrs"]]
+    dns = [validate_dns_server(s, where("docker.dns")) for s in config["docker.dns"]]
+    return EgressPolicy(domains=_unique([*agent, *BASE_DOMAINS, *extra]),
+                        cidrs=_unique(cidrs), dns=_unique(dns))

@@ -1,0 +1,154 @@
+"""Values describing a sandbox: what to run, with which limits, and what came back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from git_iterare.errors import UserError
+from git_iterare.sandbox.policy import EgressPolicy
+
+#: Labels on every container git-iterare starts.
+LABEL_RUN = "dev.iterare.run"
+LABEL_REPO = "dev.iterare.repo"
+
+#: Paths inside the container (see ``container/entrypoint``).
+POLICY_PATH = "/run/iterare/policy.json"
+OUT_PATH = "/run/iterare/out"
+SECRETS_PATH = "/run/iterare/secrets"
+CA_PATH = "/run/iterare/ca.pem"
+ENTRYPOINT = "/usr/local/sbin/iterare-entrypoint"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEMORY = re.compile(r"^[0-9]+[bkmgBKMG]?$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox.
+
+    Attributes:
+        cpus: CPU cores (fractions allowed); 0 means no limit.
+        memory: Docker memory syntax (``512m``, ``4g``); empty means no limit.
+        pids: maximum number of processes; 0 means no limit.
+    """
+
+    cpus: float = 2.0
+    memory: str = "4g"
+    pids: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.cpus < 0 or self.pids < 0:
+            raise UserError("docker.cpus and docker.pids must not be negative")
+        if self.memory and not _MEMORY.match(self.memory):
+            raise UserError(f"docker.memory: bad size {self.memory!r}",
+                            hint="use a number with b, k, m or g, such as 4g")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount.
+
+    Attributes:
+        host_path: absolute path on the Docker host.
+        container_path: absolute path in the container.
+        read_only: mount read-only.
+    """
+
+    host_path: Path
+    container_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything needed to start one sandbox.
+
+    Secrets (``secret_env``, ``secret_files``) are written 0600 into a directory of
+    ``out_dir``'s sibling ``secrets`` and mounted read-only at ``/run/iterare/secrets``;
+    they are never passed as Docker environment and never logged. ``repr`` hides them.
+
+    Attributes:
+        image: image name or id.
+        name: container name (unique on the engine).
+        command: the agent's argv, run in ``workdir`` as the agent user.
+        policy: egress policy.
+        out_dir: host directory mounted at ``/run/iterare/out`` (status, DNS log).
+        labels: extra labels; ``dev.iterare.run`` and ``dev.iterare.repo`` are added.
+        run_id: value of ``dev.iterare.run``.
+        repo_path: value of ``dev.iterare.repo`` (the repository's top directory).
+        env: non-secret environment of the agent.
+        secret_env: NAME -> value, environment of the agent process only.
+        secret_files: path relative to the agent's home -> content (bytes), 0600 there.
+        mounts: bind mounts (worktree, gitdir, ...).
+        workdir: the agent's working directory.
+        limits: CPU, memory and process limits.
+        network: Docker network to attach to; empty for the default bridge.
+        agent_uid: uid of the agent (not 0).
+        agent_gid: gid of the agent (not 0).
+        tty: allocate a terminal.
+        stdin: keep stdin open (interactive sessions).
+        ca_bundle: host path of a PEM bundle mounted for TLS-intercepting proxies.
+    """
+
+    image: str
+    name: str
+    command: tuple[str, ...]
+    policy: EgressPolicy
+    out_dir: Path
+    run_id: str = ""
+    repo_path: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    secret_files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    mounts: tuple[Mount, ...] = ()
+    workdir: str = "/workspace"
+    limits: Limits = field(default_factory=Limits)
+    network: str = ""
+    agent_uid: int = 1000
+    agent_gid: int = 1000
+    tty: bool = False
+    stdin: bool = False
+    ca_bundle: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise UserError("a sandbox needs a command")
+        if self.agent_uid <= 0 or self.agent_gid <= 0:
+            raise UserError("the agent must not run as root (uid/gid 0)")
+        for name in (*self.env, *self.secret_env):
+            if not _ENV_NAME.match(name):
+                raise UserError(f"bad environment variable name {name!r}",
+                                hint="use letters, digits and _, not starting with a digit")
+        for rel in self.secret_files:
+            parts = Path(rel).parts
+            if not parts or Path(rel).is_absolute() or ".." in parts:
+                raise UserError(f"bad secret file path {rel!r}: must be relative, without ..")
+
+    def all_labels(self) -> dict[str, str]:
+        """``labels`` plus the run and repository labels."""
+        return {**self.labels, LABEL_RUN: self.run_id, LABEL_REPO: self.repo_path}
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What the engine says about a sandbox.
+
+    Attributes:
+        id: container id.
+        name: container name.
+        state: ``created``, ``running``, ``exited``, ...
+        exit_code: exit status once exited, else None.
+        labels: all labels.
+        image: image name or id it runs.
+    """
+
+    id: str
+    name: str
+    state: str
+    exit_code: int | None
+    labels: Mapping[str, str]
+    image: str

@@ -1,0 +1,131 @@
+"""Session fixtures for tests that need the sandbox image and the escape suite's network.
+
+Import the fixtures you use from here (``from tests.sandbox_fixtures import ...``).
+The image is named by ``ITERARE_TEST_IMAGE`` (default ``git-iterare:latest``) and built
+once, with the real ``git iterare image build``, when it is missing; its base comes from
+``ITERARE_TEST_BASE_IMAGE`` (default ``iterare-base:bookworm``) and the CA bundle for the
+build from ``ITERARE_TEST_CA_BUNDLE`` (default the host's bundle).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+NET_DIR = HERE / "sandbox_net"
+TEST_IMAGE = os.environ.get("ITERARE_TEST_IMAGE", "git-iterare:latest")
+BASE_IMAGE = os.environ.get("ITERARE_TEST_BASE_IMAGE", "iterare-base:bookworm")
+CA_BUNDLE = os.environ.get("ITERARE_TEST_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+
+#: Addresses fixed in sandbox_net/docker-compose.yml.
+NET = {
+    "GATEWAY_V4": "10.231.7.1",
+    "DNS_V4": "10.231.7.10",
+    "DNS_V6": "fd31:7::10",
+    "ALLOWED_V4": "10.231.7.20",
+    "BLOCKED_V4": "10.231.7.21",
+    "BLOCKED_V6": "fd31:7::21",
+}
+
+
+def _image_exists(name: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", name], capture_output=True,
+                          check=False).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def sandbox_image() -> str:
+    """The sandbox image name, built once per session when missing."""
+    if not _image_exists(TEST_IMAGE):
+        # A fresh repository-less directory so no project layer is built.
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES="/")
+        args = ["git", "iterare", "image", "build", "--base", BASE_IMAGE, "--tag", TEST_IMAGE]
+        if CA_BUNDLE and Path(CA_BUNDLE).is_file():
+            args += ["--ca-bundle", CA_BUNDLE]
+        result = subprocess.run(args, cwd="/", capture_output=True, text=True, env=env,
+                                check=False)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return TEST_IMAGE
+
+
+@pytest.fixture(scope="session")
+def docker_compose_command() -> str:
+    """Debian ships Compose v1 as ``docker-compose``."""
+    return "docker-compose"
+
+
+@pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    """Compose v1 has no ``up --wait`` (pytest-docker's default)."""
+    return ["down -v", "up --build -d"]
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup() -> list[str]:
+    return ["down -v"]
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file() -> str:
+    return str(NET_DIR / "docker-compose.yml")
+
+
+@pytest.fixture(scope="session")
+def docker_compose_project_name() -> str:
+    return f"itrsandbox{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def test_network(docker_services, docker_compose_project_name: str) -> str:
+    """Name of the escape suite's network, with its DNS and HTTP servers up."""
+    docker_services.wait_until_responsive(
+        timeout=60, pause=0.5,
+        check=lambda: _tcp_open(NET["ALLOWED_V4"], 80) and _tcp_open(NET["BLOCKED_V4"], 80))
+    return f"{docker_compose_project_name}_internet"
+
+
+def _tcp_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def host_listener(test_network: str) -> Iterator[int]:
+    """A TCP service on the Docker host, bound to the test network's gateway address.
+
+    Yields the port. Every connection gets ``host-secret`` and is recorded.
+    """
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((NET["GATEWAY_V4"], 0))
+    server.listen(8)
+    server.settimeout(0.5)
+    accepted: list[str] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                continue
+            accepted.append(peer[0])
+            with conn:
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nhost-secret\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    done.set()
+    thread.join(2)
+    server.close()

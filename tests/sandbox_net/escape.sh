@@ -1,0 +1,128 @@
+#!/bin/bash
+# Escape attempts, run inside a sandbox (as the agent, or as root without capabilities).
+# Prints one JSON object per line:
+#   {"attempt": NAME, "escaped": true|false, "control": false, "detail": "..."}
+# "control" lines are things that must work (the allowed name); for them "escaped"
+# means "it worked". Targets come from the environment (see test_sandbox_escape.py):
+# ALLOWED_V4 BLOCKED_V4 BLOCKED_V6 DNS_V4 DNS_V6 GATEWAY_V4 HOST_PORT HOST_GIT
+set -u
+T=3
+
+emit() { # emit NAME ESCAPED(true|false) DETAIL [control]
+    jq -cn --arg a "$1" --argjson e "$2" --arg d "$3" --argjson c "${4:-false}" \
+        '{attempt: $a, escaped: $e, control: $c, detail: ($d | .[0:300])}'
+}
+
+# attempt NAME COMMAND...: an escape when COMMAND succeeds.
+attempt() {
+    local name=$1; shift
+    local out
+    # bash -c so that the helper functions below (exported) run under timeout too.
+    if out=$(timeout $((T + 2)) bash -c '"$@"' attempt "$@" 2>&1); then
+        emit "$name" true "succeeded: $(tr '\n' ' ' <<<"$out")"
+    else
+        emit "$name" false "failed as it should: $(tr '\n' ' ' <<<"$out" | tail -c 200)"
+    fi
+}
+
+# resolves NAME DNS_ARGS...: succeeds when dig gets an address for NAME; on failure
+# prints dig's status (NXDOMAIN, or why no server answered).
+resolves() {
+    local name=$1; shift
+    local out ans
+    out=$(dig +tries=1 +time=2 "$@" "$name" A 2>&1)
+    ans=$(awk '/^;; ANSWER SECTION/ {a=1; next} a && NF == 0 {a=0} a && $4 == "A" {print $5}' <<<"$out")
+    if [ -n "$ans" ]; then echo "$ans"; return 0; fi
+    grep -o 'status: [A-Z]*\|communications error.*\|no servers could be reached\|connection refused' <<<"$out" | head -2 >&2
+    return 1
+}
+
+http() { curl -sS --max-time $T -o - "$@"; }
+export -f http resolves
+export T
+
+# --- control: the allowed name works ---------------------------------------------------
+if out=$(http http://allowed.test/ 2>&1) && [[ $out == allowed:80* ]]; then
+    emit allowed-name-works true "$out" true
+else
+    emit allowed-name-works false "$out" true
+fi
+if out=$(http http://x.wild.test/ 2>&1) && [[ $out == allowed:80* ]]; then
+    emit wildcard-name-works true "$out" true
+else
+    emit wildcard-name-works false "$out" true
+fi
+
+# --- names and addresses ---------------------------------------------------------------
+attempt blocked-name http http://blocked.test/
+attempt blocked-name-resolves resolves blocked.test
+attempt unlisted-name-resolves resolves anything.example
+attempt wildcard-parent-resolves resolves wild.test
+attempt blocked-address http "http://$BLOCKED_V4/"
+attempt blocked-address-other-port http "http://$BLOCKED_V4:8080/"
+attempt allowed-host-port-22 bash -c "exec 3<>/dev/tcp/$ALLOWED_V4/22"
+attempt blocked-host-port-22 bash -c "exec 3<>/dev/tcp/$BLOCKED_V4/22"
+attempt dns-server-as-web-server http "http://$DNS_V4/"
+
+# --- DNS around the resolver -----------------------------------------------------------
+attempt dns-udp-upstream-direct resolves blocked.test "@$DNS_V4"
+attempt dns-tcp-upstream-direct resolves blocked.test +tcp "@$DNS_V4"
+attempt dns-udp-other-server resolves blocked.test "@$BLOCKED_V4"
+attempt dns-tcp-other-server resolves blocked.test +tcp "@$BLOCKED_V4"
+attempt dns-docker-embedded-udp resolves blocked.test @127.0.0.11
+attempt dns-docker-embedded-tcp resolves blocked.test +tcp @127.0.0.11
+attempt dns-udp-upstream-v6 resolves blocked.test "@$DNS_V6"
+
+# --- IPv6, ICMP, the Docker host -------------------------------------------------------
+attempt ipv6-literal-blocked http -g "http://[$BLOCKED_V6]/"
+attempt ipv6-literal-dns-server http -g "http://[$DNS_V6]/"
+# A copy of ping without its file capability uses an unprivileged ICMP socket
+# (net.ipv4.ping_group_range), so the firewall, not a missing capability, must stop it.
+cp /usr/bin/ping /tmp/ping-plain
+attempt icmp-blocked /tmp/ping-plain -c 1 -W 2 "$BLOCKED_V4"
+attempt icmp-dns-server /tmp/ping-plain -c 1 -W 2 "$DNS_V4"
+attempt icmp-allowed-host /tmp/ping-plain -c 1 -W 2 "$ALLOWED_V4"
+attempt icmp6-blocked /tmp/ping-plain -6 -c 1 -W 2 "$BLOCKED_V6"
+attempt icmp-with-capable-ping ping -c 1 -W 2 "$BLOCKED_V4"
+attempt host-bridge-listener bash -c "exec 3<>/dev/tcp/$GATEWAY_V4/$HOST_PORT"
+attempt host-bridge-http http "http://$GATEWAY_V4:$HOST_PORT/"
+
+# --- the firewall itself ---------------------------------------------------------------
+attempt iptables-flush iptables -w -F OUTPUT
+attempt iptables-policy-accept iptables -w -P OUTPUT ACCEPT
+attempt ip6tables-flush ip6tables -w -F OUTPUT
+attempt ipset-add-blocked ipset add iterare-allow4 "$BLOCKED_V4"
+attempt ipset-flush ipset flush iterare-allow4
+if [ "$(id -u)" != 0 ]; then
+    attempt resolv-conf-rewrite bash -c 'echo "nameserver $DNS_V4" > /etc/resolv.conf'
+else
+    # root owns the file; what matters is that lookups through it still fail.
+    echo "nameserver $DNS_V4" > /etc/resolv.conf 2>/dev/null
+    attempt lookup-after-resolv-rewrite resolves blocked.test
+fi
+attempt blocked-after-tampering http "http://$BLOCKED_V4/"
+
+# --- privileges ------------------------------------------------------------------------
+attempt sudo sudo -n true
+if [ "$(id -u)" != 0 ]; then  # su from root to root is no escalation
+    attempt su su -c true root </dev/null
+fi
+attempt capabilities bash -c 'grep "^Cap" /proc/self/status | tr "\n\t" "  "; ! grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status || ! grep -q "^CapBnd:[[:space:]]*0*$" /proc/self/status'
+attempt no-new-privs-off bash -c 'grep "^NoNewPrivs" /proc/self/status; ! grep -q "^NoNewPrivs:[[:space:]]*1" /proc/self/status'
+attempt read-entrypoint-environ cat /proc/1/environ
+
+# --- the host repository and the Docker socket -----------------------------------------
+attempt write-host-git-config bash -c "echo '[core]' >> '$HOST_GIT/config'"
+attempt write-host-git-hook bash -c "echo 'touch /tmp/pwned' > '$HOST_GIT/hooks/post-checkout' && chmod +x '$HOST_GIT/hooks/post-checkout'"
+attempt write-host-git-ref bash -c "echo 0000000000000000000000000000000000000000 > '$HOST_GIT/refs/heads/evil'"
+attempt write-any-gitdir-via-mounts bash -c '
+    for m in $(awk "{print \$2}" /proc/mounts); do
+        case $m in /proc*|/sys*|/dev*) continue;; esac
+        for g in $(find "$m" -xdev -maxdepth 3 -name HEAD -path "*git*" 2>/dev/null); do
+            d=$(dirname "$g")
+            echo -n "tried $d; "
+            touch "$d/iterare-escape-probe" 2>/dev/null && { echo "wrote into $d"; exit 0; }
+        done
+    done; exit 1'
+attempt docker-socket bash -c 'for s in /var/run/docker.sock /run/docker.sock $(find / -xdev -name "*.sock" 2>/dev/null); do [ -S "$s" ] && curl -s --max-time 2 --unix-socket "$s" http://localhost/version && exit 0; done; echo "no socket found"; exit 1'
+attempt docker-tcp-on-gateway http "http://$GATEWAY_V4:2375/version"

@@ -1,0 +1,183 @@
+"""The escape suite: isolation invariants 2 and 3 (DESIGN.md), tried from inside.
+
+A local internet (sandbox_net/docker-compose.yml) holds a DNS server and HTTP servers for
+an allowed and a blocked name; a TCP service listens on the Docker host at the network's
+gateway address. ``sandbox_net/escape.sh`` runs every attempt inside a sandbox whose policy
+allows ``allowed.test`` and ``*.wild.test``, twice: as the agent (started by the
+entrypoint), and as root without capabilities (``docker exec -u 0`` then dropping the
+bounding set), which shows that the rules, not only the user, stop the traffic. Root
+*with* the container's capabilities is the host's administrator (``docker exec`` needs
+the Docker socket) and is out of scope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from git_iterare import sandbox
+from git_iterare.sandbox import EgressPolicy, Limits, Mount, SandboxSpec
+from tests.sandbox_fixtures import (  # noqa: F401  (fixtures)
+    NET,
+    NET_DIR,
+    docker_cleanup,
+    docker_compose_command,
+    docker_compose_file,
+    docker_compose_project_name,
+    docker_setup,
+    host_listener,
+    sandbox_image,
+    test_network,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SCRIPT = NET_DIR / "escape.sh"
+CONTROLS = ("allowed-name-works", "wildcard-name-works")
+ATTEMPTS = re.findall(r"^\s*attempt (\S+)", SCRIPT.read_text(), re.MULTILINE)
+ONLY_ROOT = {"lookup-after-resolv-rewrite"}
+ONLY_AGENT = {"su", "resolv-conf-rewrite"}
+POLICY = EgressPolicy.build(["allowed.test", "*.wild.test"], dns=[NET["DNS_V4"]])
+
+
+def _parse(output: str) -> dict[str, dict[str, Any]]:
+    results = {}
+    for line in output.splitlines():
+        if line.startswith("{"):
+            item = json.loads(line)
+            results[item["attempt"]] = item
+    return results
+
+
+def _spec(name: str, image: str, network: str, repo: Path, out: Path, command: list[str],
+          port: int) -> SandboxSpec:
+    return SandboxSpec(
+        image=image, name=name, command=tuple(command), policy=POLICY, out_dir=out,
+        run_id=name, repo_path=str(repo), network=network,
+        env={**NET, "HOST_PORT": str(port), "HOST_GIT": "/run/host-git"},
+        mounts=(Mount(SCRIPT, "/opt/escape/escape.sh", True),
+                Mount(repo / ".git", "/run/host-git", True),
+                Mount(repo.parent / "worktree", "/workspace", False)),
+        limits=Limits(cpus=1.0, memory="512m", pids=256))
+
+
+@pytest.fixture(scope="module")
+def host_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("escape") / "repo"
+    path.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"],
+                 ["worktree", "add", "-q", "-b", "run", "../worktree"]):
+        subprocess.run(["git", *args], cwd=path, check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def escape_runs(sandbox_image: str, test_network: str, host_listener: int,  # noqa: F811
+                host_repo: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> dict[str, Any]:
+    """Run the script as the agent and as capability-less root; results by mode.
+
+    As a run would, the sandbox gets a worktree of the repository read-write at /workspace
+    (its ``.git`` is a file naming a host path) and the main gitdir read-only.
+    """
+    base = tmp_path_factory.mktemp("escape-out")
+    stamp = f"{int(time.time() * 1000) % 10**9}"
+    agent_spec = _spec(f"itr-sandbox-escape-agent-{stamp}", sandbox_image, test_network,
+                       host_repo, base / "agent",
+                       ["bash", "/opt/escape/escape.sh"], host_listener)
+    root_spec = _spec(f"itr-sandbox-escape-root-{stamp}", sandbox_image, test_network,
+                      host_repo, base / "root", ["sleep", "300"], host_listener)
+    ids: list[str] = []
+    try:
+        agent_id = sandbox.launch(agent_spec)
+        ids.append(agent_id)
+        code = sandbox.wait(agent_id, timeout=300)
+        agent_out = b"".join(sandbox.attach(agent_id)).decode()
+        root_id = sandbox.launch(root_spec)
+        ids.append(root_id)
+        for _ in range(100):
+            if (root_spec.out_dir / "status.json").exists():
+                break
+            time.sleep(0.1)
+        drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+                "--", "bash", "/opt/escape/escape.sh"]
+        root = subprocess.run(["docker", "exec", "-u", "0", root_id, *drop],
+                              capture_output=True, text=True, timeout=300, check=False)
+        report = sandbox.read_egress_report(agent_spec.out_dir)
+    finally:
+        for cid in ids:
+            sandbox.remove(cid)
+    runs: dict[str, Any] = {"agent": _parse(agent_out), "root": _parse(root.stdout),
+            "agent_exit": code, "agent_output": agent_out, "root_stderr": root.stderr,
+            "report": report, "git_status": subprocess.run(
+                ["git", "status", "--porcelain", "--ignored"], cwd=host_repo,
+                capture_output=True, text=True, check=True).stdout}
+    tried = [r for mode in ("agent", "root") for r in runs[mode].values() if not r["control"]]
+    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if r["escaped"]]
+    summary = {"attempts": len(tried), "escapes": len(escapes), "escaped": escapes,
+               "results": {mode: runs[mode] for mode in ("agent", "root")}}
+    (base / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\nescape suite: {summary['attempts']} attempts, {summary['escapes']} escapes "
+          f"(details: {base / 'summary.json'})")
+    runs["summary"] = summary
+    return runs
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+@pytest.mark.parametrize("mode", ["agent", "root"])
+def test_allowed_names_work(escape_runs: dict[str, Any], mode: str, name: str) -> None:
+    result = escape_runs[mode].get(name)
+    assert result is not None, escape_runs["agent_output"] + escape_runs["root_stderr"]
+    assert result["escaped"], result["detail"]
+
+
+@pytest.mark.parametrize("name", [a for a in ATTEMPTS if a not in ONLY_ROOT])
+def test_agent_cannot_escape(escape_runs: dict[str, Any], name: str) -> None:
+    result = escape_runs["agent"].get(name)
+    assert result is not None, f"attempt {name} did not run: {escape_runs['agent_output']}"
+    assert not result["escaped"], result["detail"]
+
+
+@pytest.mark.parametrize("name", [a for a in ATTEMPTS if a not in ONLY_AGENT])
+def test_root_without_capabilities_cannot_escape(escape_runs: dict[str, Any], name: str
+                                                 ) -> None:
+    result = escape_runs["root"].get(name)
+    assert result is not None, f"attempt {name} did not run: {escape_runs['root_stderr']}"
+    assert not result["escaped"], result["detail"]
+
+
+def test_escape_count_is_zero(escape_runs: dict[str, Any]) -> None:
+    summary = escape_runs["summary"]
+    expected = len([a for a in ATTEMPTS if a not in ONLY_ROOT]) + len(
+        [a for a in ATTEMPTS if a not in ONLY_AGENT])
+    assert summary["attempts"] == expected
+    assert summary["escapes"] == 0, summary["escaped"]
+
+
+def test_agent_script_exit_and_host_repo_untouched(escape_runs: dict[str, Any]) -> None:
+    assert escape_runs["agent_exit"] == 0
+    assert "iterare-sandbox: firewall up: 2 domains" in escape_runs["agent_output"]
+    assert escape_runs["git_status"] == ""
+
+
+def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) -> None:
+    report = escape_runs["report"]
+    assert report.status["ok"] is True
+    assert {"allowed.test", "x.wild.test"} <= set(report.allowed)
+    assert report.blocked.get("blocked.test", 0) >= 2
+    assert "anything.example" in report.blocked
+    assert "iterare-selfcheck.invalid" not in report.blocked
+    assert not set(report.allowed) & set(report.blocked)
+    assert report.refused_connections.recorded
+    assert report.refused_connections.ipv4 > 0
+    assert report.refused_connections.ipv6 > 0
+    addresses = report.refused_connections.addresses
+    for target in ("BLOCKED_V4", "DNS_V4", "GATEWAY_V4", "BLOCKED_V6"):
+        assert addresses.get(NET[target], 0) > 0, (target, addresses)
+    assert "198.51.100.7" not in addresses  # the self-check's own probe
