@@ -12,7 +12,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "install": ("install", "Create the global configuration directory"),
     "config": ("config", "Show the effective configuration and its origins"),
     "credentials": ("credentials", "Store Claude credentials for runs (0600, never printed)"),
-    "config": ("config", "Show the effective configuration and where each value came from"),
     "image": ("image", "Build the sandbox image or show its status"),
     "completion": ("completion", "Print a shell completion script for bash, zsh or fish"),
     "execute": ("execute", "Run a prompt with an agent in a sandbox"),
