@@ -95,8 +95,8 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
     if info is not None and info.state in LIVE_STATES:
         if not wait:
             return record
-        sandbox.wait(record.container)
-        info = sandbox.inspect(record.container)
+        sandbox.wait(info.id)
+        info = sandbox.inspect(info.id)
     if info is None and record.container is None and _age(record.created) < LAUNCH_GRACE:
         return record  # still being launched by its execute process
     with run_lock(repo, run_id):
