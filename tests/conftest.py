@@ -18,6 +18,9 @@ import pytest
 
 BIN_DIR = Path(sys.executable).parent
 
+#: The sandbox image and the local test internet (session fixtures).
+pytest_plugins = ["tests.sandbox_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

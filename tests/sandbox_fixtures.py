@@ -24,14 +24,16 @@ TEST_IMAGE = os.environ.get("ITERARE_TEST_IMAGE", "git-iterare:latest")
 BASE_IMAGE = os.environ.get("ITERARE_TEST_BASE_IMAGE", "iterare-base:bookworm")
 CA_BUNDLE = os.environ.get("ITERARE_TEST_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 
-#: Addresses fixed in sandbox_net/docker-compose.yml.
+#: Addresses fixed in sandbox_net/docker-compose.yml (prefixes from ITR_TESTNET_V4/_V6).
+_V4 = os.environ.get("ITR_TESTNET_V4", "10.231.7")
+_V6 = os.environ.get("ITR_TESTNET_V6", "fd31:7")
 NET = {
-    "GATEWAY_V4": "10.231.7.1",
-    "DNS_V4": "10.231.7.10",
-    "DNS_V6": "fd31:7::10",
-    "ALLOWED_V4": "10.231.7.20",
-    "BLOCKED_V4": "10.231.7.21",
-    "BLOCKED_V6": "fd31:7::21",
+    "GATEWAY_V4": f"{_V4}.1",
+    "DNS_V4": f"{_V4}.10",
+    "DNS_V6": f"{_V6}::10",
+    "ALLOWED_V4": f"{_V4}.20",
+    "BLOCKED_V4": f"{_V4}.21",
+    "BLOCKED_V6": f"{_V6}::21",
 }
 
 

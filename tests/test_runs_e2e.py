@@ -1,0 +1,302 @@
+"""The main job end to end, for real: execute, log, show, diff, merge, cleanup, stop, in the
+real sandbox image on the escape suite's local internet, with the shell agent and with the
+real Claude Code talking to a local fake of the Anthropic Messages API; and the faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import git, iterare
+from tests.fakeapi.server import FakeAnthropic
+from tests.sandbox_fixtures import NET
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def project(repo: Path, sandbox_image: str, test_network: str) -> Iterator[Path]:
+    """A repository whose runs use the test image and the local internet's resolver."""
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "config.toml").write_text(
+        f'[docker]\nimage = "{sandbox_image}"\nnetwork = "{test_network}"\n'
+        f'dns = ["{NET["DNS_V4"]}"]\ncpus = 1\nmemory = "1g"\n[run]\nagent = "shell"\n')
+    (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
+    git("add", ".iterare", cwd=repo)
+    git("commit", "-qm", "iterare config", cwd=repo)
+    yield repo
+    # Whatever a test left running goes, and so do its worktrees' containers.
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={repo}"],
+                         capture_output=True, text=True, check=False).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+def prompt(repo: Path, name: str, body: str, front: str = "agent: shell\n") -> None:
+    (repo / ".iterare" / "prompts" / f"{name}.md").write_text(f"---\n{front}---\n{body}")
+
+
+def run_id(output: str) -> str:
+    first = output.splitlines()[0]
+    assert first.startswith("started run "), output
+    return first.split()[2]
+
+
+def record(repo: Path, rid: str) -> dict:
+    """The run's stored record (run.json of its record ref, see gititerare-records(5))."""
+    data: dict = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
+    return data
+
+
+def branch_files(repo: Path, rid: str) -> list[str]:
+    return git("ls-tree", "-r", "--name-only", f"iterare/{rid}", cwd=repo).stdout.split()
+
+
+def wait_status(repo: Path, rid: str, statuses: set[str], timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        iterare("list", cwd=repo)  # finishes runs whose sandbox ended
+        current = record(repo, rid)
+        if current["status"] in statuses or time.monotonic() > deadline:
+            return current
+        time.sleep(0.5)
+
+
+SHELL_TASK = """\
+echo "hello from $(id -un) $(id -u)" > hello.txt
+git add hello.txt
+git commit -qm "Add hello"
+echo "left for the autocommit" > more.txt
+git status --short
+echo finished
+"""
+
+
+def test_shell_agent_full_flow(project: Path) -> None:
+    prompt(project, "hello", SHELL_TASK)
+    started = iterare("execute", "hello", "--follow", cwd=project)
+    assert started.returncode == 0, started.stdout + started.stderr
+    rid = run_id(started.stdout)
+    assert "?? more.txt\nfinished\n" in started.stdout
+    assert started.stderr.splitlines()[-1] == f"run {rid} succeeded"
+
+    log = git("log", "--format=%s%n%b%n--", f"main..iterare/{rid}", cwd=project).stdout
+    assert log.split("--\n")[0] == (
+        f"iterare: work left uncommitted by run {rid}\nIterare-Run: {rid}\n"
+        "Iterare-Agent: shell\nIterare-Prompt: hello\n\n")
+    assert log.split("--\n")[1] == "Add hello\n\n"
+    assert git("show", f"iterare/{rid}:hello.txt", cwd=project).stdout == (
+        "hello from agent 1000\n" if os.geteuid() == 0 else
+        f"hello from agent {os.geteuid()}\n")
+    # The run's worktree never shows in the user's status (only the new prompt does).
+    assert git("status", "--porcelain", cwd=project).stdout == "?? .iterare/prompts/\n"
+    notes = git("log", "--notes=iterare", "--format=%N", "-1", f"iterare/{rid}",
+                cwd=project).stdout
+    assert json.loads(notes.strip()) == {"run": rid, "prompt": "hello", "agent": "shell",
+                                         "status": "succeeded"}
+    rec = record(project, rid)
+    assert (rec["status"], rec["exit_code"]) == ("succeeded", 0)
+
+    shown = iterare("log", rid, cwd=project)
+    assert shown.returncode == 0
+    assert shown.stdout.endswith("?? more.txt\nfinished\ndone\n")
+    raw = iterare("log", rid, "--raw", cwd=project)
+    assert raw.stdout.splitlines()[-2:] == ["?? more.txt", "finished"]
+    diff = iterare("diff", rid, "--stat", cwd=project)
+    assert diff.stdout.splitlines()[-1] == " 2 files changed, 2 insertions(+)"
+
+    merged = iterare("merge", rid, cwd=project)
+    assert merged.returncode == 0, merged.stderr
+    assert (project / "more.txt").read_text() == "left for the autocommit\n"
+    assert record(project, rid)["status"] == "merged"
+    cleaned = iterare("cleanup", "-y", rid, cwd=project)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not (project / ".iterare" / "worktrees" / rid).exists()
+    assert git("branch", "--list", f"iterare/{rid}", cwd=project).stdout == ""
+    assert record(project, rid)["status"] == "cleaned"
+    git("gc", "-q", "--prune=now", cwd=project)
+    shown = iterare("show", rid, cwd=project)
+    assert "hello.txt | 1 +" in shown.stdout
+
+
+CLAUDE_TURNS: list[list[dict[str, Any]]] = [
+    [{"type": "text", "text": "I will add the notes file."},
+     {"type": "tool_use", "name": "Bash",
+      "input": {"command": "echo 'made by claude' > notes.txt && git add notes.txt && "
+                           "git commit -qm 'Add notes' && git log --oneline -1"}}],
+    [{"type": "tool_use", "name": "Write",
+      "input": {"file_path": "/workspace/second.txt", "content": "second file\n"}}],
+    [{"type": "text", "text": "Added notes.txt and second.txt."}],
+]
+
+
+def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    with FakeAnthropic(CLAUDE_TURNS, requests, host=NET["GATEWAY_V4"]) as api:
+        port = api.url.rsplit(":", 1)[1]
+        with (project / ".iterare" / "config.toml").open("a") as config:
+            config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n')
+        git("commit", "-qam", "gateway", cwd=project)
+        prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", "-v", "1", cwd=project, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+    rid = run_id(started.stdout)
+    assert "I will add the notes file." in started.stdout
+    assert "Added notes.txt and second.txt." in started.stdout
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+    assert git("show", f"iterare/{rid}:second.txt", cwd=project).stdout == "second file\n"
+    subjects = git("log", "--format=%s", f"main..iterare/{rid}", cwd=project).stdout
+    assert subjects.splitlines() == [f"iterare: work left uncommitted by run {rid}",
+                                     "Add notes"]
+    rec = record(project, rid)
+    assert rec["status"] == "succeeded"
+    assert rec["turns"] == 3
+    assert rec["cost_usd"] > 0
+    assert "sk-ant-api03-test-key-not-real" not in iterare("log", rid, "--raw",
+                                                           cwd=project).stdout
+    rendered = iterare("log", rid, cwd=project).stdout
+    assert rendered.splitlines()[-1].startswith("done: ")
+    assert "3 turns" in rendered.splitlines()[-1]
+    assert iterare("merge", rid, cwd=project).returncode == 0
+    assert (project / "notes.txt").read_text() == "made by claude\n"
+    assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
+
+
+def test_agent_crash_keeps_work_and_fails(project: Path) -> None:
+    prompt(project, "crash", "echo partial > partial.txt\nexit 3\n")
+    started = iterare("execute", "crash", "-f", cwd=project)
+    assert started.returncode == 1
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert (rec["status"], rec["exit_code"]) == ("failed", 3)
+    assert "partial.txt" in branch_files(project, rid)
+
+
+def test_timeout_kills_and_keeps_work(project: Path) -> None:
+    prompt(project, "slow", "echo before > before.txt\nsleep 120\n")
+    started = iterare("execute", "slow", "-f", "--timeout", "3", cwd=project)
+    assert started.returncode == 1
+    rid = run_id(started.stdout)
+    assert record(project, rid)["status"] == "timed-out"
+    assert "before.txt" in branch_files(project, rid)
+
+
+def test_stop_keeps_work(project: Path) -> None:
+    prompt(project, "long", "echo started > started.txt\nsleep 300\n")
+    started = iterare("execute", "long", cwd=project)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    time.sleep(3)
+    stopped = iterare("stop", rid, "--grace", "1", cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert record(project, rid)["status"] == "stopped"
+    assert "started.txt" in branch_files(project, rid)
+
+
+def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
+    prompt(project, "pause", "sleep 4\necho later > later.txt\n")
+    # git-iterare itself (git would die of the SIGINT too, as the shell's 130 shows).
+    follower = subprocess.Popen(["git-iterare", "execute", "pause", "-f"], cwd=project,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    assert follower.stdout is not None
+    rid = run_id(follower.stdout.readline())
+    time.sleep(1)
+    os.killpg(follower.pid, signal.SIGINT)
+    _, err = follower.communicate(timeout=30)
+    assert follower.returncode == 130
+    assert f"stopped following; run {rid} goes on" in err
+    done = wait_status(project, rid, {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded"
+    assert "later.txt" in branch_files(project, rid)
+
+
+def test_container_removed_behind_our_back_is_lost_with_work_kept(project: Path) -> None:
+    prompt(project, "victim", "echo early > early.txt\nsleep 300\n")
+    rid = run_id(iterare("execute", "victim", cwd=project).stdout)
+    time.sleep(2)
+    subprocess.run(["docker", "rm", "-f", f"iterare-{rid}"], check=True, capture_output=True)
+    listed = iterare("list", cwd=project)
+    assert listed.returncode == 0
+    rec = record(project, rid)
+    assert rec["status"] == "lost"
+    assert "early.txt" in branch_files(project, rid)
+
+
+def test_docker_down_is_one_line_and_creates_nothing(project: Path) -> None:
+    prompt(project, "nodocker", "echo hi\n")
+    result = iterare("execute", "nodocker", cwd=project,
+                     env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: cannot reach the Docker engine")
+    assert git("for-each-ref", "refs/iterare", "refs/heads/iterare", cwd=project).stdout == ""
+    assert not (project / ".iterare" / "worktrees").exists()
+
+
+def test_two_executes_of_one_prompt_at_once(project: Path) -> None:
+    prompt(project, "twin", "echo $RANDOM > twin.txt\ngit add twin.txt\ngit commit -qm twin\n")
+    procs = [subprocess.Popen(["git", "iterare", "execute", "twin", "-f"], cwd=project,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    rids = {run_id(out) for out, _ in outs}
+    assert len(rids) == 2
+    for rid in rids:
+        assert record(project, rid)["status"] == "succeeded"
+        assert "twin.txt" in branch_files(project, rid)
+
+
+def test_merge_conflict_leaves_the_tree_as_it_was(project: Path) -> None:
+    prompt(project, "clash", "echo agent > README.md\n")
+    rid = run_id(iterare("execute", "clash", "-f", cwd=project).stdout)
+    (project / "README.md").write_text("user\n")
+    git("commit", "-qam", "user change", cwd=project)
+    (project / "untracked.txt").write_text("mine\n")
+    before = [git(*args, cwd=project).stdout for args in
+              (["status", "--porcelain", "--untracked-files=all"], ["ls-files", "-s"],
+               ["rev-parse", "HEAD"])]
+    result = iterare("merge", rid, cwd=project)
+    assert result.returncode == 1
+    assert "README.md" in result.stderr
+    after = [git(*args, cwd=project).stdout for args in
+             (["status", "--porcelain", "--untracked-files=all"], ["ls-files", "-s"],
+              ["rev-parse", "HEAD"])]
+    assert after == before
+    assert (project / "README.md").read_text() == "user\n"
+
+
+def test_merge_names_host_executable_files_and_refuses_without_yes(project: Path) -> None:
+    prompt(project, "hooky", "mkdir -p .githooks\necho 'echo pwned' > .githooks/pre-commit\n"
+                             "chmod +x .githooks/pre-commit\n")
+    rid = run_id(iterare("execute", "hooky", "-f", cwd=project).stdout)
+    refused = iterare("merge", rid, cwd=project)
+    assert refused.returncode == 1
+    assert ".githooks/pre-commit: git hooks directory" in refused.stderr
+    assert not (project / ".githooks").exists()
+    accepted = iterare("merge", rid, "--yes", cwd=project)
+    assert accepted.returncode == 0, accepted.stderr
+    assert (project / ".githooks" / "pre-commit").exists()
+
+
+def test_env_passthrough_and_unset_env(project: Path) -> None:
+    prompt(project, "envy", 'echo "token=${MY_TOKEN:-unset}" > env.txt\n')
+    missing = iterare("execute", "envy", "--env", "MY_TOKEN", cwd=project)
+    assert (missing.returncode, missing.stderr) == (
+        2, "error: --env MY_TOKEN: not set in your environment (export MY_TOKEN=... or drop "
+           "--env MY_TOKEN)\n")
+    ok = iterare("execute", "envy", "--env", "MY_TOKEN", "-f", cwd=project,
+                 env={"MY_TOKEN": "value-123"})
+    assert ok.returncode == 0, ok.stderr
+    rid = run_id(ok.stdout)
+    assert git("show", f"iterare/{rid}:env.txt", cwd=project).stdout == "token=value-123\n"
