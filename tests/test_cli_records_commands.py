@@ -36,7 +36,9 @@ def test_records_page_exists() -> None:
 
 
 def test_list_imports_neither_docker_nor_dulwich_when_warm(repo: Path) -> None:
-    make_run(repo)
+    # A finished run: an active one makes list ask the engine whether it ended (see
+    # test_runs_e2e.py for that path).
+    make_run(repo, status="succeeded")
     probe = ("import sys\nfrom git_iterare.cli.main import run\n"
              "code = run(['git-iterare', 'list'])\n"
              "print(code, 'docker' in sys.modules, 'dulwich' in sys.modules)")
