@@ -12,6 +12,17 @@ import time
 from collections.abc import Callable, Sequence
 
 
+def precompile() -> None:
+    """Byte-compile git_iterare as ``pip install`` does, so a PYTHONDONTWRITEBYTECODE
+    environment does not make every ``git iterare`` compile it from source."""
+    import compileall
+    import os
+
+    import git_iterare
+
+    compileall.compile_dir(os.path.dirname(git_iterare.__file__), quiet=1)
+
+
 def time_command(argv: Sequence[str], repeat: int, cwd: str | None = None) -> list[float]:
     """Run ``argv`` ``repeat`` times; return the wall time of each run, in seconds.
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import report, time_command
+from benchmarks.common import precompile, report, time_command
 
 PROMPT = "---\nagent: shell\n---\ndate +AGENT-START=%s.%N\n"
 
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--burst", type=int, default=10)
     args = parser.parse_args()
+    precompile()
     repo = make_repo(args.image)
     time_to_agent(repo)  # warm caches (first list cache, page cache)
     subject: list[float] = []

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import precompile
 from git_iterare.runs.store import RunStore
 
 REPEAT = 15
@@ -73,13 +74,7 @@ def bench(n: int) -> None:
 
 def main(argv: list[str]) -> None:
     """Run :func:`bench` for each N in ``argv`` (default 1000 and 10000)."""
-    # Byte-compile git_iterare as `pip install` does, so a PYTHONDONTWRITEBYTECODE
-    # environment does not make every `git iterare` recompile it from source.
-    import compileall
-
-    import git_iterare
-
-    compileall.compile_dir(os.path.dirname(git_iterare.__file__), quiet=1)
+    precompile()
     for n in [int(a) for a in argv] or [1000, 10000]:
         bench(n)
 

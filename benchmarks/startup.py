@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from benchmarks.common import report, time_command
+from benchmarks.common import precompile, report, time_command
 
 
 def main(repeat: int = 30) -> float:
@@ -19,6 +19,7 @@ def main(repeat: int = 30) -> float:
     exe = shutil.which("git-iterare")
     if exe is None:
         raise SystemExit("git-iterare is not on PATH; pip install the package first")
+    precompile()
     subject: list[float] = []
     baseline: list[float] = []
     for _ in range(repeat):

@@ -249,7 +249,7 @@ def test_two_executes_of_one_prompt_at_once(project: Path) -> None:
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     rids = {run_id(out) for out, _ in outs}
     assert len(rids) == 2
     for rid in rids:

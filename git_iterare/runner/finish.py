@@ -125,7 +125,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     head = None
     changes = None
     commits: tuple[str, ...] = ()
-    if record.worktree and record.base_commit:
+    if record.base_commit and has_worktree(repo, record):
         try:
             ws = open_run(repo, record.id, record.base_commit)
             work = finish_run(
@@ -158,6 +158,13 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
     return record
+
+
+def has_worktree(repo: Repo, record: Any) -> bool:
+    """Whether the run got a worktree (also when it failed before the record said so)."""
+    from git_iterare.workspace import worktree_path
+
+    return bool(record.worktree) or worktree_path(repo, record.id).exists()
 
 
 def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:

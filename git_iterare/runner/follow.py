@@ -67,7 +67,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
                         events)
                 record = finish(repo, run_id, wait=True)
             else:
-                _render(sandbox.logs(record.container).decode("utf-8", "replace").splitlines(),
+                _render(sandbox.logs(info.id).decode("utf-8", "replace").splitlines(),
                         agent, verbosity, raw, emit, events)
                 return record
         else:

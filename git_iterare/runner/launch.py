@@ -58,6 +58,20 @@ class ExecuteRequest:
     command: tuple[str, ...] = ()
 
 
+def _warm_up_docker() -> None:
+    """Import the docker SDK in a background thread.
+
+    Importing it (and requests) is the largest part of ``execute``'s start-up; meanwhile
+    this thread reads the prompt, config and records, which mostly wait on git. The main
+    thread's own import later simply waits for this one to finish.
+    """
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("docker",), daemon=True,
+                     name="import-docker").start()
+
+
 def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str, str]:
     """Values of the host variables named by ``--env`` (and frontmatter ``env``).
 
@@ -146,6 +160,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.workspace import resolve_commit
 
     env = os.environ if env is None else env
+    _warm_up_docker()
     if request.prompt is None:
         prompt = Prompt(name="interactive", path=Path(""), body="")
     else:
@@ -210,13 +225,12 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
             extra_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
             request: ExecuteRequest) -> Any:
     from git_iterare import proc, sandbox
-    from git_iterare.runs.status import RUNNING, STARTING
+    from git_iterare.runs.status import RUNNING
     from git_iterare.workspace import prepare_run
 
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
     ws = prepare_run(repo, record.id, record.base_commit)
-    store.update(record.id, lambda r: r.replace(worktree=str(ws.worktree)), "worktree")
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)
     prompt_file = state / "prompt.md"
@@ -253,9 +267,9 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         stdin=request.tty,
         ca_bundle=ca_bundle,
     )
-    store.transition(record.id, STARTING)
     container = sandbox.launch(spec)
-    return store.transition(record.id, RUNNING, container=container)
+    return store.transition(record.id, RUNNING, container=container,
+                            worktree=str(ws.worktree))
 
 
 def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:

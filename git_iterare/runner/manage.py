@@ -180,7 +180,9 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
                                   hint=f"stop it first (git iterare stop {record.id}) or "
                                        f"use --force")
         record = stop(repo, record.id)
-    if record.base_commit and record.worktree:
+    from git_iterare.runner.finish import has_worktree
+
+    if record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
