@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -46,3 +47,28 @@ def test_unchanged_leaves_ref(repo: Path) -> None:
 
     before = store.snapshot(rec.id).commit
     assert cas_update(store.repo, f"refs/iterare/runs/{rec.id}".encode(), build, "x") == before
+
+
+def test_add_object_waits_for_another_writer_of_the_same_object(repo: Path) -> None:
+    from dulwich.objects import Blob
+    from dulwich.repo import Repo as DulwichRepo
+
+    from git_iterare.runs.cas import add_object
+
+    blob = Blob.from_string(b"same prompt text\n")
+    hexid = blob.id.decode()
+    path = repo / ".git" / "objects" / hexid[:2] / hexid[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = Path(f"{path}.lock")
+    lock.write_bytes(b"")  # another process is writing this very object
+    with DulwichRepo(str(repo)) as dul:
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (add_object(dul, blob), done.set()))
+        thread.start()
+        assert not done.wait(0.2)  # it waits rather than failing
+        lock.unlink()
+        thread.join(5)
+        assert done.is_set()
+        assert blob.id in dul.object_store
+    assert subprocess.run(["git", "cat-file", "-p", hexid], cwd=repo, capture_output=True,
+                          text=True, check=True).stdout == "same prompt text\n"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from dulwich.file import FileLocked
-from dulwich.objects import ZERO_SHA
+from dulwich.objects import ZERO_SHA, ShaFile
 from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import OperationFailed
@@ -45,6 +45,31 @@ def refname(value: str | bytes) -> Ref:
 
 class Unchanged(Exception):
     """Raised by a builder to say the ref should stay as it is."""
+
+
+def add_object(repo: DulwichRepo, obj: ShaFile) -> None:
+    """Store ``obj`` as a loose object, tolerating another process writing the same one.
+
+    dulwich writes a loose object through ``<object>.lock``; two runs of one prompt create
+    identical blobs at the same moment, and the second writer then gets FileLocked. The
+    object is the same whoever writes it, so wait for the other writer instead.
+
+    Raises:
+        OperationFailed: the lock stayed for :data:`CAS_TIMEOUT` seconds.
+    """
+    deadline = time.monotonic() + CAS_TIMEOUT
+    while True:
+        try:
+            repo.object_store.add_object(obj)
+            return
+        except FileLocked:
+            if obj.id in repo.object_store:
+                return
+            if time.monotonic() > deadline:
+                raise OperationFailed(f"could not write object {obj.id.decode()}: it stayed "
+                                      "locked", hint="remove a stale .lock file under "
+                                      "objects/") from None
+            time.sleep(0.005)
 
 
 def read_ref(repo: DulwichRepo, ref: bytes) -> bytes | None:

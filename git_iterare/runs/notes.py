@@ -20,7 +20,7 @@ from dulwich.objects import Commit, Tree
 from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import UserError
-from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update, oid
+from git_iterare.runs.cas import IDENTITY, Unchanged, add_object, cas_update, oid
 from git_iterare.runs.ids import NOTES_REF
 
 #: Keys of a note line, in the order they are written.
@@ -59,7 +59,7 @@ def _run_of(line: str) -> str | None:
 def _notes_tree(repo: DulwichRepo, commit_id: bytes | None) -> tuple[NotesTree, Tree]:
     if commit_id is None:
         tree = Tree()
-        repo.object_store.add_object(tree)
+        add_object(repo, tree)
     else:
         commit = repo[commit_id]
         assert isinstance(commit, Commit)
@@ -91,7 +91,7 @@ def write_notes_commit(repo: DulwichRepo, tree_id: bytes, parents: list[bytes], 
     commit.author_time = commit.commit_time = int(time.time())
     commit.author_timezone = commit.commit_timezone = 0
     commit.message = message.encode() + b"\n"
-    repo.object_store.add_object(commit)
+    add_object(repo, commit)
     return commit.id
 
 

@@ -25,7 +25,7 @@ from dulwich.repo import Repo as DulwichRepo
 
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs import ids
-from git_iterare.runs.cas import IDENTITY, Unchanged, cas_update, oid, read_ref
+from git_iterare.runs.cas import IDENTITY, Unchanged, add_object, cas_update, oid, read_ref
 from git_iterare.runs.record import (
     ACTIVE,
     CLEANED,
@@ -118,13 +118,13 @@ def write_record_commit(
     """
     store = repo.object_store
     run_json = Blob.from_string(record.to_json())
-    store.add_object(run_json)
+    add_object(repo, run_json)
     tree = Tree()
     for name, sha in files.items():
         if name != RUN_JSON:
             tree.add(name, _FILE_MODE, oid(sha))
     tree.add(RUN_JSON, _FILE_MODE, run_json.id)
-    store.add_object(tree)
+    add_object(repo, tree)
     parent_list = [oid(p) for p in dict.fromkeys(parents)]
     head = oid(record.head.encode()) if record.head else None
     if head is not None and head not in parent_list and head in store:
@@ -137,14 +137,14 @@ def write_record_commit(
     commit.author_timezone = commit.commit_timezone = 0
     commit.encoding = b"UTF-8"
     commit.message = f"iterare: {record.id} {record.status}\n\n{message}\n".encode()
-    store.add_object(commit)
+    add_object(repo, commit)
     return commit.id
 
 
 def add_blob(repo: DulwichRepo, data: bytes) -> bytes:
     """Store ``data`` as a blob and return its id."""
     blob = Blob.from_string(data)
-    repo.object_store.add_object(blob)
+    add_object(repo, blob)
     return blob.id
 
 
