@@ -63,7 +63,12 @@ def test_add_object_waits_for_another_writer_of_the_same_object(repo: Path) -> N
     lock.write_bytes(b"")  # another process is writing this very object
     with DulwichRepo(str(repo)) as dul:
         done = threading.Event()
-        thread = threading.Thread(target=lambda: (add_object(dul, blob), done.set()))
+
+        def write() -> None:
+            add_object(dul, blob)
+            done.set()
+
+        thread = threading.Thread(target=write)
         thread.start()
         assert not done.wait(0.2)  # it waits rather than failing
         lock.unlink()
