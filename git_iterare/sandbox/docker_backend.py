@@ -8,6 +8,8 @@ survives until the caller has read it.
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import os
 import shutil
 import tempfile
@@ -64,6 +66,40 @@ def prepare_state(spec: SandboxSpec) -> Path:
     return state
 
 
+def host_dns_servers(resolv_conf: Path = Path("/etc/resolv.conf"),
+                     resolved_conf: Path = Path("/run/systemd/resolve/resolv.conf")
+                     ) -> tuple[str, ...]:
+    """The host's DNS servers, as Docker picks them for its default bridge.
+
+    Loopback servers are left out (they are not reachable from a container); when only
+    systemd-resolved's stub (127.0.0.53) is listed, its upstream file is read instead.
+
+    Returns:
+        Addresses in file order; empty when none is found.
+    """
+    def servers(path: Path) -> list[str]:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return []
+        found = []
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver":
+                try:
+                    found.append(ipaddress.ip_address(parts[1].split("%")[0]))
+                except ValueError:
+                    continue
+        return [str(a) for a in found]
+
+    listed = servers(resolv_conf)
+    usable = [a for a in listed if not ipaddress.ip_address(a).is_loopback]
+    if not usable and "127.0.0.53" in listed:
+        usable = [a for a in servers(resolved_conf)
+                  if not ipaddress.ip_address(a).is_loopback]
+    return tuple(dict.fromkeys(usable))
+
+
 def _info(container: Any) -> ContainerInfo:
     state = container.attrs.get("State", {})
     status = state.get("Status", "unknown")
@@ -91,6 +127,11 @@ class DockerBackend:
         from docker.types import Mount as DockerMount
 
         spec.out_dir.mkdir(parents=True, exist_ok=True)
+        if not spec.policy.dns:
+            # Docker's embedded DNS (user-defined networks) must not be the upstream: give
+            # the resolver the servers Docker itself would use.
+            spec = dataclasses.replace(spec, policy=dataclasses.replace(
+                spec.policy, dns=host_dns_servers()))
         state = prepare_state(spec)
         mounts = [
             DockerMount(POLICY_PATH, str(state / "policy.json"), type="bind", read_only=True),
