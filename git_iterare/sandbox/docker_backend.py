@@ -71,6 +71,9 @@ def host_dns_servers(resolv_conf: Path = Path("/etc/resolv.conf"),
                      ) -> tuple[str, ...]:
     """The host's DNS servers, as Docker picks them for its default bridge.
 
+    Read on the machine git-iterare runs on, which is the engine's host for a local engine
+    (the usual case); with a remote ``DOCKER_HOST``, set ``[docker] dns``.
+
     Loopback servers are left out (they are not reachable from a container); when only
     systemd-resolved's stub (127.0.0.53) is listed, its upstream file is read instead.
 
