@@ -24,14 +24,35 @@ TEST_IMAGE = os.environ.get("ITERARE_TEST_IMAGE", "git-iterare:latest")
 BASE_IMAGE = os.environ.get("ITERARE_TEST_BASE_IMAGE", "iterare-base:bookworm")
 CA_BUNDLE = os.environ.get("ITERARE_TEST_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 
-#: Addresses fixed in sandbox_net/docker-compose.yml.
+
+
+def _free_subnet() -> int:
+    """N such that 10.231.N.0/24 is used by no Docker network (concurrent sessions)."""
+    ids = subprocess.run(["docker", "network", "ls", "-q"], capture_output=True, text=True,
+                         check=False).stdout.split()
+    used = subprocess.run(["docker", "network", "inspect", "--format",
+                           "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *ids],
+                          capture_output=True, text=True, check=False).stdout.split()
+    start = os.getpid() % 200
+    for n in (*range(start + 7, 250), *range(7, start + 7)):
+        if f"10.231.{n}.0/24" not in used:
+            return n
+    raise RuntimeError("no free 10.231.N.0/24 subnet for the test network")
+
+
+#: The test network's third octet (and IPv6 group): sandbox_net/docker-compose.yml reads
+#: it as ITR_TESTNET.
+SUBNET = int(os.environ.get("ITR_TESTNET") or _free_subnet())
+os.environ["ITR_TESTNET"] = str(SUBNET)
+
+#: Addresses given in sandbox_net/docker-compose.yml.
 NET = {
-    "GATEWAY_V4": "10.231.7.1",
-    "DNS_V4": "10.231.7.10",
-    "DNS_V6": "fd31:7::10",
-    "ALLOWED_V4": "10.231.7.20",
-    "BLOCKED_V4": "10.231.7.21",
-    "BLOCKED_V6": "fd31:7::21",
+    "GATEWAY_V4": f"10.231.{SUBNET}.1",
+    "DNS_V4": f"10.231.{SUBNET}.10",
+    "DNS_V6": f"fd31:{SUBNET}::10",
+    "ALLOWED_V4": f"10.231.{SUBNET}.20",
+    "BLOCKED_V4": f"10.231.{SUBNET}.21",
+    "BLOCKED_V6": f"fd31:{SUBNET}::21",
 }
 
 

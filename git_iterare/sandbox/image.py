@@ -201,8 +201,9 @@ def ensure_image(config: Any, repo: Any = None,
     """The image a run uses, building what is missing or stale.
 
     Builds ``docker.image`` when it does not exist (base ``docker.base_image``, CA
-    ``docker.ca_bundle``, Claude Code ``docker.claude_version``); then, when the repository has ``.iterare/Dockerfile``, builds it
-    on top unless an image with the same content hash exists.
+    ``docker.ca_bundle``, Claude Code ``docker.claude_version``); then, when the
+    repository has ``.iterare/Dockerfile``, builds it on top unless an image with the same
+    content hash exists.
 
     Args:
         config: a :class:`git_iterare.config.Config`.
