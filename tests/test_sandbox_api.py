@@ -62,9 +62,14 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     status = json.loads((spec.out_dir / "status.json").read_text())
     assert status["ok"] is True and status["exit_code"] == 0
-    assert [(c["name"], c["passed"]) for c in status["checks"]] == [
-        ("unlisted-address-refused", True), ("unlisted-name-nxdomain", True),
-        ("embedded-dns-closed", True)]
+    assert status["checks"] == [
+        {"name": "unlisted-address-refused", "passed": True,
+         "detail": "198.51.100.7:443: Connection refused"},
+        {"name": "unlisted-name-unresolved", "passed": True,
+         "detail": "iterare-selfcheck.invalid: not found"},
+        {"name": "embedded-dns-closed", "passed": True,
+         "detail": "no embedded DNS server (default bridge network)"}]
+    assert list(status["timings_ms"]) == ["policy", "resolver", "firewall", "self_check"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
     assert not state.exists()

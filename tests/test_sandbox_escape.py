@@ -169,6 +169,8 @@ def test_agent_script_exit_and_host_repo_untouched(escape_runs: dict[str, Any]) 
 def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) -> None:
     report = escape_runs["report"]
     assert report.status["ok"] is True
+    assert {"name": "embedded-dns-closed", "passed": True,
+            "detail": "127.0.0.11 unreachable"} in report.status["checks"]
     assert {"allowed.test", "x.wild.test"} <= set(report.allowed)
     assert report.blocked.get("blocked.test", 0) >= 2
     assert "anything.example" in report.blocked

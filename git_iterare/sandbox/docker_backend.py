@@ -200,9 +200,8 @@ class DockerBackend:
         import requests.exceptions
 
         with docker_errors(f"wait for the sandbox {container_id[:12]}"):
-            container = client().containers.get(container_id)
             try:
-                result = container.wait(timeout=timeout)
+                result = client().api.wait(container_id, timeout=timeout)
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 return None
         return int(result.get("StatusCode", -1))
