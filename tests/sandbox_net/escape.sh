@@ -58,6 +58,8 @@ attempt blocked-name http http://blocked.test/
 attempt blocked-name-resolves resolves blocked.test
 attempt unlisted-name-resolves resolves anything.example
 attempt wildcard-parent-resolves resolves wild.test
+attempt subdomain-of-exact-name-resolves resolves sub.allowed.test
+attempt subdomain-of-exact-name-http http http://sub.allowed.test/
 attempt blocked-address http "http://$BLOCKED_V4/"
 attempt blocked-address-other-port http "http://$BLOCKED_V4:8080/"
 attempt allowed-host-port-22 bash -c "exec 3<>/dev/tcp/$ALLOWED_V4/22"
