@@ -52,6 +52,7 @@ NET = {
     "DNS_V6": f"fd31:{SUBNET}::10",
     "ALLOWED_V4": f"10.231.{SUBNET}.20",
     "BLOCKED_V4": f"10.231.{SUBNET}.21",
+    "CDN_V4": f"10.231.{SUBNET}.22",
     "BLOCKED_V6": f"fd31:{SUBNET}::21",
 }
 
@@ -108,7 +109,7 @@ def test_network(docker_services, docker_compose_project_name: str) -> str:
     """Name of the escape suite's network, with its DNS and HTTP servers up."""
     docker_services.wait_until_responsive(
         timeout=60, pause=0.5,
-        check=lambda: _tcp_open(NET["ALLOWED_V4"], 80) and _tcp_open(NET["BLOCKED_V4"], 80))
+        check=lambda: all(_tcp_open(NET[k], 80) for k in ("ALLOWED_V4", "BLOCKED_V4", "CDN_V4")))
     return f"{docker_compose_project_name}_internet"
 
 
