@@ -156,6 +156,15 @@ def test_missing_image_is_a_user_error(tmp_path: Path) -> None:
     assert "git iterare image build" in info.value.render()
 
 
+def test_missing_network_leaves_nothing_behind(make_spec) -> None:
+    spec = make_spec("true", network="itr-sandbox-no-such-network")
+    with pytest.raises(OperationFailed) as info:
+        sandbox.launch(spec)
+    assert info.value.render() == (f"cannot start the sandbox {spec.name}: "
+                                   "network itr-sandbox-no-such-network not found")
+    assert sandbox.inspect(spec.name) is None
+
+
 def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
              ) -> subprocess.CompletedProcess:
     (tmp_path / "policy.json").write_text(policy or POLICY.to_json())

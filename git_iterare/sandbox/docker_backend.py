@@ -171,8 +171,13 @@ class DockerBackend:
         except BaseException:
             shutil.rmtree(state, ignore_errors=True)
             raise
-        with docker_errors(f"start the sandbox {spec.name}"):
-            container.start()
+        try:
+            with docker_errors(f"start the sandbox {spec.name}"):
+                container.start()
+        except BaseException:
+            # Nobody learns the id of a sandbox that did not start: leave nothing behind.
+            self.remove(str(container.id))
+            raise
         return str(container.id)
 
     def attach(self, container_id: str) -> Iterator[bytes]:
