@@ -69,7 +69,7 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
          "detail": "iterare-selfcheck.invalid: not found"},
         {"name": "embedded-dns-closed", "passed": True,
          "detail": "no embedded DNS server (default bridge network)"}]
-    assert list(status["timings_ms"]) == ["policy", "resolver", "firewall", "self_check"]
+    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
     assert not state.exists()
