@@ -188,8 +188,11 @@ def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
      SandboxExit.BAD_AGENT_USER, "refusing to run the agent as root"),
     (["--cap-add", "NET_ADMIN"], '{"domains": "x"}', SandboxExit.BAD_POLICY,
      "needs arrays domains, cidrs, dns"),
-    (["--cap-add", "NET_ADMIN"], '{"domains": ["bad name"], "cidrs": [], "dns": ["1.2.3.4"]}',
-     SandboxExit.BAD_POLICY, "bad domain in policy: 'bad name'"),
+    (["--cap-add", "NET_ADMIN"], '{"domains": ["bad_name"], "cidrs": [], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "bad domain in policy: 'bad_name'"),
+    (["--cap-add", "NET_ADMIN"],
+     '{"domains": ["x.test\\nc 0.0.0.0/0"], "cidrs": [], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "needs arrays domains, cidrs, dns of strings without spaces"),
     (["--cap-add", "NET_ADMIN"], '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "bad CIDR in policy: "),
 ])
