@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bare_run(args.image)  # warm caches
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="iterare-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="iterare-sandbox-bench-") as tmp:
         bare = [bare_run(args.image) for _ in range(args.runs)]
         results["bare"] = {"median_s": statistics.median(bare)}
         for domains in (5, 50):

@@ -24,16 +24,36 @@ TEST_IMAGE = os.environ.get("ITERARE_TEST_IMAGE", "git-iterare:latest")
 BASE_IMAGE = os.environ.get("ITERARE_TEST_BASE_IMAGE", "iterare-base:bookworm")
 CA_BUNDLE = os.environ.get("ITERARE_TEST_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 
-#: Addresses fixed in sandbox_net/docker-compose.yml (prefixes from ITR_TESTNET_V4/_V6).
-_V4 = os.environ.get("ITR_TESTNET_V4", "10.231.7")
-_V6 = os.environ.get("ITR_TESTNET_V6", "fd31:7")
+
+
+def _free_subnet() -> int:
+    """N such that 10.231.N.0/24 is used by no Docker network (concurrent sessions)."""
+    ids = subprocess.run(["docker", "network", "ls", "-q"], capture_output=True, text=True,
+                         check=False).stdout.split()
+    used = subprocess.run(["docker", "network", "inspect", "--format",
+                           "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *ids],
+                          capture_output=True, text=True, check=False).stdout.split()
+    start = os.getpid() % 200
+    for n in (*range(start + 7, 250), *range(7, start + 7)):
+        if f"10.231.{n}.0/24" not in used:
+            return n
+    raise RuntimeError("no free 10.231.N.0/24 subnet for the test network")
+
+
+#: The test network's third octet (and IPv6 group): sandbox_net/docker-compose.yml reads
+#: it as ITR_TESTNET.
+SUBNET = int(os.environ.get("ITR_TESTNET") or _free_subnet())
+os.environ["ITR_TESTNET"] = str(SUBNET)
+
+#: Addresses given in sandbox_net/docker-compose.yml.
 NET = {
-    "GATEWAY_V4": f"{_V4}.1",
-    "DNS_V4": f"{_V4}.10",
-    "DNS_V6": f"{_V6}::10",
-    "ALLOWED_V4": f"{_V4}.20",
-    "BLOCKED_V4": f"{_V4}.21",
-    "BLOCKED_V6": f"{_V6}::21",
+    "GATEWAY_V4": f"10.231.{SUBNET}.1",
+    "DNS_V4": f"10.231.{SUBNET}.10",
+    "DNS_V6": f"fd31:{SUBNET}::10",
+    "ALLOWED_V4": f"10.231.{SUBNET}.20",
+    "BLOCKED_V4": f"10.231.{SUBNET}.21",
+    "CDN_V4": f"10.231.{SUBNET}.22",
+    "BLOCKED_V6": f"fd31:{SUBNET}::21",
 }
 
 
@@ -89,7 +109,7 @@ def test_network(docker_services, docker_compose_project_name: str) -> str:
     """Name of the escape suite's network, with its DNS and HTTP servers up."""
     docker_services.wait_until_responsive(
         timeout=60, pause=0.5,
-        check=lambda: _tcp_open(NET["ALLOWED_V4"], 80) and _tcp_open(NET["BLOCKED_V4"], 80))
+        check=lambda: all(_tcp_open(NET[k], 80) for k in ("ALLOWED_V4", "BLOCKED_V4", "CDN_V4")))
     return f"{docker_compose_project_name}_internet"
 
 

@@ -62,9 +62,14 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     status = json.loads((spec.out_dir / "status.json").read_text())
     assert status["ok"] is True and status["exit_code"] == 0
-    assert [(c["name"], c["passed"]) for c in status["checks"]] == [
-        ("unlisted-address-refused", True), ("unlisted-name-nxdomain", True),
-        ("embedded-dns-closed", True)]
+    assert status["checks"] == [
+        {"name": "unlisted-address-refused", "passed": True,
+         "detail": "198.51.100.7:443: Connection refused"},
+        {"name": "unlisted-name-unresolved", "passed": True,
+         "detail": "iterare-selfcheck.invalid: not found"},
+        {"name": "embedded-dns-closed", "passed": True,
+         "detail": "no embedded DNS server (default bridge network)"}]
+    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
     assert not state.exists()
@@ -151,6 +156,15 @@ def test_missing_image_is_a_user_error(tmp_path: Path) -> None:
     assert "git iterare image build" in info.value.render()
 
 
+def test_missing_network_leaves_nothing_behind(make_spec) -> None:
+    spec = make_spec("true", network="itr-sandbox-no-such-network")
+    with pytest.raises(OperationFailed) as info:
+        sandbox.launch(spec)
+    assert info.value.render() == (f"cannot start the sandbox {spec.name}: "
+                                   "network itr-sandbox-no-such-network not found")
+    assert sandbox.inspect(spec.name) is None
+
+
 def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
              ) -> subprocess.CompletedProcess:
     (tmp_path / "policy.json").write_text(policy or POLICY.to_json())
@@ -174,8 +188,11 @@ def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
      SandboxExit.BAD_AGENT_USER, "refusing to run the agent as root"),
     (["--cap-add", "NET_ADMIN"], '{"domains": "x"}', SandboxExit.BAD_POLICY,
      "needs arrays domains, cidrs, dns"),
-    (["--cap-add", "NET_ADMIN"], '{"domains": ["bad name"], "cidrs": [], "dns": ["1.2.3.4"]}',
-     SandboxExit.BAD_POLICY, "bad domain in policy: 'bad name'"),
+    (["--cap-add", "NET_ADMIN"], '{"domains": ["bad_name"], "cidrs": [], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "bad domain in policy: 'bad_name'"),
+    (["--cap-add", "NET_ADMIN"],
+     '{"domains": ["x.test\\nc 0.0.0.0/0"], "cidrs": [], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "needs arrays domains, cidrs, dns of strings without spaces"),
     (["--cap-add", "NET_ADMIN"], '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "bad CIDR in policy: "),
 ])

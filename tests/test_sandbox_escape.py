@@ -39,11 +39,11 @@ from tests.sandbox_fixtures import (  # noqa: F401  (fixtures)
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCRIPT = NET_DIR / "escape.sh"
-CONTROLS = ("allowed-name-works", "wildcard-name-works")
+CONTROLS = ("allowed-name-works", "wildcard-name-works", "cname-name-works")
 ATTEMPTS = re.findall(r"^\s*attempt (\S+)", SCRIPT.read_text(), re.MULTILINE)
 ONLY_ROOT = {"lookup-after-resolv-rewrite"}
 ONLY_AGENT = {"su", "resolv-conf-rewrite"}
-POLICY = EgressPolicy.build(["allowed.test", "*.wild.test"], dns=[NET["DNS_V4"]])
+POLICY = EgressPolicy.build(["allowed.test", "*.wild.test", "cdn.test"], dns=[NET["DNS_V4"]])
 
 
 def _parse(output: str) -> dict[str, dict[str, Any]]:
@@ -162,13 +162,15 @@ def test_escape_count_is_zero(escape_runs: dict[str, Any]) -> None:
 
 def test_agent_script_exit_and_host_repo_untouched(escape_runs: dict[str, Any]) -> None:
     assert escape_runs["agent_exit"] == 0
-    assert "iterare-sandbox: firewall up: 2 domains" in escape_runs["agent_output"]
+    assert "iterare-sandbox: firewall up: 3 domains" in escape_runs["agent_output"]
     assert escape_runs["git_status"] == ""
 
 
 def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) -> None:
     report = escape_runs["report"]
     assert report.status["ok"] is True
+    assert {"name": "embedded-dns-closed", "passed": True,
+            "detail": "127.0.0.11 unreachable"} in report.status["checks"]
     assert {"allowed.test", "x.wild.test"} <= set(report.allowed)
     assert report.blocked.get("blocked.test", 0) >= 2
     assert "anything.example" in report.blocked

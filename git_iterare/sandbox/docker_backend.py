@@ -8,6 +8,8 @@ survives until the caller has read it.
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import os
 import shutil
 import tempfile
@@ -64,6 +66,43 @@ def prepare_state(spec: SandboxSpec) -> Path:
     return state
 
 
+def host_dns_servers(resolv_conf: Path = Path("/etc/resolv.conf"),
+                     resolved_conf: Path = Path("/run/systemd/resolve/resolv.conf")
+                     ) -> tuple[str, ...]:
+    """The host's DNS servers, as Docker picks them for its default bridge.
+
+    Read on the machine git-iterare runs on, which is the engine's host for a local engine
+    (the usual case); with a remote ``DOCKER_HOST``, set ``[docker] dns``.
+
+    Loopback servers are left out (they are not reachable from a container); when only
+    systemd-resolved's stub (127.0.0.53) is listed, its upstream file is read instead.
+
+    Returns:
+        Addresses in file order; empty when none is found.
+    """
+    def servers(path: Path) -> list[str]:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return []
+        found = []
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver":
+                try:
+                    found.append(ipaddress.ip_address(parts[1].split("%")[0]))
+                except ValueError:
+                    continue
+        return [str(a) for a in found]
+
+    listed = servers(resolv_conf)
+    usable = [a for a in listed if not ipaddress.ip_address(a).is_loopback]
+    if not usable and "127.0.0.53" in listed:
+        usable = [a for a in servers(resolved_conf)
+                  if not ipaddress.ip_address(a).is_loopback]
+    return tuple(dict.fromkeys(usable))
+
+
 def _info(container: Any) -> ContainerInfo:
     state = container.attrs.get("State", {})
     status = state.get("Status", "unknown")
@@ -91,6 +130,11 @@ class DockerBackend:
         from docker.types import Mount as DockerMount
 
         spec.out_dir.mkdir(parents=True, exist_ok=True)
+        if not spec.policy.dns:
+            # Docker's embedded DNS (user-defined networks) must not be the upstream: give
+            # the resolver the servers Docker itself would use.
+            spec = dataclasses.replace(spec, policy=dataclasses.replace(
+                spec.policy, dns=host_dns_servers()))
         state = prepare_state(spec)
         mounts = [
             DockerMount(POLICY_PATH, str(state / "policy.json"), type="bind", read_only=True),
@@ -127,8 +171,13 @@ class DockerBackend:
         except BaseException:
             shutil.rmtree(state, ignore_errors=True)
             raise
-        with docker_errors(f"start the sandbox {spec.name}"):
-            container.start()
+        try:
+            with docker_errors(f"start the sandbox {spec.name}"):
+                container.start()
+        except BaseException:
+            # Nobody learns the id of a sandbox that did not start: leave nothing behind.
+            self.remove(str(container.id))
+            raise
         return str(container.id)
 
     def attach(self, container_id: str) -> Iterator[bytes]:
@@ -156,9 +205,8 @@ class DockerBackend:
         import requests.exceptions
 
         with docker_errors(f"wait for the sandbox {container_id[:12]}"):
-            container = client().containers.get(container_id)
             try:
-                result = container.wait(timeout=timeout)
+                result = client().api.wait(container_id, timeout=timeout)
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 return None
         return int(result.get("StatusCode", -1))

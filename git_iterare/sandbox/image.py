@@ -201,8 +201,9 @@ def ensure_image(config: Any, repo: Any = None,
     """The image a run uses, building what is missing or stale.
 
     Builds ``docker.image`` when it does not exist (base ``docker.base_image``, CA
-    ``docker.ca_bundle``); then, when the repository has ``.iterare/Dockerfile``, builds it
-    on top unless an image with the same content hash exists.
+    ``docker.ca_bundle``, Claude Code ``docker.claude_version``); then, when the
+    repository has ``.iterare/Dockerfile``, builds it on top unless an image with the same
+    content hash exists.
 
     Args:
         config: a :class:`git_iterare.config.Config`.
@@ -221,7 +222,9 @@ def ensure_image(config: Any, repo: Any = None,
         progress(f"building {name} (missing)")
         ca = config["docker.ca_bundle"]
         base = build_image(name, base=config["docker.base_image"] or DEFAULT_BASE_IMAGE,
-                           ca_bundle=Path(ca).expanduser() if ca else None, progress=progress)
+                           ca_bundle=Path(ca).expanduser() if ca else None,
+                           claude_version=config["docker.claude_version"] or "latest",
+                           progress=progress)
     dockerfile = repo.iterare_dir / "Dockerfile" if repo is not None else None
     if dockerfile is None or not dockerfile.is_file():
         return base

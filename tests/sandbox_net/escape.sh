@@ -53,11 +53,21 @@ else
     emit wildcard-name-works false "$out" true
 fi
 
+# An allowed name that is a CNAME of an unlisted one (as CDNs do) works too.
+if out=$(http http://cdn.test/ 2>&1) && [[ $out == cdn:80* ]]; then
+    emit cname-name-works true "$out" true
+else
+    emit cname-name-works false "$out" true
+fi
+
 # --- names and addresses ---------------------------------------------------------------
 attempt blocked-name http http://blocked.test/
 attempt blocked-name-resolves resolves blocked.test
 attempt unlisted-name-resolves resolves anything.example
 attempt wildcard-parent-resolves resolves wild.test
+attempt subdomain-of-exact-name-resolves resolves sub.allowed.test
+attempt subdomain-of-exact-name-http http http://sub.allowed.test/
+attempt cname-target-resolves resolves edge.cdn-provider.example
 attempt blocked-address http "http://$BLOCKED_V4/"
 attempt blocked-address-other-port http "http://$BLOCKED_V4:8080/"
 attempt allowed-host-port-22 bash -c "exec 3<>/dev/tcp/$ALLOWED_V4/22"
