@@ -300,3 +300,64 @@ def test_env_passthrough_and_unset_env(project: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     rid = run_id(ok.stdout)
     assert git("show", f"iterare/{rid}:env.txt", cwd=project).stdout == "token=value-123\n"
+
+
+def _in_terminal(argv: list[str], cwd: Path, keys: bytes, ready: bytes, timeout: float = 60
+                 ) -> tuple[int, bytes]:
+    """Run ``argv`` on a pseudo-terminal; type ``keys`` a moment after ``ready`` appeared.
+
+    Returns (exit status, everything it printed); a session still running after
+    ``timeout`` seconds is killed (status -9).
+    """
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes argv on the terminal
+        try:
+            os.chdir(cwd)
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    output = b""
+    typed = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([fd], [], [], 0.5)
+        if readable:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if not typed and ready in output:
+            time.sleep(1)  # let the shell print its prompt
+            os.write(fd, keys)
+            typed = True
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output
+
+
+def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None:
+    code, output = _in_terminal(
+        ["git", "iterare", "interactive", "--worktree", "--shell", "--workspace", "tty"],
+        project, b"echo typed > typed.txt; exit 0\n", ready=b"self-check passed")
+    assert code == 0, output.decode(errors="replace")
+    runs = git("for-each-ref", "--format=%(refname:strip=3)", "refs/iterare/runs",
+               cwd=project).stdout.split()
+    assert len(runs) == 1 and runs[0].startswith("tty-")
+    rec = record(project, runs[0])
+    assert (rec["status"], rec["agent"]) == ("succeeded", "shell")
+    assert git("show", f"iterare/{runs[0]}:typed.txt", cwd=project).stdout == "typed\n"
+
+
+def test_interactive_needs_a_terminal(project: Path) -> None:
+    result = iterare("interactive", "--shell", cwd=project)
+    assert (result.returncode, result.stderr) == (
+        2, "error: interactive needs a terminal (use git iterare execute for unattended "
+           "runs)\n")
