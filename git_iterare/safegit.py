@@ -26,7 +26,9 @@ is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never d
   ``update-index``): no hooks, no status recursion into nested repositories.
 
 Nested repositories (a directory below the top holding a ``.git`` entry) are excluded:
-their files stay in the worktree but are not committed; callers report them.
+their files stay in the worktree but are not committed; callers report them. Their
+``.git`` is renamed (:func:`disable_nested_repos`), since git would otherwise read their
+agent-written config when it meets them as submodules.
 """
 
 from __future__ import annotations
@@ -89,8 +91,13 @@ def line_ending_config(common_dir: Path) -> str:
     return "[core]\n" + "".join(lines) if lines else ""
 
 
+#: What a nested repository's ``.git`` is renamed to (see :func:`disable_nested_repos`).
+DISABLED_GIT = ".git.disabled-by-iterare"
+
+
 def find_nested_repos(worktree: Path) -> list[str]:
-    """Return the directories below ``worktree`` that hold a ``.git`` entry.
+    """Return the directories below ``worktree`` that hold a ``.git`` entry (or one that
+    :func:`disable_nested_repos` renamed).
 
     Symlinks are not followed; the top-level ``.git`` is not counted.
 
@@ -103,12 +110,35 @@ def find_nested_repos(worktree: Path) -> list[str]:
     found = []
     for top, dirs, files in os.walk(worktree, followlinks=False):
         here = Path(top)
-        if here != worktree and (".git" in dirs or ".git" in files):
+        names = {*dirs, *files}
+        if here != worktree and (".git" in names or DISABLED_GIT in names):
             found.append(here.relative_to(worktree).as_posix())
             dirs[:] = []
             continue
         dirs[:] = [d for d in dirs if not (here == worktree and d == ".git")]
     return sorted(found)
+
+
+def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:
+    """Rename the ``.git`` of each nested repository to :data:`DISABLED_GIT`.
+
+    git looks inside a nested repository whose directory the index records as a gitlink
+    (a submodule), and in doing so reads that repository's config, which the agent wrote:
+    ``core.fsmonitor`` there runs a program on the host, during our ``git add`` and during
+    a user's ``git status`` in the run worktree alike. Without its ``.git`` the directory
+    is plain files to git. The repository's history was never part of the run's result
+    (nested repositories are not committed); its files stay.
+
+    Returns:
+        The paths disabled now (relative, ``/``-separated).
+    """
+    disabled = []
+    for rel in nested:
+        entry = worktree / rel / ".git"
+        if entry.is_symlink() or entry.exists():
+            os.rename(entry, worktree / rel / DISABLED_GIT)
+            disabled.append(rel)
+    return disabled
 
 
 def _exclude_pattern(path: str) -> str:
@@ -203,6 +233,7 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
         (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir))
         (scratch / "info" / "attributes").write_text(SCRATCH_ATTRIBUTES)
         nested = find_nested_repos(worktree)
+        disable_nested_repos(worktree, nested)
         (scratch / "info" / "exclude").write_text(
             "".join(_exclude_pattern(p) + "\n" for p in nested))
         yield SafeGit(scratch=scratch, worktree=worktree,

@@ -361,3 +361,28 @@ def test_interactive_needs_a_terminal(project: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2, "error: interactive needs a terminal (use git iterare execute for unattended "
            "runs)\n")
+
+
+def test_nested_repository_config_never_runs_on_the_host(project: Path, tmp_path: Path
+                                                         ) -> None:
+    marker = tmp_path / "pwned"
+    # The agent commits a submodule whose repository sets core.fsmonitor to a command that
+    # would write the marker on the host when git there looks into the submodule.
+    prompt(project, "nested", f"""\
+mkdir nested && cd nested && git init -q && echo a > a && git add a
+git -c user.name=a -c user.email=a@a commit -qm nested
+sha=$(git rev-parse HEAD)
+git config core.fsmonitor 'touch {marker}; false'
+cd /workspace
+printf '[submodule "nested"]\\n\\tpath = nested\\n\\turl = ./nested\\n' > .gitmodules
+git update-index --add --cacheinfo 160000,$sha,nested
+git add .gitmodules && git commit -qm "add submodule"
+echo later >> nested/a
+""")
+    started = iterare("execute", "nested", "-f", cwd=project)
+    assert started.returncode == 0, started.stdout + started.stderr
+    rid = run_id(started.stdout)
+    worktree = project / ".iterare" / "worktrees" / rid
+    assert git("status", "--porcelain", cwd=worktree).returncode == 0
+    assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
+    assert not marker.exists()
