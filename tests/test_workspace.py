@@ -250,11 +250,17 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
     assert git("config", "--get-regexp", "filter|fsmonitor|hookspath", cwd=repo,
                check=False).stdout == "filter.evil.clean touch " + str(m_global) + "; cat\n" \
         "filter.evil.required true\n"
+    # the nested repositories were disabled, so a user's git there cannot spring them
+    from git_iterare.safegit import DISABLED_GIT
+
+    assert not (nested / ".git").exists() and (nested / DISABLED_GIT / "config").is_file()
     # control: the traps are armed; plain git in the agent's view or the nested repo
     # springs them (that is the agent's own business inside its container)
     (ws.worktree / "work.txt").write_text("again\n")
     agent(ws, "commit", "-qam", "x")
-    subprocess.run(["git", "status"], cwd=nested, capture_output=True, check=True)
+    subprocess.run(["git", "status"], cwd=nested, capture_output=True, check=True,
+                   env={**os.environ, "GIT_DIR": str(nested / DISABLED_GIT),
+                        "GIT_WORK_TREE": str(nested)})
     assert [m.exists() for m in (m_filter, m_fsmon, m_hook, m_sub)] == [True] * 4
     for m in _markers(tmp_path):
         m.unlink(missing_ok=True)
