@@ -443,13 +443,19 @@ def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
     return None
 
 
-def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False) -> CleanupResult:
+def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
+                merged: bool = False) -> CleanupResult:
     """Remove a run's worktree, run gitdir and branch.
 
     Refuses, unless ``force``, when that would drop work: the branch head is not reachable
     from any local branch outside ``iterare/*`` (not merged), the run gitdir has commits
     not imported, or the worktree has changes not committed (run not finished). Commits
     are never deleted from the object store (the run record keeps them reachable).
+
+    Args:
+        merged: the run's result is known to be merged (``git iterare merge --squash``
+            leaves its head unreachable from any branch): skip only the reachability
+            check; changes made in the worktree since are still protected.
 
     Raises:
         OperationFailed: unmerged or unfinished work and not ``force`` (hint names the
@@ -461,7 +467,7 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False) -> Cleanup
     head = importer.branch_head(repo, ws.ref)
     if not force:
         problems = []
-        if head is not None and not _merged(repo, head):
+        if head is not None and not merged and not _merged(repo, head):
             problems.append(f"{ws.branch} is not merged into any local branch")
         pending = importer.unfinished_work(repo, ws, head)
         if pending:

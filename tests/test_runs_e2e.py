@@ -386,3 +386,18 @@ echo later >> nested/a
     assert git("status", "--porcelain", cwd=worktree).returncode == 0
     assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
     assert not marker.exists()
+
+
+def test_cleanup_after_squash_merge_keeps_later_edits_in_the_worktree(project: Path) -> None:
+    prompt(project, "squashy", "echo one > one.txt\n")
+    rid = run_id(iterare("execute", "squashy", "-f", cwd=project).stdout)
+    assert iterare("merge", "--squash", rid, cwd=project).returncode == 0
+    worktree = project / ".iterare" / "worktrees" / rid
+    (worktree / "precious.txt").write_text("my edit\n")
+    refused = iterare("cleanup", "-y", rid, cwd=project)
+    assert refused.returncode == 1
+    assert "would be lost" in refused.stderr
+    assert (worktree / "precious.txt").read_text() == "my edit\n"
+    (worktree / "precious.txt").unlink()
+    assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
+    assert record(project, rid)["status"] == "cleaned"

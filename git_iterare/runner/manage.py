@@ -186,7 +186,7 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
         ws = open_run(repo, record.id, record.base_commit)
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
-        cleanup_run(repo, ws, force=force or record.status == "merged")
+        cleanup_run(repo, ws, force=force, merged=record.status == "merged")
     if record.container and sandbox.inspect(record.container) is not None:
         sandbox.remove(record.container)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
