@@ -401,3 +401,49 @@ def test_cleanup_after_squash_merge_keeps_later_edits_in_the_worktree(project: P
     (worktree / "precious.txt").unlink()
     assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
     assert record(project, rid)["status"] == "cleaned"
+
+
+def test_timeout_of_an_agent_ignoring_sigterm_is_timed_out(project: Path) -> None:
+    prompt(project, "stubborn", "trap '' TERM\necho kept > kept.txt\nsleep 120\n")
+    started = iterare("execute", "stubborn", "-f", "--timeout", "2", cwd=project)
+    assert started.returncode == 1
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert rec["status"] == "timed-out", rec
+    assert "kept.txt" in branch_files(project, rid)
+
+
+def forge_record(repo: Path, rid: str, data: dict) -> None:
+    """Write a record commit the way a collaborator's push could: plain git plumbing."""
+    ref = f"refs/iterare/runs/{rid}"
+    blob = git("hash-object", "-w", "--stdin", cwd=repo, input=json.dumps(data)).stdout.strip()
+    entries = [line for line in git("ls-tree", ref, cwd=repo).stdout.splitlines()
+               if not line.endswith("\trun.json")]
+    entries.append(f"100644 blob {blob}\trun.json")
+    tree = git("mktree", cwd=repo, input="\n".join(entries) + "\n").stdout.strip()
+    commit = git("commit-tree", tree, "-p", ref, "-m", "forged", cwd=repo).stdout.strip()
+    git("update-ref", ref, commit, cwd=repo)
+
+
+def test_records_of_other_machines_never_touch_local_containers(project: Path) -> None:
+    victim = subprocess.run(["docker", "run", "-d", "--name", f"itr-victim-{os.getpid()}",
+                             "--entrypoint", "sleep", "git-iterare:latest", "300"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        prompt(project, "quick", "echo hi\n")
+        rid = run_id(iterare("execute", "quick", "-f", cwd=project).stdout)
+        # A collaborator's crafted record: running, naming our container, from elsewhere.
+        forged = {**record(project, rid), "status": "running", "container": victim,
+                  "extra": {"host": "elsewhere", "repo": "/elsewhere"}}
+        forge_record(project, rid, forged)
+        assert iterare("list", cwd=project).returncode == 0
+        assert iterare("log", rid, cwd=project).stdout.find("sleep") == -1
+        stopped = iterare("stop", rid, cwd=project)
+        assert stopped.returncode == 1
+        assert "another machine" in stopped.stderr
+        iterare("cleanup", "-y", "--force", rid, cwd=project)
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", victim],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert state == "true"
+    finally:
+        subprocess.run(["docker", "rm", "-f", victim], capture_output=True, check=False)

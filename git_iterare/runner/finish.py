@@ -17,6 +17,7 @@ from typing import Any
 from git_iterare import ui
 from git_iterare.repo import Repo
 from git_iterare.runner.launch import TIMEOUT_EXIT
+from git_iterare.runner.ownership import container_of, is_local
 from git_iterare.runner.paths import run_lock, state_dir
 
 #: Seconds a run may stay ``created``/``starting`` without a container before it is
@@ -48,7 +49,11 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
         return st.LOST, "the sandbox container disappeared before the run was recorded"
     if record.extra.get("stop_requested"):
         return st.STOPPED, "stopped by `git iterare stop`"
-    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out"):
+    timeout = record.extra.get("timeout") or 0
+    # An agent that ignores SIGTERM is killed (137), a fork bomb may end otherwise: the
+    # clock, not the status, says whether the limit was reached.
+    ran_out = bool(timeout) and _age(record.started) >= timeout
+    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or ran_out:
         return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
     sandbox_error = describe(exit_code) if exit_code is not None else None
     if sandbox_error:
@@ -89,9 +94,9 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
 
     store = RunStore(repo)
     record = store.get(run_id)
-    if record.status not in ACTIVE:
-        return record
-    info = sandbox.inspect(record.container) if record.container else None
+    if record.status not in ACTIVE or not is_local(repo, record):
+        return record  # ended, or running on another machine: not ours to finish
+    info = container_of(repo, record)
     if info is not None and info.state in LIVE_STATES:
         if not wait:
             return record
@@ -117,7 +122,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     log = b""
     agent = get_agent(record.agent or "shell")
     if not vanished:
-        log = _redact(repo, record, agent, sandbox.logs(record.container))
+        log = _redact(repo, record, agent, sandbox.logs(info.id))
         store.set_log(record.id, log)
     events = [agent.parse_line(line) for line in _split_lines(log)]
     result = agent.summarize(events, exit_code=exit_code)
@@ -153,7 +158,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
                                  "agent": record.agent, "status": status})
     if not vanished:
         try:
-            sandbox.remove(record.container)
+            sandbox.remove(info.id)
         except Exception as exc:  # the result is recorded; a leftover container is minor
             ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
@@ -161,10 +166,11 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
 
 
 def has_worktree(repo: Repo, record: Any) -> bool:
-    """Whether the run got a worktree (also when it failed before the record said so)."""
+    """Whether the run has a worktree here (also when it failed before the record said
+    so); the path comes from the run id, never from the record, which may be foreign."""
     from git_iterare.workspace import worktree_path
 
-    return bool(record.worktree) or worktree_path(repo, record.id).exists()
+    return worktree_path(repo, record.id).exists()
 
 
 def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:
@@ -227,13 +233,15 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
               if r.status in ACTIVE]
     finished = []
     for record in active:
+        if not is_local(repo, record):
+            continue
         timeout = record.extra.get("timeout") or 0
         if record.container and timeout and _age(record.started) > timeout + TIMEOUT_GRACE:
-            info = sandbox.inspect(record.container)
+            info = container_of(repo, record)
             if info is not None and info.state in LIVE_STATES:
                 store.update(record.id, lambda r: r.replace(
                     extra={**r.extra, "timed_out": True}), "timed out")
-                sandbox.stop(record.container)
+                sandbox.stop(info.id)
         after = finish(repo, record.id)
         if after.status not in ACTIVE:
             finished.append(after)

@@ -52,6 +52,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     from git_iterare.agents import get_agent
     from git_iterare.logrender import format_summary
     from git_iterare.runner.finish import finish
+    from git_iterare.runner.ownership import container_of
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 
@@ -60,11 +61,10 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     agent = get_agent(record.agent or "shell")
     events: list[Any] = []
     if record.status in ACTIVE and record.container:
-        info = sandbox.inspect(record.container)
+        info = container_of(repo, record)
         if info is not None:
             if follow:
-                _render(_decode(sandbox.attach(record.container)), agent, verbosity, raw, emit,
-                        events)
+                _render(_decode(sandbox.attach(info.id)), agent, verbosity, raw, emit, events)
                 record = finish(repo, run_id, wait=True)
             else:
                 _render(sandbox.logs(info.id).decode("utf-8", "replace").splitlines(),

@@ -19,6 +19,7 @@ from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
 from git_iterare.repo import Repo
+from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -210,7 +211,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image=image.name,
         image_digest=image.id,
         policy=_policy_dict(policy),
-        extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty},
+        extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
+               **origin(repo)},
     )
     try:
         return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,

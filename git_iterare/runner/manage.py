@@ -56,11 +56,19 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     record = settle(repo, store.get(run_id))
     if record.status not in ACTIVE:
         raise OperationFailed(f"run {run_id} is not running (status {record.status})")
-    if record.container:
+    from git_iterare.runner.ownership import container_of, is_local
+
+    if not is_local(repo, record):
+        raise OperationFailed(f"run {run_id} runs on another machine or repository",
+                              hint="stop it where it was started")
+    info = container_of(repo, record)
+    if info is not None:
         store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
                      "stop requested")
-        sandbox.stop(record.container, grace_seconds)
+        sandbox.stop(info.id, grace_seconds)
         return finish(repo, run_id, wait=True)
+    if record.container:
+        return finish(repo, run_id)  # its sandbox is gone: finished as lost
     from git_iterare.runner.finish import LAUNCH_GRACE, _age
 
     if _age(record.created) < LAUNCH_GRACE:
@@ -187,8 +195,11 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
         cleanup_run(repo, ws, force=force, merged=record.status == "merged")
-    if record.container and sandbox.inspect(record.container) is not None:
-        sandbox.remove(record.container)
+    from git_iterare.runner.ownership import container_of
+
+    info = container_of(repo, record)
+    if info is not None:
+        sandbox.remove(info.id)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 

@@ -1,0 +1,56 @@
+"""Which runs and containers belong to this machine and repository.
+
+Run records travel with ``git iterare push``/``fetch``, so a record may describe a run on
+someone else's machine, or be crafted to name any container. Runs are only finished here
+when they were started here (same machine and repository), and a container is only
+touched when its labels name the run and this repository.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from git_iterare.repo import Repo
+
+
+def machine_id() -> str:
+    """This machine's identity: systemd's ``/etc/machine-id``, else the host name."""
+    try:
+        value = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        value = ""
+    return value or socket.gethostname()
+
+
+def origin(repo: Repo) -> dict[str, str]:
+    """What a new record stores to say where its run executes: ``{"host", "repo"}``."""
+    return {"host": machine_id(), "repo": str(repo.main_work_tree)}
+
+
+def is_local(repo: Repo, record: Any) -> bool:
+    """Whether ``record``'s run was started on this machine, in this repository."""
+    extra = record.extra or {}
+    return extra.get("host") == machine_id() and extra.get("repo") == str(repo.main_work_tree)
+
+
+def container_of(repo: Repo, record: Any) -> Any:
+    """The run's sandbox (:class:`git_iterare.sandbox.ContainerInfo`), or None when the
+    record names none, it is gone, or it is not this run's (labels differ).
+
+    Raises:
+        OperationFailed: the Docker engine cannot be reached.
+    """
+    from git_iterare import sandbox
+    from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN
+
+    if not record.container or not is_local(repo, record):
+        return None
+    info = sandbox.inspect(record.container)
+    if info is None:
+        return None
+    labels = info.labels or {}
+    if labels.get(LABEL_RUN) != record.id or labels.get(LABEL_REPO) != str(repo.main_work_tree):
+        return None
+    return info
