@@ -102,3 +102,12 @@ def test_unreadable_config_is_a_user_error_not_a_traceback(repo: Path) -> None:
     result = iterare("config", "--list", cwd=repo)
     assert (result.returncode, result.stderr) == (
         2, f"error: {path}: cannot read: Is a directory\n")
+
+
+def test_diff_finds_the_run_among_git_diff_arguments() -> None:
+    from git_iterare.cli.diff import split_run
+
+    assert split_run(["--stat", "fix-0123abcd"]) == ("fix-0123abcd", ["--stat"])
+    assert split_run(["fix-0123abcd", "-U1", "--", "a.txt"]) == ("fix-0123abcd",
+                                                                ["-U1", "--", "a.txt"])
+    assert split_run(["--stat", "--", "a.txt"]) == (None, ["--stat", "--", "a.txt"])

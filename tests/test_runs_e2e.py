@@ -112,6 +112,10 @@ def test_shell_agent_full_flow(project: Path) -> None:
     assert raw.stdout.splitlines()[-2:] == ["?? more.txt", "finished"]
     diff = iterare("diff", rid, "--stat", cwd=project)
     assert diff.stdout.splitlines()[-1] == " 2 files changed, 2 insertions(+)"
+    assert iterare("diff", "--stat", rid, cwd=project).stdout == diff.stdout
+    assert iterare("diff", "--stat", cwd=project).stdout == diff.stdout  # the newest run
+    only = iterare("diff", rid, "--name-only", "--", "hello.txt", cwd=project)
+    assert only.stdout == "hello.txt\n"
 
     merged = iterare("merge", rid, cwd=project)
     assert merged.returncode == 0, merged.stderr
