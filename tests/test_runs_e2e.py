@@ -451,3 +451,13 @@ def test_records_of_other_machines_never_touch_local_containers(project: Path) -
         assert state == "true"
     finally:
         subprocess.run(["docker", "rm", "-f", victim], capture_output=True, check=False)
+
+
+def test_unknown_agent_in_frontmatter_names_the_file(project: Path) -> None:
+    prompt(project, "odd", "echo hi\n", front="agent: robot\n")
+    result = iterare("execute", "odd", cwd=project)
+    path = project / ".iterare" / "prompts" / "odd.md"
+    assert (result.returncode, result.stderr) == (
+        2, f"error: {path}: agent 'robot' is unknown (valid: claude, shell) (fix the prompt's "
+           "`agent:`)\n")
+    assert git("for-each-ref", "refs/iterare", cwd=project).stdout == ""

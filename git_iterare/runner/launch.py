@@ -154,6 +154,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
             run is recorded as failed and its worktree kept).
     """
     from git_iterare.agents import get_agent
+    from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
@@ -168,6 +169,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         prompt = load_prompt(request.prompt, repo.iterare_dir / "prompts", Path.cwd())
     for line in prompt.warnings:
         ui.warn(line)
+    if not request.agent and prompt.agent and prompt.agent not in agent_names():
+        raise UserError(f"{prompt.path}: agent {prompt.agent!r} is unknown (valid: "
+                        f"{', '.join(agent_names())})", hint="fix the prompt's `agent:`")
     agent = get_agent(request.agent or prompt.agent or config["run.agent"])
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
