@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,23 +58,21 @@ NET = {
 }
 
 
-def _image_exists(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True,
-                          check=False).returncode == 0
-
-
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
-    """The sandbox image name, built once per session when missing."""
-    if not _image_exists(TEST_IMAGE):
-        # A fresh repository-less directory so no project layer is built.
-        env = dict(os.environ, GIT_CEILING_DIRECTORIES="/")
-        args = ["git", "iterare", "image", "build", "--base", BASE_IMAGE, "--tag", TEST_IMAGE]
-        if CA_BUNDLE and Path(CA_BUNDLE).is_file():
-            args += ["--ca-bundle", CA_BUNDLE]
-        result = subprocess.run(args, cwd="/", capture_output=True, text=True, env=env,
-                                check=False)
-        assert result.returncode == 0, result.stderr[-3000:]
+    """The sandbox image name, built once per session from this checkout's container
+    files (Docker's layer cache makes that quick when nothing changed), so an image left
+    by an older checkout is never what the tests exercise."""
+    # A repository-less directory, so no project layer is built.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES="/")
+    # Session fixtures run before the per-test PATH: name this checkout's executable.
+    exe = str(Path(sys.executable).parent / "git-iterare")
+    args = [exe, "image", "build", "--base", BASE_IMAGE, "--tag", TEST_IMAGE]
+    if CA_BUNDLE and Path(CA_BUNDLE).is_file():
+        args += ["--ca-bundle", CA_BUNDLE]
+    result = subprocess.run(args, cwd="/", capture_output=True, text=True, env=env,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
     return TEST_IMAGE
 
 

@@ -201,7 +201,9 @@ def ensure_image(config: Any, repo: Any = None,
     """The image a run uses, building what is missing or stale.
 
     Builds ``docker.image`` when it does not exist (base ``docker.base_image``, CA
-    ``docker.ca_bundle``, Claude Code ``docker.claude_version``); then, when the
+    ``docker.ca_bundle``, Claude Code ``docker.claude_version``), or when git-iterare
+    built it from other container files than this version's (its context-hash label
+    differs; it is rebuilt from the base it was built from); then, when the
     repository has ``.iterare/Dockerfile``, builds it on top unless an image with the same
     content hash exists.
 
@@ -216,12 +218,19 @@ def ensure_image(config: Any, repo: Any = None,
     """
     name = config["docker.image"]
     status = image_status(name)
-    if status.present:
+    built_hash = status.labels.get(LABEL_CONTEXT_HASH)
+    files = context_files()
+    current_hash = _hash(files["Dockerfile"], files["entrypoint"])
+    if status.present and built_hash in (None, current_hash):
+        # Ours and current, or not built by git iterare (a user's own image): use it.
         base = ImageRef(name, status.id)
     else:
-        progress(f"building {name} (missing)")
+        why = "missing" if not status.present else "built by another git-iterare version"
+        progress(f"building {name} ({why})")
         ca = config["docker.ca_bundle"]
-        base = build_image(name, base=config["docker.base_image"] or DEFAULT_BASE_IMAGE,
+        base_image = (status.labels.get(LABEL_BASE) or config["docker.base_image"]
+                      or DEFAULT_BASE_IMAGE)
+        base = build_image(name, base=base_image,
                            ca_bundle=Path(ca).expanduser() if ca else None,
                            claude_version=config["docker.claude_version"] or "latest",
                            progress=progress)
