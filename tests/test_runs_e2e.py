@@ -461,3 +461,37 @@ def test_unknown_agent_in_frontmatter_names_the_file(project: Path) -> None:
         2, f"error: {path}: agent 'robot' is unknown (valid: claude, shell) (fix the prompt's "
            "`agent:`)\n")
     assert git("for-each-ref", "refs/iterare", cwd=project).stdout == ""
+
+
+LOGIN_SCRIPT = """\
+import sys
+from pathlib import Path
+from git_iterare import config, credentials
+from git_iterare.runner.interactive import login_launcher
+scratch, folder, login_json = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+launch = login_launcher(None, config.load(None))
+# Stands in for `claude auth login` (which needs a browser): it leaves the same file.
+argv = ["sh", "-c", 'mkdir -p ~/.claude && printf %s "$0" > ~/.claude/.credentials.json'
+        ' && echo logged-in-as-$(id -u)', login_json]
+print(credentials.login_in_sandbox(launch, folder, scratch, argv=argv).describe())
+"""
+
+
+def test_login_in_the_sandbox_stores_private_credentials(tmp_path: Path, sandbox_image: str
+                                                         ) -> None:
+    import stat
+    import sys
+
+    scratch, folder = tmp_path / "home", tmp_path / "creds"
+    scratch.mkdir(mode=0o700)
+    code, output = _in_terminal(
+        [sys.executable, "-c", LOGIN_SCRIPT, str(scratch), str(folder),
+         json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-fake-token"}})],
+        tmp_path, b"",
+        ready=b"never typed")
+    text = output.decode(errors="replace")
+    assert code == 0, text
+    assert "logged-in-as-" in text and "logged-in-as-0" not in text
+    stored = folder / ".credentials.json"
+    assert "sk-ant-oat01-fake-token" in stored.read_text()
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600

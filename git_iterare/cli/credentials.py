@@ -13,7 +13,9 @@ from git_iterare.cli.context import app
               help="Store the API key in the ANTHROPIC_API_KEY environment variable.")
 @click.option("--token-file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Read an API key or `claude setup-token` token from FILE (- for stdin).")
-def command(force: bool, api_key_env: bool, token_file: str | None) -> None:
+@click.option("--login", is_flag=True,
+              help="Log in to Claude with Claude Code inside the sandbox (needs a terminal).")
+def command(force: bool, api_key_env: bool, token_file: str | None, login: bool) -> None:
     """Store Claude credentials (0600) for runs to use.
 
     Without options: copy the Claude Code login in ~/.claude/.credentials.json when there
@@ -26,10 +28,26 @@ def command(force: bool, api_key_env: bool, token_file: str | None) -> None:
     from git_iterare import credentials
     from git_iterare.errors import UserError
 
-    if api_key_env and token_file:
-        raise UserError("give --api-key-env or --token-file, not both")
+    if sum((api_key_env, token_file is not None, login)) > 1:
+        raise UserError("give one of --api-key-env, --token-file and --login")
     folder = credentials.credentials_dir(app().config)
-    if api_key_env:
+    if login:
+        import shutil
+        import tempfile
+
+        from git_iterare.runner.interactive import login_launcher
+
+        if not sys.stdin.isatty():
+            raise UserError("--login needs a terminal", hint="use --token-file or "
+                            "--api-key-env where there is none")
+        scratch = Path(tempfile.mkdtemp(prefix="iterare-login-home-"))
+        try:
+            launch = login_launcher(app().optional_repo(), app().config,
+                                    progress=lambda line: click.echo(line, err=True))
+            stored = credentials.login_in_sandbox(launch, folder, scratch, force=force)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    elif api_key_env:
         stored = credentials.store_api_key_from_env(folder, os.environ, force=force)
     elif token_file is not None:
         if token_file == "-":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,3 +154,56 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     finally:
         sandbox.remove(container)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: Where Claude Code's login talks to, besides the agent's own API domains.
+LOGIN_DOMAINS = ("claude.ai", "*.claude.ai", "console.anthropic.com", "platform.claude.com",
+                 "api.anthropic.com", "statsig.anthropic.com")
+
+
+def login_launcher(repo: Repo | None, config: Config,
+                   progress: Callable[[str], None] = lambda line: None
+                   ) -> Callable[[Sequence[str], Path], int]:
+    """A launcher for :func:`git_iterare.credentials.login_in_sandbox`.
+
+    The returned ``launch(argv, home)`` runs ``argv`` on the user's terminal in the sandbox
+    image, as the agent user (the caller's uid, or 1000 for root, never root), with
+    ``home`` mounted as its home directory and egress limited to Claude's login and API
+    domains; it returns the exit status.
+    """
+    from git_iterare import sandbox
+    from git_iterare.agents import get_agent
+    from git_iterare.runner.launch import _ca_bundle
+    from git_iterare.sandbox.image import ensure_image
+
+    def launch(argv: Sequence[str], home: Path) -> int:
+        import secrets
+
+        agent = get_agent("claude")
+        policy = sandbox.policy_from_config(
+            config, [*agent.required_domains(config), *LOGIN_DOMAINS])
+        image = ensure_image(config, repo, progress)
+        uid, gid = (os.getuid(), os.getgid()) if os.getuid() != 0 else (1000, 1000)
+        os.chown(home, uid, gid)
+        out_dir = Path(tempfile.mkdtemp(prefix="iterare-login-"))
+        session = f"login-{secrets.token_hex(4)}"
+        spec = sandbox.SandboxSpec(
+            image=image.name, name=f"iterare-{session}", command=tuple(argv), policy=policy,
+            out_dir=out_dir, run_id=session,
+            repo_path=str(repo.main_work_tree) if repo is not None else "",
+            env=agent.environment(config),
+            mounts=(sandbox.Mount(home, "/home/agent", False),),
+            workdir="/home/agent", network=config["docker.network"], agent_uid=uid,
+            agent_gid=gid, tty=True, stdin=True, ca_bundle=_ca_bundle(config))
+        container = sandbox.launch(spec)
+        try:
+            code = _attach(container)
+            if code is None:  # detached: a login nobody sees cannot finish
+                sandbox.stop(container)
+                code = sandbox.wait(container) or 1
+            return code
+        finally:
+            sandbox.remove(container)
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    return launch
