@@ -243,6 +243,24 @@ def test_docker_down_is_one_line_and_creates_nothing(project: Path) -> None:
     assert not (project / ".iterare" / "worktrees").exists()
 
 
+@pytest.mark.parametrize(("setting", "message"), [
+    ("memory=1k", "error: docker.memory must be at least 6m (Docker's minimum), got '1k'"),
+    ("cpus=1000", "error: docker.cpus is 1000 but the Docker engine has only "
+                  f"{os.cpu_count()} CPU{'' if os.cpu_count() == 1 else 's'}"),
+    ("pids=0", "error: docker.pids must be from 16 to 4194304, got 0"),
+])
+def test_bad_limits_are_refused_before_anything_exists(project: Path, setting: str,
+                                                       message: str) -> None:
+    prompt(project, "limits", "echo hi\n")
+    result = subprocess.run(["git", "-c", f"iterare.docker.{setting}", "iterare", "execute",
+                             "limits"], cwd=project, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert git("for-each-ref", "refs/iterare", "refs/heads/iterare", cwd=project).stdout == ""
+    assert not (project / ".iterare" / "worktrees").exists()
+
+
 def test_two_executes_of_one_prompt_at_once(project: Path) -> None:
     prompt(project, "twin", "echo $RANDOM > twin.txt\ngit add twin.txt\ngit commit -qm twin\n")
     procs = [subprocess.Popen(["git", "iterare", "execute", "twin", "-f"], cwd=project,
