@@ -81,9 +81,13 @@ KEYS: dict[str, Key] = {
             "Upstream DNS servers the sandbox resolver forwards allowlisted names to."),
         Key("docker.ca_bundle", "str", "",
             "CA bundle (PEM) passed into image builds and runs, for TLS-intercepting proxies."),
-        Key("docker.cpus", "float", 2.0, "CPU limit of a run, in cores."),
-        Key("docker.memory", "str", "4g", "Memory limit of a run (Docker syntax: 512m, 4g)."),
-        Key("docker.pids", "int", 1024, "Maximum number of processes in a run."),
+        Key("docker.cpus", "float", 2.0,
+            "CPU limit of a run, in cores: 0.01 up to the engine's CPU count."),
+        Key("docker.memory", "str", "4g",
+            "Memory limit of a run: a number with b, k, m or g (512m, 4g), at least 6m. "
+            "0 is refused: for no practical limit use a large value."),
+        Key("docker.pids", "int", 1024,
+            "Maximum number of processes in a run: 16 to 4194304 (0 is refused)."),
         Key("run.agent", "str", "claude", "Agent that runs prompts: claude or shell."),
         Key("run.timeout", "int", 3600,
             "Wall-clock limit of a run, in seconds; 0 means no limit."),
@@ -173,10 +177,10 @@ def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
     the key and the expected type.
     """
 
-    def bad() -> UserError:
-        return UserError(
-            f"{where}: {key.name} must be {_TYPE_NAMES[key.type]}, got {value!r}"
-        )
+    def bad(negative: bool = False) -> UserError:
+        kind = ("a non-negative " + _TYPE_NAMES[key.type].split(" ", 1)[1] if negative
+                else _TYPE_NAMES[key.type])
+        return UserError(f"{where}: {key.name} must be {kind}, got {value!r}")
 
     if from_text and isinstance(value, str) and key.type != "str":
         text = value.strip()
@@ -192,8 +196,10 @@ def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
             number = int(text) if key.type == "int" else float(text)
         except ValueError:
             raise bad() from None
-        if not math.isfinite(number) or number < 0:
+        if not math.isfinite(number):
             raise bad()
+        if number < 0:
+            raise bad(negative=True)
         return number
     if key.type == "str" and isinstance(value, str):
         return value
@@ -201,11 +207,13 @@ def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
         return value
     if key.type == "int" and isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise bad()
+            raise bad(negative=True)
         return value
     if key.type == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value) or value < 0:
+        if not math.isfinite(value):
             raise bad()
+        if value < 0:
+            raise bad(negative=True)
         return float(value)
     if key.type == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)

@@ -11,6 +11,7 @@ Colors go through :func:`git_iterare.ui.paint`, so ``--color`` and ``NO_COLOR`` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,34 @@ from git_iterare.ui import paint
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Event, RunResult
+
+#: C0 controls except tab and newline, DEL and the C1 controls (U+0080..U+009F).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20 or code == 0x7F:
+        return "^" + chr(code ^ 0x40)  # caret notation: ESC -> ^[, BEL -> ^G, DEL -> ^?
+    return f"\\x{code:02x}"
+
+
+def sanitize(text: str) -> str:
+    """``text`` with terminal control characters made visible, for printing agent output.
+
+    An agent's output is untrusted: escape sequences in it could set the terminal's
+    title, write the clipboard (OSC 52), show disguised links (OSC 8) or query the
+    terminal (DCS). ESC and every other C0 control except tab and newline, DEL and the
+    C1 controls become visible text (``\\x1b`` -> ``^[``, ``\\x9b`` -> ``\\x9b``).
+
+    Args:
+        text: text written by the agent.
+
+    Returns:
+        The same text with no character a terminal would act on besides tab and newline.
+    """
+    return _CONTROL.sub(_visible, text)
+
 
 #: Longest tool-call summary shown at verbosity 1 (characters); 2 shows all of it.
 TOOL_LINE_LIMIT = 200
@@ -38,28 +67,30 @@ def render_event(event: Event, verbosity: int) -> str | None:
     if event.kind == "result":
         return None  # the summary line stands for it
     if event.kind == "text":
-        return event.line
+        return sanitize(event.line)
     if event.kind in ("system", "other"):
         if verbosity < 2:
             return None
         data = event.data or {}
         label = f"{data.get('type', '?')}" + (f" {data['subtype']}" if "subtype" in data else "")
         text = "; ".join(p.text for p in event.parts) or event.line
-        return paint(f"[{label}] {text}", "dim")
+        return paint(sanitize(f"[{label}] {text}"), "dim")
     lines = []
     for part in event.parts:
+        body = sanitize(part.text)
         if part.kind == "text" and event.kind == "assistant":
-            lines.append(part.text)
+            lines.append(body)
         elif part.kind == "tool_use" and verbosity >= 1:
-            text = part.text if verbosity >= 2 else _shorten(part.text, TOOL_LINE_LIMIT)
-            lines.append(paint(f"> {part.name}: ", "cyan", "bold") + paint(text, "cyan"))
+            text = body if verbosity >= 2 else _shorten(body, TOOL_LINE_LIMIT)
+            name = sanitize(part.name)
+            lines.append(paint(f"> {name}: ", "cyan", "bold") + paint(text, "cyan"))
         elif part.kind == "thinking" and verbosity >= 2:
-            lines.append(paint(_indent(part.text, "  ~ "), "dim"))
+            lines.append(paint(_indent(body, "  ~ "), "dim"))
         elif part.kind == "tool_result" and verbosity >= 2:
             style = "red" if part.is_error else "dim"
-            lines.append(paint(_indent(part.text), style))
+            lines.append(paint(_indent(body), style))
         elif part.kind == "text" and verbosity >= 2:
-            lines.append(paint(_indent(part.text), "dim"))
+            lines.append(paint(_indent(body), "dim"))
     return "\n".join(lines) if lines else None
 
 

@@ -24,6 +24,14 @@ def test_bare_invocation_lists_every_command(repo: Path) -> None:
     assert listed == sorted(COMMANDS)
 
 
+def test_image_alone_lists_its_subcommands_like_git_iterare_alone(tmp_path: Path) -> None:
+    result = iterare("image", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("Usage: git iterare image [OPTIONS] COMMAND [ARGS]...\n")
+    listed = [line.split()[0] for line in result.stdout.split("Commands:\n")[1].splitlines()]
+    assert listed == ["build", "status"]
+
+
 def test_unknown_command_names_the_nearest_and_exits_2(repo: Path) -> None:
     result = iterare("confg", cwd=repo)
     assert result.returncode == 2

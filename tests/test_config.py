@@ -113,7 +113,9 @@ def test_unknown_git_config_key_is_a_warning(repo: Path) -> None:
         ('[firewall]\nallowed_domains = "pypi.org"\n',
          "firewall.allowed_domains must be a list of strings, got 'pypi.org'"),
         ("[docker]\nimage = 3\n", "docker.image must be a string, got 3"),
-        ("[run]\ntimeout = -1\n", "run.timeout must be an integer, got -1"),
+        ("[run]\ntimeout = -1\n", "run.timeout must be a non-negative integer, got -1"),
+        ("[docker]\npids = -1\n", "docker.pids must be a non-negative integer, got -1"),
+        ("[docker]\ncpus = -0.5\n", "docker.cpus must be a non-negative number, got -0.5"),
     ],
 )
 def test_wrong_type_names_key_and_expected_type(repo: Path, toml: str, message: str) -> None:
@@ -129,6 +131,13 @@ def test_wrong_type_from_environment(repo: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2, "error: environment ITERARE_RUN_TIMEOUT: run.timeout must be an integer, got "
            "'soon'\n")
+
+
+def test_negative_from_git_config(repo: Path) -> None:
+    git("config", "iterare.docker.cpus", "-2", cwd=repo)
+    result = iterare("config", "docker.cpus", cwd=repo)
+    assert result.returncode == 2
+    assert result.stderr.endswith(": docker.cpus must be a non-negative number, got '-2'\n")
 
 
 def test_unknown_key_argument(repo: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 
 from git_iterare import agents, ui
 from git_iterare.agents.base import RunResult
-from git_iterare.logrender import format_duration, format_summary, render_lines
+from git_iterare.logrender import format_duration, format_summary, render_lines, sanitize
 
 LINES = (Path(__file__).parent / "data" / "claude-stream.jsonl").read_text().splitlines()
 COMMAND = ("echo hello > hello.txt && git add hello.txt && git -c user.name=Agent "
@@ -79,3 +81,70 @@ def test_format_duration(ms: int, text: str) -> None:
 
 def test_format_summary_one_turn() -> None:
     assert format_summary(RunResult(is_error=True, turns=1)) == "failed: 1 turn"
+
+
+#: What a hostile agent printed (the adversarial tester's example): OSC 52 writes the
+#: clipboard, OSC 8 hides a link, DCS queries the terminal; plus a C1 CSI and a BEL.
+HOSTILE = ("\x1b]52;c;ZWNobyBwd25lZA==\x07 OSC52 \x1b]8;;http://evil.example/\x07click"
+           "\x1b]8;;\x07 \x1bP+q\x1b\\ DCS \x9b2J\x7f\tend")
+SHOWN = ("^[]52;c;ZWNobyBwd25lZA==^G OSC52 ^[]8;;http://evil.example/^Gclick"
+         "^[]8;;^G ^[P+q^[\\ DCS \\x9b2J^?\tend")
+
+
+def test_sanitize_makes_controls_visible() -> None:
+    assert sanitize(HOSTILE) == SHOWN
+    assert sanitize("plain\ttext\nnext line é ✓") == "plain\ttext\nnext line é ✓"
+
+
+def test_shell_output_escapes_are_shown_not_sent() -> None:
+    shell = agents.get_agent("shell")
+    assert list(render_lines([HOSTILE + "\n"], shell, 0, exit_code=0)) == [SHOWN, "done"]
+
+
+def test_claude_escapes_sanitized_in_every_part() -> None:
+    claude = agents.get_agent("claude")
+    text = json.dumps(HOSTILE)
+    lines = [
+        '{"type":"system","subtype":"init","model":' + text + '}',
+        '{"type":"assistant","message":{"content":[{"type":"text","text":' + text + '},'
+        '{"type":"thinking","thinking":' + text + '},'
+        '{"type":"tool_use","name":' + json.dumps("B\x1b]0;t\x07") + ','
+        '"input":{"command":' + text + '}}]}}',
+        '{"type":"user","message":{"content":[{"type":"tool_result","content":' + text + '}]}}',
+        '{"type":"mystery","x":' + text + '}',
+    ]
+    shown = "\n".join(render_lines(lines, claude, 2))
+    assert HOSTILE not in shown
+    assert not set(shown) & {"\x1b", "\x07", "\x9b", "\x7f"}
+    assert shown.count("^[]52;c;ZWNobyBwd25lZA==^G") == 4  # the unknown line shows as JSON
+    assert "> B^[]0;t^G: " in shown
+
+
+def test_our_colors_survive_sanitizing() -> None:
+    ui.COLOR_FLAG = "always"  # restored by no_color's monkeypatch
+    ui.reset()
+    claude = agents.get_agent("claude")
+    line = ('{"type":"assistant","message":{"content":[{"type":"tool_use","name":"Bash",'
+            '"input":{"command":"echo \\u001b[31mred"}}]}}')
+    assert next(render_lines([line], claude, 1)) == (
+        "\033[36m\033[1m> Bash: \033[0m\033[36mecho ^[[31mred\033[0m")
+
+
+@pytest.mark.parametrize(("tty", "expected"), [(False, [HOSTILE]), (True, [SHOWN])])
+def test_follow_raw_sanitizes_only_on_a_terminal(
+        monkeypatch: pytest.MonkeyPatch, tty: bool, expected: list[str]) -> None:
+    from git_iterare.runner import follow
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+    out: list[str] = []
+    follow._render([HOSTILE + "\n"], agents.get_agent("shell"), 0, True, out.append, [])
+    assert out == expected
+
+
+def test_follow_rendered_always_sanitizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_iterare.runner import follow
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    out: list[str] = []
+    follow._render([HOSTILE + "\n"], agents.get_agent("shell"), 0, False, out.append, [])
+    assert out == [SHOWN]

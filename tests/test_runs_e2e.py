@@ -247,6 +247,49 @@ def test_docker_down_is_one_line_and_creates_nothing(project: Path) -> None:
     assert not (project / ".iterare" / "worktrees").exists()
 
 
+@pytest.mark.parametrize(("setting", "message"), [
+    ("memory=1k", "error: docker.memory must be at least 6m (Docker's minimum), got '1k'"),
+    ("cpus=1000", "error: docker.cpus is 1000 but the Docker engine has only "
+                  f"{os.cpu_count()} CPU{'' if os.cpu_count() == 1 else 's'}"),
+    ("pids=0", "error: docker.pids must be from 16 to 4194304, got 0"),
+])
+def test_bad_limits_are_refused_before_anything_exists(project: Path, setting: str,
+                                                       message: str) -> None:
+    prompt(project, "limits", "echo hi\n")
+    result = subprocess.run(["git", "-c", f"iterare.docker.{setting}", "iterare", "execute",
+                             "limits"], cwd=project, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert git("for-each-ref", "refs/iterare", "refs/heads/iterare", cwd=project).stdout == ""
+    assert not (project / ".iterare" / "worktrees").exists()
+
+
+def test_agent_escape_sequences_are_shown_not_sent_to_the_terminal(project: Path) -> None:
+    # The adversarial tester's output: OSC 52 (clipboard), OSC 8 (link), DCS; plus a color.
+    prompt(project, "osc", "printf '\\e]52;c;ZWNobyBwd25lZA==\\a OSC52 "
+                           "\\e]8;;http://evil.example/\\aclick\\e]8;;\\a \\eP+q\\e\\\\ DCS "
+                           "\\e[31mred\\n'\n")
+    written = ("\x1b]52;c;ZWNobyBwd25lZA==\x07 OSC52 \x1b]8;;http://evil.example/\x07click"
+               "\x1b]8;;\x07 \x1bP+q\x1b\\ DCS \x1b[31mred")
+    shown = ("^[]52;c;ZWNobyBwd25lZA==^G OSC52 ^[]8;;http://evil.example/^Gclick"
+             "^[]8;;^G ^[P+q^[\\ DCS ^[[31mred")
+    started = iterare("execute", "osc", "-f", cwd=project)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    assert started.stdout.splitlines()[-2:] == [shown, "done"]
+    assert "\x1b" not in started.stdout
+    log = iterare("log", rid, cwd=project)
+    assert log.stdout.splitlines()[-2:] == [shown, "done"]
+    assert "\x1b" not in log.stdout
+    raw = iterare("log", "--raw", rid, cwd=project)  # into a pipe: byte-exact
+    assert raw.stdout.endswith("\n" + written + "\n")
+    code, output = _in_terminal(["git", "iterare", "log", "--raw", rid], project, b"", b"")
+    assert code == 0
+    assert output.replace(b"\r\n", b"\n").endswith(b"\n" + shown.encode() + b"\n")
+    assert b"\x1b" not in output
+
+
 def test_two_executes_of_one_prompt_at_once(project: Path) -> None:
     prompt(project, "twin", "echo $RANDOM > twin.txt\ngit add twin.txt\ngit commit -qm twin\n")
     procs = [subprocess.Popen(["git", "iterare", "execute", "twin", "-f"], cwd=project,

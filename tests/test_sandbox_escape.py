@@ -39,7 +39,8 @@ from tests.sandbox_fixtures import (  # noqa: F401  (fixtures)
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCRIPT = NET_DIR / "escape.sh"
-CONTROLS = ("allowed-name-works", "wildcard-name-works", "cname-name-works")
+CONTROLS = ("allowed-name-works", "allowed-name-works-ipv6", "wildcard-name-works",
+            "cname-name-works")
 ATTEMPTS = re.findall(r"^\s*attempt (\S+)", SCRIPT.read_text(), re.MULTILINE)
 ONLY_ROOT = {"lookup-after-resolv-rewrite"}
 ONLY_AGENT = {"su", "resolv-conf-rewrite"}

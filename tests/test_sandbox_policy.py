@@ -13,7 +13,7 @@ from git_iterare.sandbox import BASE_DOMAINS, EgressPolicy, policy_from_config, 
 from git_iterare.sandbox.egress import parse_dns_log
 from git_iterare.sandbox.exitcodes import SandboxExit, describe
 from git_iterare.sandbox.policy import validate_domain
-from git_iterare.sandbox.spec import Limits, SandboxSpec
+from git_iterare.sandbox.spec import Limits, SandboxSpec, memory_bytes
 
 
 @pytest.mark.parametrize("name", ["github.com", "*.githubusercontent.com", "a-b.c0.io",
@@ -169,3 +169,49 @@ def test_host_dns_servers(tmp_path: Path) -> None:
     upstream.write_text("nameserver 192.168.1.1\nnameserver ::1\n")
     assert host_dns_servers(stub, upstream) == ("192.168.1.1",)
     assert host_dns_servers(tmp_path / "missing", upstream) == ()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"memory": "1k"}, "docker.memory must be at least 6m (Docker's minimum), got '1k'"),
+    ({"memory": "6291455"}, "docker.memory must be at least 6m"),
+    ({"memory": "0"}, "docker.memory must be at least 6m"),
+    ({"memory": ""}, "docker.memory: bad size ''"),
+    ({"memory": "4gb"}, "docker.memory: bad size '4gb'"),
+    ({"cpus": 0.0}, "docker.cpus must be at least 0.01, got 0"),
+    ({"cpus": 0.001}, "docker.cpus must be at least 0.01, got 0.001"),
+    ({"cpus": float("nan")}, "docker.cpus must be at least 0.01, got nan"),
+    ({"pids": 0}, "docker.pids must be from 16 to 4194304, got 0"),
+    ({"pids": 15}, "docker.pids must be from 16 to 4194304, got 15"),
+    ({"pids": 4194305}, "docker.pids must be from 16 to 4194304, got 4194305"),
+])
+def test_limits_out_of_range_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(UserError) as caught:
+        Limits(**kwargs)
+    assert caught.value.message.startswith(message)
+
+
+@pytest.mark.parametrize("kwargs", [{"memory": "0"}, {"cpus": 0.0}, {"pids": 0}])
+def test_zero_limit_says_how_to_lift_it(kwargs: dict) -> None:
+    with pytest.raises(UserError) as caught:
+        Limits(**kwargs)
+    assert (caught.value.hint or "").startswith(
+        "0 does not mean unlimited; for no practical limit use ")
+
+
+def test_limits_at_the_edges_are_accepted() -> None:
+    Limits(cpus=0.01, memory="6m", pids=16)
+    Limits(cpus=64, memory="1024G", pids=4194304)
+    assert Limits(memory="6291456").memory == "6291456"
+
+
+@pytest.mark.parametrize(("size", "count"), [
+    ("512", 512), ("512b", 512), ("2k", 2048), ("6M", 6 * 1024**2), ("4g", 4 * 1024**3)])
+def test_memory_bytes(size: str, count: int) -> None:
+    assert memory_bytes(size) == count
+
+
+def test_more_cpus_than_the_engine_has_is_refused() -> None:
+    Limits(cpus=2).check_engine_cpus(2)
+    with pytest.raises(UserError, match=r"docker\.cpus is 1000 but the Docker engine has only "
+                                        r"2 CPUs"):
+        Limits(cpus=1000).check_engine_cpus(2)

@@ -7,9 +7,14 @@ import click
 from git_iterare.cli.context import app
 
 
-@click.group("image", context_settings={"help_option_names": ["-h"]})
-def command() -> None:
+@click.group("image", invoke_without_command=True,
+             context_settings={"help_option_names": ["-h"]})
+@click.pass_context
+def command(ctx: click.Context) -> None:
     """Build the sandbox image or show its status."""
+    if ctx.invoked_subcommand is None:
+        # Like 'git iterare' alone: the list of subcommands, exit 0.
+        click.echo(ctx.get_help())
 
 
 @command.command("build")

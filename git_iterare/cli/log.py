@@ -17,8 +17,11 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
     from git_iterare.runs.status import ACTIVE, SUCCEEDED
 
     try:
+        # color=True: click would strip escape sequences into a pipe, so --raw would not be
+        # byte-exact; rendered text has only the colors ui.paint chose (agent text is
+        # sanitized), so there is nothing to strip there either.
         record = show_log(app().repo, run_id, follow=follow, verbosity=verbosity, raw=raw,
-                          emit=click.echo)
+                          emit=lambda text: click.echo(text, color=True))
     except KeyboardInterrupt:
         click.echo(f"\nstopped following; run {run_id} goes on "
                    f"(git iterare log -f {run_id})", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -12,9 +13,15 @@ Printer = Callable[[str], None]
 
 def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
             events: list[Any]) -> None:
+    from git_iterare.logrender import sanitize
+
+    # Raw lines stay byte-exact into a pipe or file; on a terminal the agent's escape
+    # sequences are made visible like in the rendered log (the agent is untrusted).
+    clean = sanitize if raw and sys.stdout.isatty() else None
     for line in lines:
         if raw:
-            emit(line.rstrip("\r\n"))
+            line = line.rstrip("\r\n")
+            emit(clean(line) if clean else line)
             continue
         event = agent.parse_line(line)
         events.append(event)

@@ -107,7 +107,12 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
 
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.launch import _ca_bundle, _extra_mounts, passthrough_env
+    from git_iterare.runner.launch import (
+        _ca_bundle,
+        _extra_mounts,
+        passthrough_env,
+        sandbox_limits,
+    )
     from git_iterare.sandbox.image import ensure_image
 
     top = repo.work_tree
@@ -140,8 +145,7 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         secret_files=dict(credentials.files) if credentials else {},
         mounts=(sandbox.Mount(top, "/workspace", False),
                 sandbox.Mount(hide, "/workspace/.git", True), *_extra_mounts(config)),
-        limits=sandbox.Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
-                              pids=config["docker.pids"]),
+        limits=sandbox_limits(config),
         network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
         ca_bundle=_ca_bundle(config))
     container = sandbox.launch(spec)

@@ -91,11 +91,22 @@ def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-def _sandbox_limits(config: Config) -> Any:
-    from git_iterare.sandbox import Limits
+def sandbox_limits(config: Config) -> Any:
+    """The run's :class:`~git_iterare.sandbox.Limits` from ``[docker]`` cpus, memory, pids.
 
-    return Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
-                  pids=config["docker.pids"])
+    Checked before anything is created, including the CPU count against the engine's
+    (Docker would refuse it only when starting the sandbox).
+
+    Raises:
+        UserError: a limit out of range.
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox import Limits, engine_cpus
+
+    limits = Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
+                    pids=config["docker.pids"])
+    limits.check_engine_cpus(engine_cpus())
+    return limits
 
 
 def _ca_bundle(config: Config) -> Path | None:
@@ -182,7 +193,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
-    limits = _sandbox_limits(config)
+    limits = sandbox_limits(config)
     ca_bundle = _ca_bundle(config)
     extra_mounts = _extra_mounts(config)
     store = RunStore(repo)

@@ -27,8 +27,8 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "attach", "get_backend", "inspect", "launch", "list_sandboxes", "logs", "policy_from_config",
-    "read_egress_report", "remove", "stop", "wait",
+    "attach", "engine_cpus", "get_backend", "inspect", "launch", "list_sandboxes", "logs",
+    "policy_from_config", "read_egress_report", "remove", "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -42,6 +42,18 @@ def get_backend() -> Backend:
 
         _BACKEND = DockerBackend()
     return _BACKEND
+
+
+def engine_cpus() -> int:
+    """The Docker engine's CPU count (``NCPU`` of ``docker info``; one API call).
+
+    Raises:
+        OperationFailed: the engine cannot be reached or answered an error.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors("ask the Docker engine for its CPU count"):
+        return int(client().info()["NCPU"])
 
 
 def launch(spec: SandboxSpec) -> str:

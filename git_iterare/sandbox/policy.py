@@ -3,9 +3,11 @@
 The policy is written as JSON to ``/run/iterare/policy.json`` in the container (see
 ``container/entrypoint``), in the shape ``{"domains": [...], "cidrs": [...], "dns": [...]}``.
 Names follow RFC 1123 host name syntax (letters, digits and ``-`` in labels of 1-63
-characters, 253 characters in all); ``*.`` as a whole leading label allows every subdomain
-(not the name itself). An allowed name lets through TCP to the addresses it resolves to, on
-every port but 22.
+characters, 253 characters in all). A plain name allows that name alone: the sandbox's
+resolver answers NXDOMAIN for its subdomains without asking upstream. ``*.`` as a whole
+leading label allows every subdomain (not the name itself); such queries reach the domain's
+name servers, whatever the agent puts in them. An allowed name lets through TCP to the IPv4
+and IPv6 addresses it resolves to, on every port but 22.
 """
 
 from __future__ import annotations

@@ -22,17 +22,47 @@ CA_PATH = "/run/iterare/ca.pem"
 ENTRYPOINT = "/usr/local/sbin/iterare-entrypoint"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY = re.compile(r"^[0-9]+[bkmgBKMG]?$")
+_MEMORY = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+#: Docker's smallest memory limit (bytes).
+MIN_MEMORY = 6 * 1024**2
+#: Docker's smallest CPU limit (cores; it counts in billionths but refuses less than this).
+MIN_CPUS = 0.01
+#: Smallest process limit we accept: fewer cannot run the entrypoint, git and an agent.
+MIN_PIDS = 16
+#: Largest process limit the kernel's pids controller takes (PID_MAX_LIMIT on 64-bit).
+MAX_PIDS = 4 * 1024**2
+
+
+def memory_bytes(size: str) -> int:
+    """Bytes meant by a Docker memory size: a number with ``b``, ``k``, ``m`` or ``g``.
+
+    Args:
+        size: such as ``512m`` or ``4g`` (units are powers of 1024, any case; none = bytes).
+
+    Raises:
+        UserError: not such a size.
+    """
+    match = _MEMORY.match(size.strip())
+    if not match:
+        raise UserError(f"docker.memory: bad size {size!r}",
+                        hint="use a number with b, k, m or g, such as 4g")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandbox.
+    """Resource limits of one sandbox, checked when made (there is no "unlimited").
 
     Attributes:
-        cpus: CPU cores (fractions allowed); 0 means no limit.
-        memory: Docker memory syntax (``512m``, ``4g``); empty means no limit.
-        pids: maximum number of processes; 0 means no limit.
+        cpus: CPU cores (fractions allowed), at least :data:`MIN_CPUS`; the engine's own
+            CPU count is the upper bound (see :meth:`check_engine_cpus`).
+        memory: Docker memory syntax (``512m``, ``4g``), at least :data:`MIN_MEMORY` bytes.
+        pids: maximum number of processes, :data:`MIN_PIDS` to :data:`MAX_PIDS`.
+
+    Raises:
+        UserError: a value out of range, naming the ``docker.*`` key and how to fix it.
     """
 
     cpus: float = 2.0
@@ -40,11 +70,34 @@ class Limits:
     pids: int = 1024
 
     def __post_init__(self) -> None:
-        if self.cpus < 0 or self.pids < 0:
-            raise UserError("docker.cpus and docker.pids must not be negative")
-        if self.memory and not _MEMORY.match(self.memory):
-            raise UserError(f"docker.memory: bad size {self.memory!r}",
-                            hint="use a number with b, k, m or g, such as 4g")
+        if not self.cpus >= MIN_CPUS:
+            raise UserError(f"docker.cpus must be at least {MIN_CPUS}, got {self.cpus:g}",
+                            hint="0 does not mean unlimited; for no practical limit "
+                                 "use the engine's CPU count")
+        if not MIN_PIDS <= self.pids <= MAX_PIDS:
+            raise UserError(f"docker.pids must be from {MIN_PIDS} to {MAX_PIDS}, "
+                            f"got {self.pids}",
+                            hint="0 does not mean unlimited; for no practical limit "
+                                 f"use {MAX_PIDS}")
+        if memory_bytes(self.memory) < MIN_MEMORY:
+            raise UserError(f"docker.memory must be at least 6m (Docker's minimum), "
+                            f"got {self.memory!r}",
+                            hint="0 does not mean unlimited; for no practical limit "
+                                 "use a large value such as 1024g")
+
+    def check_engine_cpus(self, engine_cpus: int) -> None:
+        """Refuse more CPUs than the engine has (Docker would refuse to start the sandbox).
+
+        Args:
+            engine_cpus: the engine's CPU count (``NCPU`` of ``docker info``).
+
+        Raises:
+            UserError: ``cpus`` is larger than ``engine_cpus``.
+        """
+        if self.cpus > engine_cpus:
+            raise UserError(f"docker.cpus is {self.cpus:g} but the Docker engine has only "
+                            f"{engine_cpus} CPU" + ("" if engine_cpus == 1 else "s"),
+                            hint=f"set docker.cpus to at most {engine_cpus}")
 
 
 @dataclass(frozen=True)

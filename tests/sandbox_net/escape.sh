@@ -47,6 +47,13 @@ if out=$(http http://allowed.test/ 2>&1) && [[ $out == allowed:80* ]]; then
 else
     emit allowed-name-works false "$out" true
 fi
+# Over IPv6 (its AAAA answer) too, without the ~3 s stall of a blocked neighbour
+# discovery: curl -6 gives up after 2 s.
+if out=$(curl -6 -sS --max-time 2 -o - http://allowed.test/ 2>&1) && [[ $out == allowed:80* ]]; then
+    emit allowed-name-works-ipv6 true "$out" true
+else
+    emit allowed-name-works-ipv6 false "$out" true
+fi
 if out=$(http http://x.wild.test/ 2>&1) && [[ $out == allowed:80* ]]; then
     emit wildcard-name-works true "$out" true
 else
@@ -67,6 +74,9 @@ attempt unlisted-name-resolves resolves anything.example
 attempt wildcard-parent-resolves resolves wild.test
 attempt subdomain-of-exact-name-resolves resolves sub.allowed.test
 attempt subdomain-of-exact-name-http http http://sub.allowed.test/
+attempt deep-subdomain-of-exact-name-resolves resolves exfil.data.allowed.test
+attempt subdomain-of-exact-name-other-case-resolves resolves EXFIL.Allowed.Test
+attempt subdomain-of-exact-name-aaaa-resolves bash -c "dig +short +tries=1 +time=2 sub.allowed.test AAAA | grep :"
 attempt cname-target-resolves resolves edge.cdn-provider.example
 attempt blocked-address http "http://$BLOCKED_V4/"
 attempt blocked-address-other-port http "http://$BLOCKED_V4:8080/"
