@@ -193,7 +193,6 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
-    limits = sandbox_limits(config)
     ca_bundle = _ca_bundle(config)
     extra_mounts = _extra_mounts(config)
     store = RunStore(repo)
@@ -214,6 +213,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
+    # The first questions to the engine come last, so the docker SDK has been imported in
+    # the background meanwhile; both still come before anything is created.
+    limits = sandbox_limits(config)
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,
