@@ -17,10 +17,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from git_iterare.config import Config
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.sandbox import SandboxSpec
 
 
 @dataclass(frozen=True)
@@ -148,12 +152,21 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         limits=sandbox_limits(config),
         network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
         ca_bundle=_ca_bundle(config))
+    return _throwaway_session(spec, scratch, detached_status=0)
+
+
+def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int) -> int:
+    """Launch a sandbox that is no run, attach the terminal, and remove it afterwards
+    with ``scratch``; return its exit status. Detaching ends it (nothing could find it
+    again): ``detached_status`` is returned then unless it exited with a status."""
+    from git_iterare import sandbox
+
     container = sandbox.launch(spec)
     try:
         code = _attach(container)
-        if code is None:  # detached: a session without a run cannot be found again
+        if code is None:
             sandbox.stop(container)
-            code = sandbox.wait(container) or 0
+            code = sandbox.wait(container) or detached_status
         return code
     finally:
         sandbox.remove(container)
@@ -199,15 +212,7 @@ def login_launcher(repo: Repo | None, config: Config,
             mounts=(sandbox.Mount(home, "/home/agent", False),),
             workdir="/home/agent", network=config["docker.network"], agent_uid=uid,
             agent_gid=gid, tty=True, stdin=True, ca_bundle=_ca_bundle(config))
-        container = sandbox.launch(spec)
-        try:
-            code = _attach(container)
-            if code is None:  # detached: a login nobody sees cannot finish
-                sandbox.stop(container)
-                code = sandbox.wait(container) or 1
-            return code
-        finally:
-            sandbox.remove(container)
-            shutil.rmtree(out_dir, ignore_errors=True)
+        # Detached, a login nobody sees cannot finish: that is a failure.
+        return _throwaway_session(spec, out_dir, detached_status=1)
 
     return launch
