@@ -357,7 +357,6 @@ def _in_terminal(argv: list[str], cwd: Path, keys: bytes, ready: bytes, timeout:
     ``timeout`` seconds is killed (status -9).
     """
     import pty
-    import select
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: becomes argv on the terminal
@@ -366,9 +365,25 @@ def _in_terminal(argv: list[str], cwd: Path, keys: bytes, ready: bytes, timeout:
             os.execvp(argv[0], argv)
         finally:
             os._exit(127)
+    deadline = time.monotonic() + timeout
+    try:
+        output = _converse(fd, keys, ready, deadline)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)  # never leave the session (and its sandbox) behind
+        raise
+    if time.monotonic() >= deadline:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output
+
+
+def _converse(fd: int, keys: bytes, ready: bytes, deadline: float) -> bytes:
+    """Read the terminal until it closes or ``deadline``; type ``keys`` after ``ready``."""
+    import select
+
     output = b""
     typed = False
-    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         readable, _, _ = select.select([fd], [], [], 0.5)
         if readable:
@@ -383,11 +398,7 @@ def _in_terminal(argv: list[str], cwd: Path, keys: bytes, ready: bytes, timeout:
             time.sleep(1)  # let the shell print its prompt
             os.write(fd, keys)
             typed = True
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), output
+    return output
 
 
 def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None:
