@@ -88,3 +88,14 @@ def test_install_creates_private_global_directory(tmp_path: Path, hermetic_env: 
     again = iterare("install", cwd=tmp_path)
     assert again.stdout.splitlines()[:2] == [f"       kept  {folder}",
                                              f"       kept  {folder / 'config.toml'}"]
+
+
+def test_init_force_repairs_a_broken_project_config(repo: Path) -> None:
+    (repo / ".iterare").mkdir()
+    config = repo / ".iterare" / "config.toml"
+    config.write_text("[docker]\nmemory = \n")
+    assert iterare("init", cwd=repo).returncode == 2
+    forced = iterare("init", "--force", cwd=repo)
+    assert forced.returncode == 0, forced.stderr
+    assert config.read_text() == scaffold.PROJECT_CONFIG
+    assert iterare("config", "--list", cwd=repo).returncode == 0

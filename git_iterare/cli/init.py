@@ -24,7 +24,15 @@ def command(path: Path | None, force: bool) -> None:
     top = repo.main_work_tree
     if top is None:
         raise UserError("this is a bare repository; run git iterare init in a worktree")
-    image = app().config["docker.image"]
+    try:
+        image = app().config["docker.image"]
+    except UserError:
+        if not force:
+            raise
+        # --force rewrites the project file, so a broken one must not stand in its way.
+        from git_iterare.config import DEFAULT_IMAGE
+
+        image = DEFAULT_IMAGE
     for written in scaffold.init_project(top, image, force):
         click.echo(f"{written.action:>11}  {written.path}")
     click.echo("next: edit .iterare/prompts/example.md, then `git iterare execute example`")
