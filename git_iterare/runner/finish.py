@@ -32,10 +32,14 @@ TIMEOUT_GRACE = 60
 LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
 
 
-def _age(timestamp: str | None) -> float:
-    if not timestamp:
+def age_seconds(timestamp: str | None) -> float:
+    """Seconds since a record timestamp (see :func:`git_iterare.runs.status.parse_iso`);
+    0 when it is missing or unreadable."""
+    from git_iterare.runs.status import parse_iso
+
+    then = parse_iso(timestamp)
+    if then is None:
         return 0.0
-    then = _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
 
 
@@ -52,7 +56,7 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
     timeout = record.extra.get("timeout") or 0
     # An agent that ignores SIGTERM is killed (137), a fork bomb may end otherwise: the
     # clock, not the status, says whether the limit was reached.
-    ran_out = bool(timeout) and _age(record.started) >= timeout
+    ran_out = bool(timeout) and age_seconds(record.started) >= timeout
     if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or ran_out:
         return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
     sandbox_error = describe(exit_code) if exit_code is not None else None
@@ -102,7 +106,7 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
             return record
         sandbox.wait(info.id)
         info = sandbox.inspect(info.id)
-    if info is None and record.container is None and _age(record.created) < LAUNCH_GRACE:
+    if info is None and record.container is None and age_seconds(record.created) < LAUNCH_GRACE:
         return record  # still being launched by its execute process
     with run_lock(repo, run_id):
         record = store.get(run_id)
@@ -236,7 +240,7 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
         if not is_local(repo, record):
             continue
         timeout = record.extra.get("timeout") or 0
-        if record.container and timeout and _age(record.started) > timeout + TIMEOUT_GRACE:
+        if record.container and timeout and age_seconds(record.started) > timeout + TIMEOUT_GRACE:
             info = container_of(repo, record)
             if info is not None and info.state in LIVE_STATES:
                 store.update(record.id, lambda r: r.replace(

@@ -112,8 +112,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
     from git_iterare.runner.launch import (
-        _ca_bundle,
-        _extra_mounts,
+        ca_bundle_path,
+        extra_mounts,
         passthrough_env,
         sandbox_limits,
     )
@@ -148,10 +148,10 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
                     **passthrough_env(request.env_names, os.environ)},
         secret_files=dict(credentials.files) if credentials else {},
         mounts=(sandbox.Mount(top, "/workspace", False),
-                sandbox.Mount(hide, "/workspace/.git", True), *_extra_mounts(config)),
+                sandbox.Mount(hide, "/workspace/.git", True), *extra_mounts(config)),
         limits=sandbox_limits(config),
         network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
-        ca_bundle=_ca_bundle(config))
+        ca_bundle=ca_bundle_path(config))
     return _throwaway_session(spec, scratch, detached_status=0)
 
 
@@ -190,7 +190,7 @@ def login_launcher(repo: Repo | None, config: Config,
     """
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.launch import _ca_bundle
+    from git_iterare.runner.launch import ca_bundle_path
     from git_iterare.sandbox.image import ensure_image
 
     def launch(argv: Sequence[str], home: Path) -> int:
@@ -211,7 +211,7 @@ def login_launcher(repo: Repo | None, config: Config,
             env=agent.environment(config),
             mounts=(sandbox.Mount(home, "/home/agent", False),),
             workdir="/home/agent", network=config["docker.network"], agent_uid=uid,
-            agent_gid=gid, tty=True, stdin=True, ca_bundle=_ca_bundle(config))
+            agent_gid=gid, tty=True, stdin=True, ca_bundle=ca_bundle_path(config))
         # Detached, a login nobody sees cannot finish: that is a failure.
         return _throwaway_session(spec, out_dir, detached_status=1)
 

@@ -109,7 +109,7 @@ def sandbox_limits(config: Config) -> Any:
     return limits
 
 
-def _ca_bundle(config: Config) -> Path | None:
+def ca_bundle_path(config: Config) -> Path | None:
     ca = config["docker.ca_bundle"]
     if not ca:
         return None
@@ -120,7 +120,7 @@ def _ca_bundle(config: Config) -> Path | None:
     return path
 
 
-def _extra_mounts(config: Config) -> list[Any]:
+def extra_mounts(config: Config) -> list[Any]:
     """``[mounts] volumes`` (iterare's SOURCE:TARGET[:ro|rw]) as sandbox mounts."""
     from git_iterare.sandbox import Mount
 
@@ -193,8 +193,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
-    ca_bundle = _ca_bundle(config)
-    extra_mounts = _extra_mounts(config)
+    ca_bundle = ca_bundle_path(config)
+    more_mounts = extra_mounts(config)
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
@@ -233,7 +233,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     )
     try:
         return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
-                       limits, ca_bundle, extra_mounts, secret_env, credentials, request)
+                       limits, ca_bundle, more_mounts, secret_env, credentials, request)
     except BaseException as exc:
         _record_launch_failure(repo, store, record.id, exc)
         raise
@@ -241,7 +241,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
 def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, body: str,
             timeout: int, policy: Any, limits: Any, ca_bundle: Path | None,
-            extra_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
+            more_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
             request: ExecuteRequest) -> Any:
     from git_iterare import proc, sandbox
     from git_iterare.runs.status import RUNNING
@@ -277,7 +277,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         env=agent.environment(config),
         secret_env={**credentials.env, **secret_env},
         secret_files=dict(credentials.files),
-        mounts=(*mounts, *extra_mounts),
+        mounts=(*mounts, *more_mounts),
         limits=limits,
         network=config["docker.network"],
         agent_uid=ws.agent_uid,

@@ -69,9 +69,9 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
         return finish(repo, run_id, wait=True)
     if record.container:
         return finish(repo, run_id)  # its sandbox is gone: finished as lost
-    from git_iterare.runner.finish import LAUNCH_GRACE, _age
+    from git_iterare.runner.finish import LAUNCH_GRACE, age_seconds
 
-    if _age(record.created) < LAUNCH_GRACE:
+    if age_seconds(record.created) < LAUNCH_GRACE:
         raise OperationFailed(f"run {run_id} is still being launched",
                               hint="try again in a moment")
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
