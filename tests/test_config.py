@@ -12,6 +12,14 @@ from git_iterare.errors import UserError
 from tests.conftest import git, iterare
 
 
+def project_config(repo: Path, text: str) -> Path:
+    """Write ``.iterare/config.toml`` of ``repo`` and return its path."""
+    path = repo / ".iterare" / "config.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def _origins(repo: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
     result = iterare("config", "--list", "--format=json", *args, cwd=repo, env=env)
     assert result.returncode == 0, result.stderr
@@ -27,8 +35,7 @@ def test_layers_apply_in_order(repo: Path, hermetic_env: Path) -> None:
     legacy = hermetic_env / ".iterare"
     legacy.mkdir()
     (legacy / "config.toml").write_text('[session]\nshell = "/bin/zsh"\n[docker]\npids = 7\n')
-    (repo / ".iterare").mkdir()
-    (repo / ".iterare" / "config.toml").write_text(
+    project_config(repo,
         '[docker]\nimage = "project"\nmemory = "2g"\ncpus = 3\n')
     git("config", "iterare.docker.memory", "3g", cwd=repo)
     git("config", "iterare.docker.cpus", "4", cwd=repo)
@@ -67,8 +74,7 @@ def test_git_list_values_accumulate_and_accept_dashes(repo: Path) -> None:
 
 
 def test_iterare_keys_keep_working(repo: Path) -> None:
-    (repo / ".iterare").mkdir()
-    (repo / ".iterare" / "config.toml").write_text(
+    project_config(repo,
         '[docker]\nimage = "sohonet/iterare-llm:latest"\n[session]\nshell = "/bin/zsh"\n'
         '[claude]\ncredentials_path = "/creds"\n[firewall]\nallowed_domains = ["pypi.org"]\n'
         '[mounts]\nvolumes = ["~/.gitconfig:/home/node/.gitconfig:ro"]\n')
@@ -81,9 +87,7 @@ def test_iterare_keys_keep_working(repo: Path) -> None:
 
 
 def test_bad_toml_is_one_line_with_position_and_exit_2(repo: Path) -> None:
-    (repo / ".iterare").mkdir()
-    path = repo / ".iterare" / "config.toml"
-    path.write_text('[docker]\nimage = "a"\nmemory = \n')
+    path = project_config(repo, '[docker]\nimage = "a"\nmemory = \n')
     result = iterare("config", "--list", cwd=repo)
     assert result.returncode == 2
     assert result.stdout == ""
@@ -91,9 +95,7 @@ def test_bad_toml_is_one_line_with_position_and_exit_2(repo: Path) -> None:
 
 
 def test_unknown_key_is_a_warning_naming_it(repo: Path) -> None:
-    (repo / ".iterare").mkdir()
-    path = repo / ".iterare" / "config.toml"
-    path.write_text('[docker]\nimmage = "a"\n')
+    path = project_config(repo, '[docker]\nimmage = "a"\n')
     result = iterare("config", "docker.image", cwd=repo)
     assert result.returncode == 0
     assert result.stderr == (
@@ -119,9 +121,7 @@ def test_unknown_git_config_key_is_a_warning(repo: Path) -> None:
     ],
 )
 def test_wrong_type_names_key_and_expected_type(repo: Path, toml: str, message: str) -> None:
-    (repo / ".iterare").mkdir()
-    path = repo / ".iterare" / "config.toml"
-    path.write_text(toml)
+    path = project_config(repo, toml)
     result = iterare("config", "--list", cwd=repo)
     assert (result.returncode, result.stderr) == (2, f"error: {path}: {message}\n")
 
