@@ -41,9 +41,6 @@ CONTAINER_GITDIR = "/git/run"
 CONTAINER_GITFILE = "/workspace/.git"
 CONTAINER_OBJECTS = "/git/objects"
 
-#: uid/gid the agent runs as when git iterare runs as root (the agent is never root).
-DEFAULT_AGENT_UID = 1000
-
 AGENT_NAME = "git-iterare agent"
 AGENT_EMAIL = "agent@git-iterare.invalid"
 
@@ -89,7 +86,7 @@ class RunWorkspace:
         branch: ``iterare/<id>`` (short name; the ref is ``refs/heads/<branch>``).
         base_commit: hex id of the commit the run started from.
         mounts: bind mounts the sandbox must set up, in mount order.
-        agent_uid: uid the agent process runs as (never 0).
+        agent_uid: uid the agent process runs as (never 0, no host account's).
         agent_gid: its gid.
         included: paths copied in from ``.iterare/include`` (relative, ``/``-separated);
             never committed unless the base tracked them.
@@ -188,23 +185,21 @@ def ensure_excluded(repo: Repo) -> None:
 
 
 def agent_ids(agent_uid: int | None) -> tuple[int, int]:
-    """Choose the uid/gid the agent runs as.
-
-    As root: ``agent_uid`` or :data:`DEFAULT_AGENT_UID` (gid the same number); files are
-    chowned to it. Otherwise the host user's own uid/gid, so files stay theirs.
+    """Choose the uid/gid the agent runs as: ``agent_uid`` when given, else a number no
+    host account has and that is not the user's (see
+    :func:`git_iterare.sandbox.spec.agent_ids`). The sandbox's sidecar gives the run's
+    trees to it while the agent runs, and back to the user afterwards.
 
     Raises:
-        UserError: ``agent_uid`` is 0, or differs from our uid when we are not root.
+        UserError: ``agent_uid`` is 0.
     """
+    from git_iterare.sandbox.spec import agent_ids as free_ids
+
     if agent_uid == 0:
         raise UserError("the agent must not run as root (uid 0); choose another uid")
-    if os.geteuid() == 0:
-        uid = DEFAULT_AGENT_UID if agent_uid is None else agent_uid
-        return uid, uid
-    if agent_uid is not None and agent_uid != os.geteuid():
-        raise UserError(f"cannot run the agent as uid {agent_uid} without root; "
-                        "leave the uid unset to use your own")
-    return os.geteuid(), os.getegid()
+    if agent_uid is not None:
+        return agent_uid, agent_uid
+    return free_ids()
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -321,7 +316,10 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     check_run_dirs(repo)
     included = include_paths(repo)
     ensure_excluded(repo)
-    worktree.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (worktree.parent, gitdir.parent):
+        # 0700: nobody else on the host reaches a run's trees.
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
     # user's (npm install, direnv...) would run it on the host.
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
@@ -333,21 +331,14 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         agent_uid=uid, agent_gid=gid, included=included)
     try:
         copy_includes(repo, worktree, included)
-        gitdir.parent.mkdir(parents=True, exist_ok=True)
         _write_run_gitdir(repo, ws, alternates)
-        if os.geteuid() == 0:
-            chown_tree(worktree, uid, gid)
-            chown_tree(gitdir, uid, gid)
-            # git checks the gitfile's owner too (safe.directory); it is mounted read-only
-            os.lchown(gitfile, uid, gid)
-        # After the chown (which changes ctimes), so the stat data in the index is current
-        # and git inside need not rehash every file.
+        # The stat data in the index is current, so git inside need not rehash every
+        # file (the run gitdir's config tells it to ignore the owner and ctime changes
+        # the sandbox makes).
         index = gitdir / "index"
         with safegit.safe_git(repo.common_dir, worktree, index) as view:
             view.git("read-tree", base_commit)
             view.git("update-index", "-q", "--refresh", check=False)
-        if os.geteuid() == 0:
-            os.lchown(index, uid, gid)
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)
@@ -372,8 +363,7 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
     """
     validate_run_id(run_id)
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
-    owner = os.lstat(gitdir) if gitdir.is_dir() and not gitdir.is_symlink() else None
-    uid, gid = (owner.st_uid, owner.st_gid) if owner else agent_ids(None)
+    uid, gid = agent_ids(None)
     if not included:
         included = include_paths(repo)
     gitfile = gitdir.with_name(run_id + ".gitfile")

@@ -33,7 +33,7 @@ def test_stale_image_is_rebuilt_from_its_base(tmp_path: Path, sandbox_image: str
         labels = subprocess.run(["docker", "image", "inspect", "-f", template, ref.id],
                                 capture_output=True, text=True, check=True).stdout.strip()
         files = context_files()
-        assert labels == _hash(files["Dockerfile"], files["entrypoint"])
+        assert labels == _hash(files["Dockerfile"], files["sidecar"])
         assert ensure_image(cfg, None, lines.append) == ref  # current now: used as it is
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
 from tests.fakeapi.server import FakeAnthropic
 from tests.sandbox_fixtures import NET
@@ -93,9 +94,9 @@ def test_shell_agent_full_flow(project: Path) -> None:
         f"iterare: work left uncommitted by run {rid}\nIterare-Run: {rid}\n"
         "Iterare-Agent: shell\nIterare-Prompt: hello\n\n")
     assert log.split("--\n")[1] == "Add hello\n\n"
+    # The agent's uid is one no host account has, never the user's.
     assert git("show", f"iterare/{rid}:hello.txt", cwd=project).stdout == (
-        "hello from agent 1000\n" if os.geteuid() == 0 else
-        f"hello from agent {os.geteuid()}\n")
+        f"hello from agent {agent_ids()[0]}\n")
     # The run's worktree never shows in the user's status (only the new prompt does).
     assert git("status", "--porcelain", cwd=project).stdout == "?? .iterare/prompts/\n"
     notes = git("log", "--notes=iterare", "--format=%N", "-1", f"iterare/{rid}",
@@ -147,7 +148,9 @@ def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
     with FakeAnthropic(CLAUDE_TURNS, requests, host=NET["GATEWAY_V4"]) as api:
         port = api.url.rsplit(":", 1)[1]
         with (project / ".iterare" / "config.toml").open("a") as config:
-            config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n')
+            # fakeapi.test answers the gateway's address: only a CIDR entry opens it.
+            config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n'
+                         f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
         git("commit", "-qam", "gateway", cwd=project)
         prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
         env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
@@ -283,10 +286,10 @@ def test_agent_escape_sequences_are_shown_not_sent_to_the_terminal(project: Path
     assert log.stdout.splitlines()[-2:] == [shown, "done"]
     assert "\x1b" not in log.stdout
     raw = iterare("log", "--raw", rid, cwd=project)  # into a pipe: byte-exact
-    assert raw.stdout.endswith("\n" + written + "\n")
+    assert raw.stdout == written + "\n"  # the agent's output alone (the sidecar's is not in it)
     code, output = _in_terminal(["git", "iterare", "log", "--raw", rid], project, b"", b"")
     assert code == 0
-    assert output.replace(b"\r\n", b"\n").endswith(b"\n" + shown.encode() + b"\n")
+    assert output.replace(b"\r\n", b"\n") == shown.encode() + b"\n"
     assert b"\x1b" not in output
 
 
@@ -404,7 +407,7 @@ def _converse(fd: int, keys: bytes, ready: bytes, deadline: float) -> bytes:
 def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None:
     code, output = _in_terminal(
         ["git", "iterare", "interactive", "--worktree", "--shell", "--workspace", "tty"],
-        project, b"echo typed > typed.txt; exit 0\n", ready=b"self-check passed")
+        project, b"echo typed > typed.txt; exit 0\n", ready=b"/workspace$")
     assert code == 0, output.decode(errors="replace")
     runs = git("for-each-ref", "--format=%(refname:strip=3)", "refs/iterare/runs",
                cwd=project).stdout.split()

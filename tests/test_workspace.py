@@ -20,6 +20,7 @@ from git_iterare import repo as repo_mod
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.hostexec import host_executable_changes
 from git_iterare.merge import diff_run, merge_run
+from git_iterare.sandbox import spec as sandbox_spec
 from tests.conftest import git
 
 RUN = "demo-0123abcd"
@@ -93,12 +94,11 @@ def test_prepare_layout(repo: Path) -> None:
         (ws.gitdir, "/git/run", False), (repo / ".git" / "objects", "/git/objects", True)]
     assert "/.iterare/worktrees/\n" in (repo / ".git/info/exclude").read_text()
     assert git("status", "--porcelain", "--untracked-files=all", cwd=repo).stdout == ""
-    if os.geteuid() == 0:
-        assert (ws.agent_uid, ws.agent_gid) == (1000, 1000)
-        for p in (ws.worktree, ws.worktree / "README.md", ws.gitdir, ws.gitdir / "index"):
-            assert (os.lstat(p).st_uid, os.lstat(p).st_gid) == (1000, 1000)
-    else:
-        assert ws.agent_uid == os.geteuid()
+    # A uid no host account has; the sandbox's sidecar gives it the trees later.
+    assert (ws.agent_uid, ws.agent_gid) == sandbox_spec.agent_ids()
+    assert ws.agent_uid != os.geteuid()
+    for p in (ws.worktree.parent, ws.gitdir.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700
     # the container's view: clean, on the run branch, history visible through alternates
     assert agent(ws, "status", "--porcelain").stdout == ""
     assert agent(ws, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == f"iterare/{RUN}"
@@ -468,14 +468,26 @@ def test_reuse_starts_from_previous_head(repo: Path) -> None:
         second.worktree, second.gitdir, second.branch)
 
 
-def test_agent_ids_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not root: the agent runs as the user (files stay theirs); another uid is refused."""
-    monkeypatch.setattr(workspace.os, "geteuid", lambda: 1234)
-    monkeypatch.setattr(workspace.os, "getegid", lambda: 5678)
-    assert workspace.agent_ids(None) == (1234, 5678)
-    assert workspace.agent_ids(1234) == (1234, 5678)
-    with pytest.raises(UserError, match="cannot run the agent as uid 1000 without root"):
-        workspace.agent_ids(1000)
+def test_agent_ids_are_no_accounts_and_not_the_users(monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    """The agent's uid/gid: the first number from the base that no account, group or the
+    user has; an explicit uid is kept, 0 refused."""
+    import pwd
+
+    uid, gid = workspace.agent_ids(None)
+    assert uid == gid >= sandbox_spec.AGENT_ID_BASE
+    for number in range(sandbox_spec.AGENT_ID_BASE, uid):
+        assert sandbox_spec._has_account(number) or number == os.getuid()
+    with pytest.raises(KeyError):
+        pwd.getpwuid(uid)
+    taken = {sandbox_spec.AGENT_ID_BASE, sandbox_spec.AGENT_ID_BASE + 1}
+    monkeypatch.setattr(sandbox_spec, "_has_account", lambda n: n in taken)
+    assert sandbox_spec.agent_ids() == (sandbox_spec.AGENT_ID_BASE + 2,) * 2
+    monkeypatch.setattr(sandbox_spec.os, "getuid", lambda: sandbox_spec.AGENT_ID_BASE + 2)
+    assert sandbox_spec.agent_ids() == (sandbox_spec.AGENT_ID_BASE + 3,) * 2
+    assert workspace.agent_ids(1234) == (1234, 1234)
+    with pytest.raises(UserError, match="must not run as root"):
+        workspace.agent_ids(0)
 
 
 def test_bad_include_is_refused_before_anything_is_made(repo: Path) -> None:

@@ -144,8 +144,11 @@ class Claude(Agent):
     def required_domains(self, config: Config) -> list[str]:
         url = base_url(config)
         if url:
-            host = urlsplit(url).hostname
-            return [host] if host else []
+            parts = urlsplit(url)
+            if not parts.hostname:
+                return []
+            # The firewall opens 80 and 443 for a name, or only the port it names.
+            return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
         return list(ANTHROPIC_DOMAINS)
 
     def command(self, *, prompt_file: str, config: Config) -> list[str]:

@@ -45,9 +45,13 @@ def age_seconds(timestamp: str | None) -> float:
 
 def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
              ) -> tuple[str, str | None]:
-    """The final status and error line of a run."""
+    """The final status and error line of a run.
+
+    ``exit_code`` is the agent container's, which is always the agent's own: the sandbox's
+    set-up runs in its sidecar, and a failure there stops the launch before the agent's
+    container starts.
+    """
     from git_iterare.runs import status as st
-    from git_iterare.sandbox.exitcodes import describe
 
     if vanished:
         return st.LOST, "the sandbox container disappeared before the run was recorded"
@@ -59,9 +63,6 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
     ran_out = bool(timeout) and age_seconds(record.started) >= timeout
     if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or ran_out:
         return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
-    sandbox_error = describe(exit_code) if exit_code is not None else None
-    if sandbox_error:
-        return st.FAILED, f"the agent never started: {sandbox_error}"
     if exit_code == 0 and not result.is_error:
         return st.SUCCEEDED, None
     if exit_code == 0:
@@ -123,6 +124,11 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
 
     vanished = info is None
     exit_code = None if vanished else info.exit_code
+    # The sandbox to reclaim and remove: when the agent's container vanished, its sidecar
+    # may be left, found by name -- unless that name is now another container's.
+    sandbox_name = info.id if info is not None else f"iterare-{record.id}"
+    if info is None and record.container and sandbox.inspect(sandbox_name) is not None:
+        sandbox_name = None
     log = b""
     agent = get_agent(record.agent or "shell")
     if not vanished:
@@ -137,6 +143,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     if record.base_commit and has_worktree(repo, record):
         try:
             ws = open_run(repo, record.id, record.base_commit)
+            _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile))
             work = finish_run(
                 repo, ws,
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
@@ -160,13 +167,29 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     if commits:
         store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
                                  "agent": record.agent, "status": status})
-    if not vanished:
-        try:
-            sandbox.remove(info.id)
-        except Exception as exc:  # the result is recorded; a leftover container is minor
-            ui.warn(f"run {record.id}: could not remove its container: {exc}")
+    try:
+        if sandbox_name:
+            sandbox.remove(sandbox_name)
+    except Exception as exc:  # the result is recorded; a leftover container is minor
+        ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
     return record
+
+
+def _reclaim(record: Any, sandbox_name: str | None, trees: tuple[Any, ...]) -> None:
+    """Give the run's trees back to the user (set-uid bits and special files stripped),
+    in the sandbox's sidecar when it is up (else in a container of its own); warn about
+    what was removed."""
+    import os
+
+    from git_iterare import sandbox
+    from git_iterare.logrender import sanitize
+
+    image = record.extra.get("sidecar_image") or ""
+    notes = sandbox.reclaim(sandbox_name or f"iterare-{record.id}-gone", trees, os.getuid(),
+                            os.getgid(), image)
+    for note in notes:
+        ui.warn(f"run {record.id}: {sanitize(note)}")
 
 
 def has_worktree(repo: Repo, record: Any) -> bool:

@@ -68,7 +68,11 @@ def _attach(container: str) -> int | None:
     if shutil.which("docker") is None:
         raise OperationFailed("the docker command is needed to attach a terminal",
                               hint="install the Docker CLI")
-    proc.run(["docker", "attach", container], capture=False, check=False)
+    # A terminal sandbox is left created by launch: starting it attached loses nothing.
+    before = sandbox.inspect(container)
+    verb = ["start", "--attach", "--interactive"] if before and before.state == "created" \
+        else ["attach"]
+    proc.run(["docker", *verb, container], capture=False, check=False)
     info = sandbox.inspect(container)
     if info is not None and info.state in LIVE_STATES:
         return None
@@ -140,8 +144,11 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     dot_git = top / ".git"
     hide = empty if dot_git.is_dir() else Path(os.devnull)
     session = f"session-{secrets.token_hex(4)}"
+    # The agent works on your own checkout as you (your choice to share it); runs, which
+    # the agent owns alone, use a uid of their own.
     spec = sandbox.SandboxSpec(
-        image=image.name, name=f"iterare-{session}", command=command, policy=policy,
+        image=image.name, sidecar_image=image.sidecar, name=f"iterare-{session}",
+        command=command, policy=policy,
         out_dir=out_dir, run_id=session, repo_path=str(repo.main_work_tree),
         env=agent.environment(config),
         secret_env={**(credentials.env if credentials else {}),
@@ -169,8 +176,13 @@ def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
             code = sandbox.wait(container) or detached_status
         return code
     finally:
-        sandbox.remove(container)
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            if spec.owned:
+                sandbox.reclaim(container, spec.owned, os.getuid(), os.getgid(),
+                                spec.sidecar_image)
+        finally:
+            sandbox.remove(container)
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 #: Where Claude Code's login talks to, besides the agent's own API domains.
@@ -200,16 +212,15 @@ def login_launcher(repo: Repo | None, config: Config,
         policy = sandbox.policy_from_config(
             config, [*agent.required_domains(config), *LOGIN_DOMAINS])
         image = ensure_image(config, repo, progress)
-        uid, gid = (os.getuid(), os.getgid()) if os.getuid() != 0 else (1000, 1000)
-        os.chown(home, uid, gid)
         out_dir = Path(tempfile.mkdtemp(prefix="iterare-login-"))
         session = f"login-{secrets.token_hex(4)}"
+        uid, gid = sandbox.agent_ids()
         spec = sandbox.SandboxSpec(
-            image=image.name, name=f"iterare-{session}", command=tuple(argv), policy=policy,
-            out_dir=out_dir, run_id=session,
+            image=image.name, sidecar_image=image.sidecar, name=f"iterare-{session}",
+            command=tuple(argv), policy=policy, out_dir=out_dir, run_id=session,
             repo_path=str(repo.main_work_tree) if repo is not None else "",
             env=agent.environment(config),
-            mounts=(sandbox.Mount(home, "/home/agent", False),),
+            mounts=(sandbox.Mount(home, "/home/agent", False),), owned=(home,),
             workdir="/home/agent", network=config["docker.network"], agent_uid=uid,
             agent_gid=gid, tty=True, stdin=True, ca_bundle=ca_bundle_path(config))
         # Detached, a login nobody sees cannot finish: that is a failure.

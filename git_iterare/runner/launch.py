@@ -229,7 +229,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image_digest=image.id,
         policy=_policy_dict(policy),
         extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
-               **origin(repo)},
+               "sidecar_image": image.sidecar, **origin(repo)},
     )
     try:
         return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
@@ -257,9 +257,6 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     os.chmod(prompt_file, 0o644)
     out_dir = state / "out"
     out_dir.mkdir(exist_ok=True)
-    if os.geteuid() == 0:
-        # The sandbox resolver and entrypoint write here as the agent's ids.
-        os.chown(out_dir, ws.agent_uid, ws.agent_gid)
     command = list(request.command) or agent.command(prompt_file=PROMPT_FILE, config=config)
     if timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
@@ -268,6 +265,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
     spec = sandbox.SandboxSpec(
         image=record.image,
+        sidecar_image=record.extra["sidecar_image"],
         name=f"iterare-{record.id}",
         command=tuple(command),
         policy=policy,
@@ -278,6 +276,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         secret_env={**credentials.env, **secret_env},
         secret_files=dict(credentials.files),
         mounts=(*mounts, *more_mounts),
+        owned=(ws.worktree, ws.gitdir, ws.gitfile),
         limits=limits,
         network=config["docker.network"],
         agent_uid=ws.agent_uid,

@@ -9,7 +9,8 @@ importing this package does not import the docker SDK.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from git_iterare.sandbox.backend import Backend
 from git_iterare.sandbox.egress import EgressReport, RefusedConnections, read_egress_report
@@ -22,13 +23,15 @@ from git_iterare.sandbox.spec import (
     Limits,
     Mount,
     SandboxSpec,
+    agent_ids,
 )
 
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "attach", "engine_cpus", "get_backend", "inspect", "launch", "list_sandboxes", "logs",
-    "policy_from_config", "read_egress_report", "remove", "stop", "wait",
+    "agent_ids", "attach", "engine_cpus", "get_backend", "inspect", "launch",
+    "list_sandboxes", "logs", "policy_from_config", "read_egress_report", "reclaim",
+    "remove", "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -81,8 +84,16 @@ def stop(container_id: str, grace_seconds: float = 10) -> None:
     get_backend().stop(container_id, grace_seconds)
 
 
+def reclaim(container_id: str, trees: Sequence[Path], uid: int, gid: int,
+            image: str) -> list[str]:
+    """Make the trees the agent owned inert and ``uid``'s again; notes for the user
+    (see Backend.reclaim)."""
+    return get_backend().reclaim(container_id, trees, uid, gid, image)
+
+
 def remove(container_id: str) -> None:
-    """Remove the container and its secrets; a missing one is not an error."""
+    """Remove the agent's container and its network sidecar; a missing one is not an
+    error."""
     get_backend().remove(container_id)
 
 

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from git_iterare.sandbox.spec import ContainerInfo, SandboxSpec
@@ -16,7 +17,8 @@ class Backend(Protocol):
     """A container engine that runs sandboxes (every method may raise OperationFailed)."""
 
     def launch(self, spec: SandboxSpec) -> str:
-        """Create and start a sandbox; return its container id."""
+        """Create and start a sandbox (its network sidecar first, then the agent's
+        container); return the agent container's id."""
         ...
 
     def attach(self, container_id: str) -> Iterator[bytes]:
@@ -35,8 +37,15 @@ class Backend(Protocol):
         """Ask it to stop (SIGTERM), then kill it after ``grace_seconds``."""
         ...
 
+    def reclaim(self, container_id: str, trees: Sequence[Path], uid: int, gid: int,
+                image: str) -> list[str]:
+        """After the agent ended: strip set-uid/set-gid bits and special files from
+        ``trees`` and give them to ``uid``:``gid`` (as root, in a container of git-iterare's
+        own ``image`` when the sandbox's sidecar is gone); return notes for the user."""
+        ...
+
     def remove(self, container_id: str) -> None:
-        """Remove it (and its secrets directory); a missing container is not an error."""
+        """Remove it and its network sidecar; a missing container is not an error."""
         ...
 
     def inspect(self, container_id: str) -> ContainerInfo | None:

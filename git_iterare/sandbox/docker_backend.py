@@ -1,69 +1,76 @@
 """The Docker engine backend (docker SDK, models layer).
 
-Each sandbox gets a host directory of its own (mode 0700, under the system temp dir) for
-its policy file and secrets; it is named in the label ``dev.iterare.state`` and deleted
-by :meth:`DockerBackend.remove`. Containers are never auto-removed, so the exit status
-survives until the caller has read it.
+A sandbox is two containers (invariant 3 of DESIGN.md):
+
+* the network sidecar ``<name>-net``, from git-iterare's own image (``container/sidecar``),
+  holds the run's network namespace, resolver and firewall. It is the only container with
+  capabilities (:data:`SIDECAR_CAPABILITIES`), and the only one that sees the run's
+  output directory (status, DNS log) and, to give them to the agent and back, its trees;
+* the agent's container ``<name>``, from the agent's image (possibly a project's), joins
+  the sidecar's namespace (``network_mode: container:<sidecar>``) with no capabilities,
+  no-new-privileges and Docker's init as PID 1, as the agent's uid from the start. Nothing
+  in it runs as root, so no layer of its image and nothing the agent runs can change the
+  firewall. Its secrets, home directory, ``/etc/passwd`` entry and start script are put in
+  through the engine API before it starts (:func:`agent_files`).
+
+The agent's container is started only after the sidecar printed ``iterare-sandbox:
+ready``. Containers are never auto-removed, so the exit status survives until the caller
+has read it; :meth:`DockerBackend.remove` removes both.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import io
 import ipaddress
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+import tarfile
+import threading
+from collections.abc import Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from git_iterare.errors import OperationFailed
 from git_iterare.sandbox.docker_errors import client, docker_errors
+from git_iterare.sandbox.exitcodes import describe
 from git_iterare.sandbox.spec import (
+    AGENT_HOME,
+    AGENT_START,
     CA_PATH,
-    ENTRYPOINT,
     LABEL_REPO,
     LABEL_RUN,
     OUT_PATH,
     POLICY_PATH,
     SECRETS_PATH,
+    SIDECAR,
+    TREES_PATH,
     ContainerInfo,
     SandboxSpec,
 )
 
-LABEL_STATE = "dev.iterare.state"
+#: Which of a sandbox's two containers this is: ``agent`` or ``sidecar``.
+LABEL_ROLE = "dev.iterare.role"
+#: On the agent's container: the id of its sidecar.
+LABEL_SIDECAR = "dev.iterare.sidecar"
 
-#: What the entrypoint needs as root before it drops to the agent (which gets none):
-#: firewall and ipsets (iptables asks ipset through a raw socket), binding port 53,
-#: switching users, clearing the bounding set, reading the 0600 secret files, preparing
-#: the agent's home, signalling the agent.
-CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "SETGID", "SETPCAP",
-                "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")
+#: What the sidecar needs as root: firewall and ipsets (iptables asks ipset through a raw
+#: socket), binding port 53 before dnsmasq drops to its own user, switching users for the
+#: self-check, clearing the bounding set, and giving the trees to the agent and back.
+SIDECAR_CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "SETGID",
+                        "SETPCAP", "CHOWN", "DAC_OVERRIDE", "FOWNER")
 
+#: The sidecar's own limits (dnsmasq, iptables, a shell): small and fixed.
+SIDECAR_MEMORY = "256m"
+SIDECAR_PIDS = 256
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+#: Docker's json-file log of each container: at most this much is kept (the engine
+#: rotates; git-iterare reads the log back into the record, within its own limit).
+LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}}
 
+#: Seconds the sidecar may take to set up the firewall before the launch fails.
+READY_TIMEOUT = 60.0
 
-def prepare_state(spec: SandboxSpec) -> Path:
-    """Write the policy and secrets of ``spec`` into a new 0700 host directory.
-
-    Layout: ``policy.json``, ``secrets/env/<NAME>`` and ``secrets/home/<relpath>`` (0600).
-
-    Returns:
-        The directory.
-    """
-    state = Path(tempfile.mkdtemp(prefix=f"iterare-{spec.name}-"))
-    os.chmod(state, 0o700)
-    (state / "policy.json").write_text(spec.policy.to_json())
-    os.chmod(state / "policy.json", 0o644)
-    for name, value in spec.secret_env.items():
-        _write_private(state / "secrets" / "env" / name, value.encode())
-    for rel, content in spec.secret_files.items():
-        _write_private(state / "secrets" / "home" / rel, content)
-    return state
+READY_LINE = b"iterare-sandbox: ready"
 
 
 def host_dns_servers(resolv_conf: Path = Path("/etc/resolv.conf"),
@@ -117,68 +124,253 @@ def _info(container: Any) -> ContainerInfo:
     )
 
 
+class _Tar:
+    """A tar archive built in memory, for ``put_archive`` (entries keep their owners)."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+        # Closed by data(), when the archive is complete.
+        self.tar = tarfile.open(fileobj=self.buffer, mode="w",  # noqa: SIM115
+                                format=tarfile.PAX_FORMAT)
+        self.dirs: set[str] = set()
+
+    def dir(self, path: str, uid: int, gid: int, mode: int) -> None:
+        if path in self.dirs:
+            return
+        self.dirs.add(path)
+        info = tarfile.TarInfo(path.strip("/"))
+        info.type, info.uid, info.gid, info.mode = tarfile.DIRTYPE, uid, gid, mode
+        self.tar.addfile(info)
+
+    def file(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        info = tarfile.TarInfo(path.strip("/"))
+        info.size, info.uid, info.gid, info.mode = len(data), uid, gid, mode
+        self.tar.addfile(info, io.BytesIO(data))
+
+    def data(self) -> bytes:
+        self.tar.close()
+        return self.buffer.getvalue()
+
+
+def container_file(name: str) -> bytes:
+    """A file of ``container/`` as shipped in the package (``agent-start``, ``sidecar``)."""
+    return (resources.files("git_iterare") / "data" / "container" / name).read_bytes()
+
+
+def _read_file(container: Any, path: str, limit: int = 1 << 20) -> bytes:
+    """A regular file of a created container (b"" when missing), at most ``limit`` bytes."""
+    import docker.errors
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return b""
+    raw = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile() or member.size > limit:
+            return b""
+        handle = tar.extractfile(member)
+        return handle.read() if handle else b""
+
+
+def _accounts(passwd: bytes, group: bytes, uid: int, gid: int) -> tuple[bytes, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of the image with the agent as ``agent``.
+
+    Programs ask who they are (Node's ``os.userInfo()`` fails without an entry); earlier
+    ``agent`` entries and entries with the agent's numbers are replaced.
+    """
+    def keep(text: bytes, number: int) -> list[str]:
+        lines = []
+        for line in text.decode("utf-8", "replace").splitlines():
+            fields = line.split(":")
+            if line and fields[0] != "agent" and (len(fields) < 3 or fields[2] != str(number)):
+                lines.append(line)
+        return lines
+
+    users = [*keep(passwd, uid), f"agent:x:{uid}:{gid}:git-iterare agent:{AGENT_HOME}:/bin/sh"]
+    groups = [*keep(group, gid), f"agent:x:{gid}:"]
+    return ("\n".join(users) + "\n").encode(), ("\n".join(groups) + "\n").encode()
+
+
+def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
+    """The archive put into the agent's container at ``/`` before it starts.
+
+    Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
+    (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
+    secret variables as files ``/run/iterare/secrets/env/NAME`` (0400, in a 0500 dir), and
+    the CA bundle (0644) when the spec names one. Everything the agent may read is owned
+    by its uid; nothing is written on the host.
+
+    Raises:
+        OSError: the CA bundle cannot be read.
+    """
+    uid, gid = spec.agent_uid, spec.agent_gid
+    tar = _Tar()
+    users, groups = _accounts(passwd, group, uid, gid)
+    tar.dir("etc", 0, 0, 0o755)
+    tar.file("etc/passwd", users, 0, 0, 0o644)
+    tar.file("etc/group", groups, 0, 0, 0o644)
+    tar.dir("home", 0, 0, 0o755)
+    tar.dir(AGENT_HOME, uid, gid, 0o700)
+    for rel, content in sorted(spec.secret_files.items()):
+        parts = Path(rel).parts
+        for depth in range(1, len(parts)):
+            tar.dir(f"{AGENT_HOME}/{'/'.join(parts[:depth])}", uid, gid, 0o700)
+        tar.file(f"{AGENT_HOME}/{rel}", content, uid, gid, 0o600)
+    tar.dir("run", 0, 0, 0o755)
+    tar.dir("run/iterare", 0, 0, 0o755)
+    tar.file(AGENT_START, container_file("agent-start"), 0, 0, 0o755)
+    if spec.secret_env:
+        tar.dir(SECRETS_PATH, uid, gid, 0o500)
+        tar.dir(f"{SECRETS_PATH}/env", uid, gid, 0o500)
+        for name, value in sorted(spec.secret_env.items()):
+            tar.file(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400)
+    if spec.ca_bundle is not None:
+        tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
+    return tar.data()
+
+
+def _limits(spec: SandboxSpec) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    if spec.limits.cpus:
+        limits["nano_cpus"] = int(spec.limits.cpus * 1e9)
+    if spec.limits.memory:
+        limits["mem_limit"] = spec.limits.memory
+    if spec.limits.pids:
+        limits["pids_limit"] = spec.limits.pids
+    return limits
+
+
+def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
+    """Wait for the sidecar's ready line in its output.
+
+    Raises:
+        OperationFailed: it exited first (with its own error line and exit status
+            explained), or ``timeout`` seconds passed.
+    """
+    seen: list[bytes] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        pending = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                seen.extend(lines[-20:])
+                del seen[:-20]
+                if any(line.startswith(READY_LINE) for line in lines):
+                    ready.set()
+                    return
+        except Exception:  # the container went away: the caller finds out below
+            return
+
+    watcher = threading.Thread(target=watch, daemon=True, name="sidecar-ready")
+    watcher.start()
+    watcher.join(timeout)
+    if ready.is_set():
+        return
+    container.reload()
+    errors = [line.decode("utf-8", "replace") for line in seen if b"error:" in line]
+    detail = errors[-1].split("error:", 1)[1].strip() if errors else ""
+    if container.status in ("exited", "dead"):
+        code = container.attrs.get("State", {}).get("ExitCode")
+        why = detail or (describe(code) if code is not None else None) or f"status {code}"
+        raise OperationFailed(f"the sandbox's network sidecar failed: {why}")
+    raise OperationFailed(f"the sandbox's network sidecar was not ready after {timeout:g} s"
+                          + (f": {detail}" if detail else ""))
+
+
 class DockerBackend:
     """Runs sandboxes on the Docker engine named by the environment (``DOCKER_HOST``)."""
 
     def launch(self, spec: SandboxSpec) -> str:
-        """Create and start the sandbox described by ``spec``; return its container id.
+        """Create and start the sandbox described by ``spec``; return the id of the agent's
+        container (the sidecar is ``<name>-net``, named in its label).
+
+        With ``spec.tty`` the agent's container is left created, for the caller to start
+        with the terminal attached (``docker start --attach --interactive``), so none of
+        its first output is lost.
 
         Raises:
-            UserError: the image does not exist.
-            OperationFailed: the engine is unreachable, the name is taken, or it refused.
+            UserError: an image does not exist.
+            OperationFailed: the engine is unreachable, a name is taken, it refused, or the
+                sidecar could not set up the firewall (then nothing is left behind).
         """
+        from docker.types import LogConfig
         from docker.types import Mount as DockerMount
 
-        spec.out_dir.mkdir(parents=True, exist_ok=True)
         if not spec.policy.dns:
             # Docker's embedded DNS (user-defined networks) must not be the upstream: give
             # the resolver the servers Docker itself would use.
+            import dataclasses
+
             spec = dataclasses.replace(spec, policy=dataclasses.replace(
                 spec.policy, dns=host_dns_servers()))
-        state = prepare_state(spec)
-        mounts = [
-            DockerMount(POLICY_PATH, str(state / "policy.json"), type="bind", read_only=True),
-            DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind", read_only=False),
-        ]
-        if spec.secret_env or spec.secret_files:
-            mounts.append(DockerMount(SECRETS_PATH, str(state / "secrets"), type="bind",
-                                      read_only=True))
-        if spec.ca_bundle is not None:
-            mounts.append(DockerMount(CA_PATH, str(Path(spec.ca_bundle).resolve()),
-                                      type="bind", read_only=True))
-        mounts += [DockerMount(m.container_path, str(Path(m.host_path).resolve()), type="bind",
-                               read_only=m.read_only) for m in spec.mounts]
-        limits: dict[str, Any] = {}
-        if spec.limits.cpus:
-            limits["nano_cpus"] = int(spec.limits.cpus * 1e9)
-        if spec.limits.memory:
-            limits["mem_limit"] = spec.limits.memory
-        if spec.limits.pids:
-            limits["pids_limit"] = spec.limits.pids
-        env = {**spec.env, "ITERARE_AGENT_UID": str(spec.agent_uid),
-               "ITERARE_AGENT_GID": str(spec.agent_gid), "ITERARE_WORKDIR": spec.workdir}
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
+        logs = LogConfig(**LOG_CONFIG)
+        labels = spec.all_labels()
+        created: list[Any] = []
         try:
+            sidecar_mounts = [DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
+                                          read_only=False)]
+            sidecar_mounts += [DockerMount(f"{TREES_PATH}/{n}", str(Path(p).resolve()),
+                                           type="bind", read_only=False)
+                               for n, p in enumerate(spec.owned)]
+            with docker_errors(f"create the network sidecar of {spec.name}"):
+                sidecar = docker.containers.create(
+                    spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
+                    entrypoint=[SIDECAR], user="0:0", working_dir="/",
+                    labels={**labels, LABEL_ROLE: "sidecar"},
+                    environment={"ITERARE_AGENT_UID": str(spec.agent_uid),
+                                 "ITERARE_AGENT_GID": str(spec.agent_gid)},
+                    mounts=sidecar_mounts, network=spec.network or None,
+                    cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
+                    security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
+                    pids_limit=SIDECAR_PIDS, log_config=logs, detach=True)
+            created.append(sidecar)
+            policy = _Tar()
+            policy.dir("run", 0, 0, 0o755)
+            policy.dir("run/iterare", 0, 0, 0o755)
+            policy.file(POLICY_PATH, spec.policy.to_json().encode(), 0, 0, 0o644)
+            with docker_errors(f"start the network sidecar of {spec.name}"):
+                sidecar.put_archive("/", policy.data())
+                sidecar.start()
+            mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
+                                  type="bind", read_only=m.read_only) for m in spec.mounts]
+            env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
+            if spec.ca_bundle is not None:
+                env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH,
+                           CURL_CA_BUNDLE=CA_PATH)
             with docker_errors(f"create the sandbox {spec.name}"):
-                container = docker.containers.create(
+                agent = docker.containers.create(
                     spec.image, command=list(spec.command), name=spec.name,
-                    entrypoint=[ENTRYPOINT], user="0:0", working_dir="/",
-                    labels={**spec.all_labels(), LABEL_STATE: str(state)},
-                    environment=env, mounts=mounts, network=spec.network or None,
-                    cap_drop=["ALL"], cap_add=list(CAPABILITIES),
-                    security_opt=["no-new-privileges:true"],
-                    tty=spec.tty, stdin_open=spec.stdin, detach=True, **limits)
-        except BaseException:
-            shutil.rmtree(state, ignore_errors=True)
-            raise
-        try:
-            with docker_errors(f"start the sandbox {spec.name}"):
-                container.start()
+                    entrypoint=["/bin/sh", AGENT_START],
+                    user=f"{spec.agent_uid}:{spec.agent_gid}", working_dir=spec.workdir,
+                    labels={**labels, LABEL_ROLE: "agent", LABEL_SIDECAR: sidecar.id},
+                    environment=env, mounts=mounts, network_mode=f"container:{sidecar.id}",
+                    cap_drop=["ALL"], security_opt=["no-new-privileges:true"], init=True,
+                    tty=spec.tty, stdin_open=spec.stdin, log_config=logs, detach=True,
+                    **_limits(spec))
+            created.append(agent)
+            with docker_errors(f"prepare the sandbox {spec.name}"):
+                files = agent_files(spec, _read_file(agent, "/etc/passwd"),
+                                    _read_file(agent, "/etc/group"))
+                agent.put_archive("/", files)
+            _await_ready(sidecar)
+            if not spec.tty:
+                with docker_errors(f"start the sandbox {spec.name}"):
+                    agent.start()
         except BaseException:
             # Nobody learns the id of a sandbox that did not start: leave nothing behind.
-            self.remove(str(container.id))
+            for container in reversed(created):
+                with docker_errors(f"remove {container.name}"):
+                    container.remove(force=True)
             raise
-        return str(container.id)
+        return str(agent.id)
 
     def attach(self, container_id: str) -> Iterator[bytes]:
         """Yield output lines (bytes, newline kept) of stdout and stderr until exit."""
@@ -212,23 +404,95 @@ class DockerBackend:
         return int(result.get("StatusCode", -1))
 
     def stop(self, container_id: str, grace_seconds: float = 10) -> None:
-        """SIGTERM (forwarded to the agent), then SIGKILL after ``grace_seconds``."""
+        """SIGTERM to the agent (Docker's init passes it on), SIGKILL after
+        ``grace_seconds``. The sidecar stays until :meth:`remove`."""
         with docker_errors(f"stop the sandbox {container_id[:12]}"):
             client().containers.get(container_id).stop(timeout=max(0, round(grace_seconds)))
 
-    def remove(self, container_id: str) -> None:
-        """Remove the container and its state directory; missing is not an error."""
+    def _sidecar(self, container_id: str) -> Any:
+        """The sidecar of an agent's container (by label, else by name), or None."""
         import docker.errors
 
+        engine = client()
+        try:
+            agent = engine.containers.get(container_id)
+            ref = (agent.labels or {}).get(LABEL_SIDECAR) or f"{agent.name}-net"
+        except docker.errors.NotFound:
+            ref = f"{container_id}-net"
+        try:
+            sidecar = engine.containers.get(ref)
+        except docker.errors.NotFound:
+            return None
+        return sidecar if (sidecar.labels or {}).get(LABEL_ROLE) == "sidecar" else None
+
+    def reclaim(self, container_id: str, trees: Sequence[Path], uid: int, gid: int,
+                image: str) -> list[str]:
+        """After the agent ended: record the refused connections, then strip set-uid and
+        set-gid bits and special files from ``trees`` and give them to ``uid``:``gid``.
+
+        Runs in the sandbox's sidecar while it is up; otherwise in a new container from
+        ``image`` (git-iterare's own) that mounts ``trees`` and is removed afterwards.
+
+        Args:
+            container_id: the agent's container id or name.
+            trees: host paths the agent owned (worktree, run gitdir, gitfile); missing
+                ones are skipped.
+            uid: owner to give them to (the user running git iterare).
+            gid: its group.
+            image: git-iterare's own image, for when the sidecar is gone.
+
+        Returns:
+            Notes to show the user (special files removed), at most 100.
+
+        Raises:
+            OperationFailed: the engine refused, or the trees could not be given back.
+        """
+        from docker.types import Mount as DockerMount
+
+        sidecar = self._sidecar(container_id)
+        argv = [SIDECAR, "reclaim", str(uid), str(gid)]
+        with docker_errors(f"give the trees of {container_id[:24]} back"):
+            if sidecar is not None and sidecar.status == "running":
+                sidecar.exec_run([SIDECAR, "report"], user="0:0")
+                code, output = sidecar.exec_run(argv, user="0:0")
+            else:
+                present = [p for p in trees if Path(p).exists()]
+                if not present:
+                    return []
+                mounts = [DockerMount(f"{TREES_PATH}/{n}", str(Path(p).resolve()),
+                                      type="bind", read_only=False)
+                          for n, p in enumerate(present)]
+                helper = client().containers.create(
+                    image, command=argv[1:], entrypoint=[SIDECAR], user="0:0",
+                    mounts=mounts, network_mode="none", cap_drop=["ALL"],
+                    cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+                    security_opt=["no-new-privileges:true"], labels={LABEL_ROLE: "reclaim"},
+                    detach=True)
+                try:
+                    helper.start()
+                    code = int(helper.wait(timeout=600).get("StatusCode", -1))
+                    output = helper.logs(stdout=True, stderr=True)
+                finally:
+                    helper.remove(force=True)
+        text = bytes(output or b"").decode("utf-8", "replace")
+        if code != 0:
+            raise OperationFailed(f"could not give the run's files back to uid {uid} "
+                                  f"(status {code}): {text.strip()[-300:]}")
+        return [line for line in text.splitlines() if line.strip()][:100]
+
+    def remove(self, container_id: str) -> None:
+        """Remove the agent's container and its sidecar (the sidecar is stopped first so
+        it records the refused connections); missing is not an error."""
+        import docker.errors
+
+        sidecar = self._sidecar(container_id)
         with docker_errors(f"remove the sandbox {container_id[:12]}"):
-            try:
-                container = client().containers.get(container_id)
-            except docker.errors.NotFound:
-                return
-            state = (container.labels or {}).get(LABEL_STATE)
-            container.remove(force=True)
-        if state and Path(state).name.startswith("iterare-"):
-            shutil.rmtree(state, ignore_errors=True)
+            with contextlib.suppress(docker.errors.NotFound):
+                client().containers.get(container_id).remove(force=True)
+            if sidecar is not None:
+                if sidecar.status == "running":
+                    sidecar.exec_run([SIDECAR, "report"], user="0:0")
+                sidecar.remove(force=True)
 
     def inspect(self, container_id: str) -> ContainerInfo | None:
         """State, exit status and labels; None when there is no such container."""
@@ -241,8 +505,10 @@ class DockerBackend:
                 return None
 
     def list_sandboxes(self, repo_path: str | None = None) -> list[ContainerInfo]:
-        """Every git-iterare container, or those of the repository at ``repo_path``."""
+        """Every git-iterare agent container, or those of the repository at ``repo_path``."""
         label = f"{LABEL_REPO}={repo_path}" if repo_path is not None else LABEL_RUN
         with docker_errors("list sandboxes"):
             found = client().containers.list(all=True, filters={"label": label})
-        return [_info(c) for c in found]
+        return [_info(c) for c in found
+                if (c.labels or {}).get(LABEL_ROLE, "agent") == "agent"]
+

@@ -1,6 +1,6 @@
 """Building the sandbox image, and the project layer on top of it.
 
-The image is built from ``container/Dockerfile`` and ``container/entrypoint`` (shipped in
+The image is built from ``container/Dockerfile`` and ``container/sidecar`` (shipped in
 ``git_iterare/data/container``) with the classic builder of the Docker API, which every
 engine supports (the SDK cannot drive BuildKit). The build context is a temporary
 directory holding those two files and ``ca.pem`` (the CA bundle, or an empty file); the
@@ -29,6 +29,8 @@ from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import client, docker_errors
 
 DEFAULT_BASE_IMAGE = "node:20-bookworm-slim"
+#: Where git-iterare keeps its own image when ``docker.image`` names someone else's.
+DEFAULT_IMAGE_NAME = "git-iterare:latest"
 
 LABEL_IMAGE = "dev.iterare.image"
 LABEL_BASE = "dev.iterare.base"
@@ -50,10 +52,13 @@ class ImageRef:
     Attributes:
         name: name with tag (``git-iterare:latest``).
         id: image id (``sha256:...``).
+        sidecar: id of git-iterare's own image, which runs the sandbox's network sidecar
+            (the same as ``id`` when this is that image; "" when not looked up).
     """
 
     name: str
     id: str
+    sidecar: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,9 @@ class ImageStatus:
 
 
 def context_files() -> dict[str, bytes]:
-    """The sandbox image's build files (``Dockerfile``, ``entrypoint``) by name."""
+    """The sandbox image's build files (``Dockerfile``, ``sidecar``) by name."""
     root = resources.files("git_iterare") / "data" / "container"
-    return {name: (root / name).read_bytes() for name in ("Dockerfile", "entrypoint")}
+    return {name: (root / name).read_bytes() for name in ("Dockerfile", "sidecar")}
 
 
 def _hash(*parts: bytes) -> str:
@@ -156,12 +161,12 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
     try:
         for fname, data in files.items():
             (context / fname).write_bytes(data)
-        (context / "entrypoint").chmod(0o755)
+        (context / "sidecar").chmod(0o755)
         (context / "ca.pem").write_bytes(ca)
         labels = {
             LABEL_BASE: base,
             LABEL_CLAUDE: claude_version,
-            LABEL_CONTEXT_HASH: _hash(files["Dockerfile"], files["entrypoint"]),
+            LABEL_CONTEXT_HASH: _hash(files["Dockerfile"], files["sidecar"]),
         }
         image_id = _stream_build(
             {"path": str(context), "tag": name, "nocache": no_cache, "pull": False,
@@ -205,7 +210,10 @@ def ensure_image(config: Any, repo: Any = None,
     built it from other container files than this version's (its context-hash label
     differs; it is rebuilt from the base it was built from); then, when the
     repository has ``.iterare/Dockerfile``, builds it on top unless an image with the same
-    content hash exists.
+    content hash exists. When ``docker.image`` is an image git-iterare did not build, the
+    agent runs in it and the sidecar in :data:`DEFAULT_IMAGE_NAME` (built when needed):
+    the sidecar always runs git-iterare's own image, whose id is the result's
+    ``sidecar``.
 
     Args:
         config: a :class:`git_iterare.config.Config`.
@@ -218,22 +226,14 @@ def ensure_image(config: Any, repo: Any = None,
     """
     name = config["docker.image"]
     status = image_status(name)
-    built_hash = status.labels.get(LABEL_CONTEXT_HASH)
-    files = context_files()
-    current_hash = _hash(files["Dockerfile"], files["entrypoint"])
-    if status.present and built_hash in (None, current_hash):
-        # Ours and current, or not built by git iterare (a user's own image): use it.
-        base = ImageRef(name, status.id)
+    if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
+        # Not built by git iterare (a user's own image): the agent runs in it as it is,
+        # the sidecar in git-iterare's own image.
+        own = _own_image(config, DEFAULT_IMAGE_NAME, image_status(DEFAULT_IMAGE_NAME),
+                         progress)
+        base = ImageRef(name, status.id, own.id)
     else:
-        why = "missing" if not status.present else "built by another git-iterare version"
-        progress(f"building {name} ({why})")
-        ca = config["docker.ca_bundle"]
-        base_image = (status.labels.get(LABEL_BASE) or config["docker.base_image"]
-                      or DEFAULT_BASE_IMAGE)
-        base = build_image(name, base=base_image,
-                           ca_bundle=Path(ca).expanduser() if ca else None,
-                           claude_version=config["docker.claude_version"] or "latest",
-                           progress=progress)
+        base = _own_image(config, name, status, progress)
     dockerfile = repo.iterare_dir / "Dockerfile" if repo is not None else None
     if dockerfile is None or not dockerfile.is_file():
         return base
@@ -245,7 +245,7 @@ def ensure_image(config: Any, repo: Any = None,
     project = project_image_name(name, digest)
     existing = image_status(project)
     if existing.present and existing.labels.get(LABEL_PROJECT_HASH) == digest:
-        return ImageRef(project, existing.id)
+        return ImageRef(project, existing.id, base.sidecar)
     progress(f"building {project} from {dockerfile}")
     # The context holds the Dockerfile alone: .iterare/ also holds run worktrees.
     context = Path(tempfile.mkdtemp(prefix="iterare-project-build-"))
@@ -257,4 +257,22 @@ def ensure_image(config: Any, repo: Any = None,
             project, progress, False)
     finally:
         shutil.rmtree(context, ignore_errors=True)
-    return ImageRef(project, image_id)
+    return ImageRef(project, image_id, base.sidecar)
+
+
+def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress) -> ImageRef:
+    """git-iterare's own image ``name``, built when missing or built from other container
+    files than this version's (then from the base it was built from)."""
+    files = context_files()
+    if status.present and status.labels.get(LABEL_CONTEXT_HASH) == _hash(
+            files["Dockerfile"], files["sidecar"]):
+        return ImageRef(name, status.id, status.id)
+    why = "missing" if not status.present else "built by another git-iterare version"
+    progress(f"building {name} ({why})")
+    ca = config["docker.ca_bundle"]
+    base_image = (status.labels.get(LABEL_BASE) or config["docker.base_image"]
+                  or DEFAULT_BASE_IMAGE)
+    built = build_image(name, base=base_image, ca_bundle=Path(ca).expanduser() if ca else None,
+                        claude_version=config["docker.claude_version"] or "latest",
+                        progress=progress)
+    return ImageRef(built.name, built.id, built.id)

@@ -7,7 +7,10 @@ characters, 253 characters in all). A plain name allows that name alone: the san
 resolver answers NXDOMAIN for its subdomains without asking upstream. ``*.`` as a whole
 leading label allows every subdomain (not the name itself); such queries reach the domain's
 name servers, whatever the agent puts in them. An allowed name lets through TCP to the IPv4
-and IPv6 addresses it resolves to, on every port but 22.
+and IPv6 addresses it resolves to, on ports 80 and 443, or only on the port the entry
+names (``NAME:PORT``, such as ``db.example.com:5432``); answers in loopback, private,
+link-local or shared ranges, or the gateway's address, are not let through unless a CIDR
+entry allows them (DNS rebinding). CIDR entries open every TCP port but 22.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def validate_domain(name: str, where: str) -> str:
     """Check one allowlist entry and return it in lower case.
 
     Args:
-        name: ``example.com`` or ``*.example.com``.
+        name: ``example.com`` or ``*.example.com``, optionally with ``:PORT`` (1-65535).
         where: the config key or file it came from, for the error message.
 
     Raises:
@@ -54,7 +57,11 @@ def validate_domain(name: str, where: str) -> str:
 
     if not isinstance(name, str) or not name:
         raise bad("empty")
-    host = name[2:] if name.startswith("*.") else name
+    host, port = (name.rsplit(":", 1) + [""])[:2] if ":" in name else (name, "")
+    if ":" in name and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+                            and not port.startswith("0")):
+        raise bad("the port after ':' must be a number from 1 to 65535")
+    host = host[2:] if host.startswith("*.") else host
     if len(host) > 253:
         raise bad("longer than 253 characters")
     labels = host.split(".")
@@ -144,9 +151,10 @@ class EgressPolicy:
         )
 
     def allows(self, name: str) -> bool:
-        """Whether ``name`` is allowed: listed, or a subdomain of a ``*.`` entry."""
+        """Whether ``name`` is allowed: listed, or a subdomain of a ``*.`` entry (on any
+        of the entries' ports)."""
         name = name.lower().rstrip(".")
-        for entry in self.domains:
+        for entry in (d.rsplit(":", 1)[0] for d in self.domains):
             if entry.startswith("*."):
                 if name.endswith(entry[1:]):
                     return True

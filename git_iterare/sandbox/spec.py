@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import grp
+import os
+import pwd
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,12 +17,22 @@ from git_iterare.sandbox.policy import EgressPolicy
 LABEL_RUN = "dev.iterare.run"
 LABEL_REPO = "dev.iterare.repo"
 
-#: Paths inside the container (see ``container/entrypoint``).
+#: Paths inside the sidecar (see ``container/sidecar``).
 POLICY_PATH = "/run/iterare/policy.json"
 OUT_PATH = "/run/iterare/out"
+TREES_PATH = "/trees"
+SIDECAR = "/usr/local/sbin/iterare-sidecar"
+#: Paths inside the agent's container, put there by git-iterare before it starts.
 SECRETS_PATH = "/run/iterare/secrets"
 CA_PATH = "/run/iterare/ca.pem"
-ENTRYPOINT = "/usr/local/sbin/iterare-entrypoint"
+AGENT_START = "/run/iterare/agent-start"
+AGENT_HOME = "/home/agent"
+
+#: The agent's uid and gid are the first number from here that no host account or group
+#: has (see :func:`agent_ids`): far above the ranges distributions give to people
+#: (1000-60000) and to system services, so git's ownership check (``safe.directory``)
+#: keeps whoever runs git on the host out of a live run's trees.
+AGENT_ID_BASE = 1_900_000
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMORY = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
@@ -49,6 +62,37 @@ def memory_bytes(size: str) -> int:
         raise UserError(f"docker.memory: bad size {size!r}",
                         hint="use a number with b, k, m or g, such as 4g")
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def agent_ids(base: int = AGENT_ID_BASE) -> tuple[int, int]:
+    """The uid and gid the agent runs as: the same number, which no host account (uid),
+    group (gid) or the invoking user has.
+
+    Args:
+        base: the first candidate.
+
+    Returns:
+        ``(uid, gid)``, both equal.
+    """
+    own = {os.getuid(), os.geteuid(), os.getgid(), os.getegid()}
+    candidate = base
+    while True:
+        if candidate not in own and not _has_account(candidate):
+            return candidate, candidate
+        candidate += 1
+
+
+def _has_account(number: int) -> bool:
+    try:
+        pwd.getpwuid(number)
+        return True
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(number)
+        return True
+    except KeyError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -119,27 +163,36 @@ class Mount:
 class SandboxSpec:
     """Everything needed to start one sandbox.
 
-    Secrets (``secret_env``, ``secret_files``) are written 0600 into a directory of
-    ``out_dir``'s sibling ``secrets`` and mounted read-only at ``/run/iterare/secrets``;
-    they are never passed as Docker environment and never logged. ``repr`` hides them.
+    A sandbox is two containers: a network sidecar from ``sidecar_image`` (git-iterare's
+    own image) that holds the network namespace, resolver and firewall, and the agent's
+    container from ``image`` that joins that namespace with no capabilities, as
+    ``agent_uid``. Secrets (``secret_env``, ``secret_files``) are put into the agent's
+    container through the engine API before it starts (files owned by the agent, 0400 and
+    0600); they are never passed as Docker environment, never written to a host file and
+    never logged. ``repr`` hides them.
 
     Attributes:
-        image: image name or id.
-        name: container name (unique on the engine).
+        image: the agent's image, name or id (the project's image, or git-iterare's).
+        sidecar_image: git-iterare's own image (never the project's): runs the sidecar.
+        name: the agent container's name (unique on the engine); the sidecar is
+            ``<name>-net``.
         command: the agent's argv, run in ``workdir`` as the agent user.
         policy: egress policy.
-        out_dir: host directory mounted at ``/run/iterare/out`` (status, DNS log).
+        out_dir: host directory mounted at ``/run/iterare/out`` in the sidecar only
+            (status, DNS log, refused connections).
         labels: extra labels; ``dev.iterare.run`` and ``dev.iterare.repo`` are added.
         run_id: value of ``dev.iterare.run``.
         repo_path: value of ``dev.iterare.repo`` (the repository's top directory).
         env: non-secret environment of the agent.
         secret_env: NAME -> value, environment of the agent process only.
         secret_files: path relative to the agent's home -> content (bytes), 0600 there.
-        mounts: bind mounts (worktree, gitdir, ...).
+        mounts: bind mounts of the agent's container (worktree, gitdir, ...).
+        owned: host paths (trees) the agent owns while it runs: the sidecar gives them to
+            ``agent_uid`` before the agent starts; :meth:`Backend.reclaim` gives them back.
         workdir: the agent's working directory.
         limits: CPU, memory and process limits.
         network: Docker network to attach to; empty for the default bridge.
-        agent_uid: uid of the agent (not 0).
+        agent_uid: uid of the agent (not 0); see :func:`agent_ids`.
         agent_gid: gid of the agent (not 0).
         tty: allocate a terminal.
         stdin: keep stdin open (interactive sessions).
@@ -151,6 +204,7 @@ class SandboxSpec:
     command: tuple[str, ...]
     policy: EgressPolicy
     out_dir: Path
+    sidecar_image: str = ""
     run_id: str = ""
     repo_path: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -158,11 +212,12 @@ class SandboxSpec:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     secret_files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     mounts: tuple[Mount, ...] = ()
+    owned: tuple[Path, ...] = ()
     workdir: str = "/workspace"
     limits: Limits = field(default_factory=Limits)
     network: str = ""
-    agent_uid: int = 1000
-    agent_gid: int = 1000
+    agent_uid: int = AGENT_ID_BASE
+    agent_gid: int = AGENT_ID_BASE
     tty: bool = False
     stdin: bool = False
     ca_bundle: Path | None = None
@@ -170,6 +225,8 @@ class SandboxSpec:
     def __post_init__(self) -> None:
         if not self.command:
             raise UserError("a sandbox needs a command")
+        if not self.sidecar_image:
+            raise UserError("a sandbox needs git-iterare's own image for its sidecar")
         if self.agent_uid <= 0 or self.agent_gid <= 0:
             raise UserError("the agent must not run as root (uid/gid 0)")
         for name in (*self.env, *self.secret_env):
