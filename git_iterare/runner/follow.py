@@ -13,7 +13,7 @@ Printer = Callable[[str], None]
 
 def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
             events: list[Any]) -> None:
-    from git_iterare.logrender import sanitize
+    from git_iterare.ui import sanitize
 
     # Raw lines stay byte-exact into a pipe or file; on a terminal the agent's escape
     # sequences are made visible like in the rendered log (the agent is untrusted).
