@@ -128,6 +128,12 @@ def paint(text: str, *styles: str, stream: TextIO | None = None) -> str:
     return "".join(_CODES[s] for s in styles) + text + _RESET
 
 
+def progress(line: str) -> None:
+    """Print a progress line (an image build step, a launch step) to stderr, sanitized:
+    build output comes from the project's Dockerfile, which the repository wrote."""
+    print(sanitize_line(line), file=sys.stderr, flush=True)
+
+
 def warn(message: str) -> None:
     """Print ``warning: message`` to stderr, ``message`` sanitized (:func:`sanitize_line`)."""
     print(paint("warning:", "yellow", stream=sys.stderr), sanitize_line(message),
