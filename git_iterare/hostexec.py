@@ -1,71 +1,125 @@
 """Which of a run's changes would execute on the host once merged.
 
 The sandbox keeps the agent away from the host while it runs; merging its work brings
-files back that the host *runs*: git hooks, direnv files, editor tasks, build and test
-configuration. :func:`host_executable_changes` names them so ``merge`` can show them
-before merging. The list (:data:`PATH_RULES`, :data:`NAME_RULES`) is deliberately broad:
-a false alarm costs a glance, a miss costs a compromised machine.
+files back that the host *runs*, or that make a tool run something or load instructions:
+git hooks and hook managers, agent tool configuration, direnv files, editor tasks, build
+and package scripts, CI files, shell start-up files. The list is data:
+``git_iterare/data/host-executables.toml``, grouped by kind, one ``"pattern" = "reason"``
+a line (its header explains the pattern syntax). :func:`changed_files` lists every changed
+file of a run with the reason when it is one of those, so ``merge`` can show them all with
+those highlighted. The list is deliberately broad: a false alarm costs a glance, a miss
+costs a compromised machine.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import posixpath
+import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from git_iterare.repo import Repo
 from git_iterare.workspace import common_git
 
-#: Directory prefixes (from the top of the tree) and why files under them run on the host.
-PATH_RULES: tuple[tuple[str, str], ...] = (
-    (".git/", "git metadata (cannot come from a commit; listed for completeness)"),
-    (".iterare/config.toml", "git iterare config: mounts, egress allowlist, Claude gateway of "
-     "the next runs"),
-    (".iterare/Dockerfile", "built by git iterare on your Docker engine before the next run"),
-    (".iterare/include", "names host files git iterare copies into the next runs"),
-    (".iterare/prompts/", "prompts of the next runs (frontmatter env: passes host secrets)"),
-    (".cargo/", "cargo configuration (build runners, aliases)"),
-    (".githooks/", "git hooks directory (used through core.hooksPath)"),
-    (".husky/", "husky git hooks, run by git on commit/push"),
-    (".vscode/tasks.json", "VS Code tasks, can run on folder open"),
-    (".vscode/settings.json", "VS Code settings can name interpreters and tools it runs"),
-    (".vscode/launch.json", "VS Code launch configurations"),
-    (".vscode/extensions.json", "VS Code recommends extensions to install"),
-    (".idea/", "JetBrains IDE project files (run configurations, startup tasks)"),
-    (".devcontainer/", "dev container definition (commands run on create/attach)"),
-    (".github/workflows/", "GitHub Actions workflows: run on CI with its secrets, not here"),
-    (".gitlab-ci.yml", "GitLab CI pipeline: runs on CI with its secrets"),
-)
+#: The data file, inside the package.
+DATA_FILE = "host-executables.toml"
 
-#: File names matched in any directory, and why they run on the host.
-NAME_RULES: dict[str, str] = {
-    ".envrc": "direnv runs it when you cd into the directory",
-    ".gitattributes": "selects filter/diff/merge drivers git runs on checkout and diff",
-    ".gitmodules": "submodule URLs and update commands",
-    ".pre-commit-config.yaml": "pre-commit hooks run on commit",
-    "Makefile": "make recipes", "makefile": "make recipes", "GNUmakefile": "make recipes",
-    "justfile": "just recipes", "Justfile": "just recipes",
-    "Taskfile.yml": "task runner recipes",
-    "package.json": "npm scripts (install/test lifecycle scripts run automatically)",
-    ".npmrc": "npm configuration (scripts, registries)",
-    ".yarnrc": "yarn configuration", ".yarnrc.yml": "yarn configuration and plugins",
-    ".pnpmfile.cjs": "pnpm hooks run on install",
-    "setup.py": "runs on pip install",
-    "pyproject.toml": "build backend and tool configuration run by pip/pytest",
-    "setup.cfg": "setuptools and tool configuration",
-    "conftest.py": "imported by pytest",
-    "noxfile.py": "nox sessions", "tox.ini": "tox commands",
-    "Cargo.toml": "cargo build configuration", "build.rs": "cargo build script",
-    "build.gradle": "gradle build script", "build.gradle.kts": "gradle build script",
-    "settings.gradle": "gradle settings script", "pom.xml": "maven build (plugins)",
-    "CMakeLists.txt": "cmake build script",
-    "Rakefile": "rake tasks", "Gemfile": "bundler (evaluated as Ruby)",
-    "docker-compose.yml": "compose file (host mounts, privileged containers)",
-    "compose.yaml": "compose file (host mounts, privileged containers)",
-    "compose.yml": "compose file (host mounts, privileged containers)",
-    "docker-compose.yaml": "compose file (host mounts, privileged containers)",
-    "tasks.json": "editor tasks (VS Code runs them, also in nested folders)",
-    ".mise.toml": "mise tasks and hooks", "mise.toml": "mise tasks and hooks",
-}
+#: Reasons of the rules that are not patterns.
+HOOKS_PATH_REASON = "git hooks directory named by core.hooksPath"
+EXECUTABLE_REASON = "executable file"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of the data file.
+
+    Attributes:
+        pattern: as written (see the data file's header).
+        reason: why a matching file matters, one short phrase.
+        kind: the name of its ``[kind.NAME]`` table.
+    """
+
+    pattern: str
+    reason: str
+    kind: str
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` (``/``-separated, from the top of the tree) matches."""
+        return _matcher(self.pattern.casefold())(path.casefold())
+
+
+@functools.cache
+def _matcher(pattern: str) -> Callable[[str], bool]:
+    is_dir = pattern.endswith("/")
+    body = pattern.strip("/")
+    parts = body.split("/")
+    regexes = [re.compile(fnmatch.translate(part)) for part in parts]
+    if len(parts) == 1 and not pattern.startswith("/"):
+        one = regexes[0]
+        if is_dir:  # a directory of that name at any depth
+            return lambda path: any(one.match(c) for c in path.split("/")[:-1])
+        return lambda path: one.match(path.rsplit("/", 1)[-1]) is not None
+
+    def anchored(path: str) -> bool:
+        comps = path.split("/")
+        if is_dir:
+            if len(comps) <= len(regexes):
+                return False
+        elif len(comps) != len(regexes):
+            return False
+        return all(r.match(c) for r, c in zip(regexes, comps, strict=False))
+
+    return anchored
+
+
+@functools.lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    from importlib import resources
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    text = resources.files("git_iterare").joinpath("data").joinpath(DATA_FILE).read_text("utf-8")
+    kinds = tomllib.loads(text).get("kind")
+    if not isinstance(kinds, dict):
+        raise RuntimeError(f"{DATA_FILE}: no [kind.NAME] tables")
+    return kinds
+
+
+@functools.lru_cache(maxsize=1)
+def rules() -> tuple[Rule, ...]:
+    """Every rule of the data file, in file order.
+
+    Raises:
+        RuntimeError: the packaged data file is missing or malformed (a broken install).
+    """
+    out = []
+    for kind, table in _data().items():
+        files = table.get("files") if isinstance(table, dict) else None
+        if not isinstance(files, dict) or not isinstance(table.get("title"), str):
+            raise RuntimeError(f"{DATA_FILE}: [kind.{kind}] needs a title and a files table")
+        for pattern, reason in files.items():
+            if not isinstance(reason, str) or not pattern.strip("/"):
+                raise RuntimeError(f"{DATA_FILE}: [kind.{kind}] {pattern!r} is not "
+                                   "\"pattern\" = \"reason\"")
+            out.append(Rule(pattern, reason, kind))
+    return tuple(out)
+
+
+def kinds() -> dict[str, str]:
+    """Kind name -> title, in file order.
+
+    Raises:
+        RuntimeError: see :func:`rules`.
+    """
+    rules()
+    return {name: table["title"] for name, table in _data().items()}
 
 
 @dataclass(frozen=True)
@@ -79,6 +133,24 @@ class HostExecChange:
 
     path: str
     reason: str
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file a run changed.
+
+    Attributes:
+        status: git's status letter: ``A`` added, ``M`` modified, ``D`` deleted, ``T``
+            type changed (file, symlink, submodule).
+        path: path in the tree, ``/``-separated; undecodable bytes as surrogates
+            (``surrogateescape``), which :func:`git_iterare.ui.sanitize_line` shows as
+            ``\\xNN``.
+        reason: why it would run on the host, or None (never set for deletions).
+    """
+
+    status: str
+    path: str
+    reason: str | None
 
 
 def _hooks_path(repo: Repo) -> str | None:
@@ -97,20 +169,51 @@ def _hooks_path(repo: Repo) -> str | None:
 
 
 def classify(path: str, new_mode: str, hooks_prefix: str | None = None) -> str | None:
-    """Why ``path`` (with git mode ``new_mode``, e.g. ``100755``) runs on the host, or None."""
+    """Why ``path`` (with git mode ``new_mode``, e.g. ``100755``) runs on the host, or None.
+
+    Args:
+        path: ``/``-separated path from the top of the tree.
+        new_mode: git's octal mode of the new version.
+        hooks_prefix: the tree-relative directory ``core.hooksPath`` names, ending in ``/``.
+    """
     if hooks_prefix and path.startswith(hooks_prefix):
-        return "git hooks directory named by core.hooksPath"
-    for prefix, reason in PATH_RULES:
-        if path.startswith(prefix) if prefix.endswith("/") else path == prefix:
-            return reason
-    name = posixpath.basename(path)
-    if name in NAME_RULES:
-        return NAME_RULES[name]
+        return HOOKS_PATH_REASON
+    folded = path.casefold()
+    for rule in rules():
+        if _matcher(rule.pattern.casefold())(folded):
+            return rule.reason
     if new_mode == "100755":
-        return "executable file"
-    if name.endswith(".sh"):
-        return "shell script"
+        return EXECUTABLE_REASON
     return None
+
+
+def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
+    """Every file changed between ``base`` and ``head``, with why it would run on the host.
+
+    Args:
+        repo: the user's repository.
+        base: commit-ish the run started from.
+        head: commit-ish of the run's result.
+
+    Returns:
+        Sorted by path (renames are a deletion and an addition).
+
+    Raises:
+        ExternalError: git failed (an unknown commit, for instance).
+    """
+    hooks_prefix = _hooks_path(repo)
+    out = common_git(repo, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
+                     "--no-textconv", "--no-abbrev", base, head, text=False).stdout
+    fields = out.decode("utf-8", "surrogateescape").split("\0")
+    found = []
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        parts = meta.split()
+        if len(parts) < 5:
+            continue
+        status = parts[4][:1]
+        reason = None if status == "D" else classify(path, parts[1], hooks_prefix)
+        found.append(FileChange(status=status, path=path, reason=reason))
+    return sorted(found, key=lambda c: c.path)
 
 
 def host_executable_changes(repo: Repo, base: str, head: str) -> list[HostExecChange]:
@@ -127,16 +230,5 @@ def host_executable_changes(repo: Repo, base: str, head: str) -> list[HostExecCh
     Raises:
         ExternalError: git failed (an unknown commit, for instance).
     """
-    hooks_prefix = _hooks_path(repo)
-    out = common_git(repo, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
-                     "--no-textconv", base, head).stdout
-    fields = out.split("\0")
-    found = []
-    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-        parts = meta.split()
-        if len(parts) < 5 or parts[4] == "D":
-            continue
-        reason = classify(path, parts[1], hooks_prefix)
-        if reason:
-            found.append(HostExecChange(path=path, reason=reason))
-    return sorted(found, key=lambda c: c.path)
+    return [HostExecChange(path=c.path, reason=c.reason)
+            for c in changed_files(repo, base, head) if c.reason]

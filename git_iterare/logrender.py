@@ -6,47 +6,19 @@ Verbosity levels (``-v`` counts):
 * 1 -- also each tool call, one line (``> Bash: make test``);
 * 2 -- also tool results, thinking, system events and JSON lines we do not know.
 
-Colors go through :func:`git_iterare.ui.paint`, so ``--color`` and ``NO_COLOR`` apply.
+Colors go through :func:`git_iterare.ui.paint`, so ``--color`` and ``NO_COLOR`` apply; every
+piece of the agent's text goes through :func:`git_iterare.ui.sanitize` first.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from git_iterare.ui import paint
+from git_iterare.ui import paint, sanitize, sanitize_line
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Event, RunResult
-
-#: C0 controls except tab and newline, DEL and the C1 controls (U+0080..U+009F).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20 or code == 0x7F:
-        return "^" + chr(code ^ 0x40)  # caret notation: ESC -> ^[, BEL -> ^G, DEL -> ^?
-    return f"\\x{code:02x}"
-
-
-def sanitize(text: str) -> str:
-    """``text`` with terminal control characters made visible, for printing agent output.
-
-    An agent's output is untrusted: escape sequences in it could set the terminal's
-    title, write the clipboard (OSC 52), show disguised links (OSC 8) or query the
-    terminal (DCS). ESC and every other C0 control except tab and newline, DEL and the
-    C1 controls become visible text (``\\x1b`` -> ``^[``, ``\\x9b`` -> ``\\x9b``).
-
-    Args:
-        text: text written by the agent.
-
-    Returns:
-        The same text with no character a terminal would act on besides tab and newline.
-    """
-    return _CONTROL.sub(_visible, text)
-
 
 #: Longest tool-call summary shown at verbosity 1 (characters); 2 shows all of it.
 TOOL_LINE_LIMIT = 200
@@ -82,7 +54,7 @@ def render_event(event: Event, verbosity: int) -> str | None:
             lines.append(body)
         elif part.kind == "tool_use" and verbosity >= 1:
             text = body if verbosity >= 2 else _shorten(body, TOOL_LINE_LIMIT)
-            name = sanitize(part.name)
+            name = sanitize_line(part.name)
             lines.append(paint(f"> {name}: ", "cyan", "bold") + paint(text, "cyan"))
         elif part.kind == "thinking" and verbosity >= 2:
             lines.append(paint(_indent(body, "  ~ "), "dim"))
@@ -109,7 +81,9 @@ def format_duration(ms: int) -> str:
 
 
 def format_summary(result: RunResult) -> str:
-    """The closing line: outcome, duration, cost and turns (what is known of them)."""
+    """The closing line: outcome, then duration, cost and turns (what is known of them),
+    labelled as reported by the agent: the agent writes its own log, so a tool it ran may
+    have forged them (``done: 465ms, $0.0193, 2 turns (reported by the agent)``)."""
     facts = []
     if result.duration_ms is not None:
         facts.append(format_duration(result.duration_ms))
@@ -118,7 +92,11 @@ def format_summary(result: RunResult) -> str:
     if result.turns is not None:
         facts.append(f"{result.turns} turn" + ("" if result.turns == 1 else "s"))
     head = paint("failed", "red", "bold") if result.is_error else paint("done", "green", "bold")
-    return head + (": " + ", ".join(facts) if facts else "")
+    return head + (": " + ", ".join(facts) + " " + REPORTED if facts else "")
+
+
+#: The label of every figure and text that only the agent's own log vouches for.
+REPORTED = "(reported by the agent)"
 
 
 def render_lines(lines: Iterable[str], agent: Agent, verbosity: int = 0, raw: bool = False,

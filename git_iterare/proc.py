@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from git_iterare.errors import ExternalError
 
@@ -36,7 +37,8 @@ GIT_LOCATION_VARS = (
 
 
 def register_secret(value: str) -> None:
-    """Redact ``value`` from every echoed command line from now on.
+    """Redact ``value`` (and its encodings, see :mod:`git_iterare.redaction`) from every
+    echoed command line, stored record and shown log from now on.
 
     Args:
         value: a token, key or password; empty strings are ignored.
@@ -45,11 +47,19 @@ def register_secret(value: str) -> None:
         _SECRETS.add(value)
 
 
+def redactor() -> Any:
+    """The :class:`git_iterare.redaction.Redactor` of the secrets registered so far."""
+    from git_iterare.redaction import current
+
+    return current(_SECRETS)
+
+
 def redact(text: str) -> str:
-    """Return ``text`` with every registered secret replaced by ``***``."""
-    for secret in _SECRETS:
-        text = text.replace(secret, "***")
-    return text
+    """Return ``text`` with every registered secret, and the common encodings of each,
+    replaced by ``***`` (see :mod:`git_iterare.redaction`)."""
+    if not _SECRETS:
+        return text
+    return str(redactor().redact(text))
 
 
 def run(

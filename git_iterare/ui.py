@@ -5,13 +5,72 @@ Whether to color follows, highest first: ``--color=always|never|auto``; ``NO_COL
 then ``color.ui`` (``always``, ``never``, ``auto``, ``true``, ``false``); then ``auto``,
 which colors only when the stream is a terminal. git's config is read only when a colored
 line is about to be printed, so commands that print plain text never pay for it.
+
+Every string that comes from an agent, a repository or a record (file names, commit
+subjects, results, errors, DNS names, run names) goes through :func:`sanitize` (text of
+several lines) or :func:`sanitize_line` (one field of one line) before it is printed;
+:func:`warn` and :func:`error` apply :func:`sanitize_line` to their whole message.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import TextIO
+
+#: Characters a terminal acts on or that hide or reorder text: the C0 controls (tab and
+#: newline are added by :func:`sanitize_line`), DEL, the C1 controls, lone surrogates (bytes
+#: that were not UTF-8), and the invisible format characters of Unicode (categories Cf, Zl,
+#: Zp: bidirectional overrides and isolates U+202A..U+202E and U+2066..U+2069, marks,
+#: zero-width spaces and joiners, the byte-order mark, tag characters) plus the invisible
+#: Hangul fillers.
+_UNSAFE = (r"\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f"
+           r"\u0890\u0891\u08e2\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
+           r"\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\ud800-\udfff"
+           r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+           r"\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_UNSAFE_TEXT = re.compile(f"[{_UNSAFE}]")
+_UNSAFE_LINE = re.compile(f"[\t\n{_UNSAFE}]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20 or code == 0x7F:
+        return "^" + chr(code ^ 0x40)  # caret notation: ESC -> ^[, BEL -> ^G, DEL -> ^?
+    if code <= 0x9F:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"<U+{code:04X}>"
+
+
+def sanitize(text: str) -> str:
+    """``text`` with every character a terminal would act on made visible, tab and newline
+    kept: for text of several lines written by an agent (its log, a prompt).
+
+    An agent's output and a repository's file names are untrusted: escape sequences could
+    set the terminal's title, write the clipboard (OSC 52), show disguised links (OSC 8),
+    query the terminal (DCS) or erase lines already printed (a warning), and bidirectional
+    overrides or zero-width characters can make one name look like another. They become
+    visible text: ``ESC`` -> ``^[``, ``BEL`` -> ``^G``, C1 ``\\x9b`` -> ``\\x9b``, a byte
+    that was not UTF-8 -> ``\\xff``, U+202E -> ``<U+202E>``.
+
+    Args:
+        text: untrusted text.
+
+    Returns:
+        The same text with no character a terminal acts on besides tab and newline, and no
+        invisible format character.
+    """
+    return _UNSAFE_TEXT.sub(_visible, text)
+
+
+def sanitize_line(text: str) -> str:
+    """Like :func:`sanitize`, and tab and newline made visible too (``^I``, ``^J``): for one
+    field of one line (a file name, a DNS name, a result, an error message), which must not
+    start a line of its own that would pass for ours."""
+    return _UNSAFE_LINE.sub(_visible, text)
 
 #: Set by the CLI from ``--color``: "always", "never", "auto" or None (not given).
 COLOR_FLAG: str | None = None
@@ -69,14 +128,22 @@ def paint(text: str, *styles: str, stream: TextIO | None = None) -> str:
     return "".join(_CODES[s] for s in styles) + text + _RESET
 
 
+def progress(line: str) -> None:
+    """Print a progress line (an image build step, a launch step) to stderr, sanitized:
+    build output comes from the project's Dockerfile, which the repository wrote."""
+    print(sanitize_line(line), file=sys.stderr, flush=True)
+
+
 def warn(message: str) -> None:
-    """Print ``warning: message`` to stderr."""
-    print(paint("warning:", "yellow", stream=sys.stderr), message, file=sys.stderr)
+    """Print ``warning: message`` to stderr, ``message`` sanitized (:func:`sanitize_line`)."""
+    print(paint("warning:", "yellow", stream=sys.stderr), sanitize_line(message),
+          file=sys.stderr)
 
 
 def error(message: str) -> None:
-    """Print ``error: message`` to stderr."""
-    print(paint("error:", "red", "bold", stream=sys.stderr), message, file=sys.stderr)
+    """Print ``error: message`` to stderr, ``message`` sanitized (:func:`sanitize_line`)."""
+    print(paint("error:", "red", "bold", stream=sys.stderr), sanitize_line(message),
+          file=sys.stderr)
 
 
 def reset() -> None:

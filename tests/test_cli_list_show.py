@@ -64,10 +64,11 @@ def test_list_formats(repo: Path) -> None:
     assert only.split("\t")[0] == c
 
     table = iterare("list", cwd=repo).stdout.splitlines()
-    assert re.split(r"\s+", table[0]) == ["ID", "STATUS", "AGENT", "AGE", "DURATION", "COST",
+    assert re.split(r"\s+", table[0]) == ["ID", "STATUS", "AGENT", "AGE", "DURATION", "COST*",
                                           "BRANCH", "CHANGES"]
     assert re.fullmatch(rf"{a}\s+succeeded\s+shell\s+\S+\s+2m05s\s+\$0\.50\s+iterare/{a}\s+"
                         r"2 files \+10 -1", table[2])
+    assert table[-1] == "* cost (reported by the agent)"
     colored = iterare("list", "--color=always", cwd=repo).stdout
     assert "\033[32msucceeded\033[0m" in colored and "\033[31mfailed\033[0m" in colored
 
@@ -145,7 +146,7 @@ def test_show(repo: Path) -> None:
         f"started:   {T0}\n"
         f"finished:  {T1}\n"
         "duration:  2m05s\n"
-        "cost:      $1.50\n"
+        "cost:      $1.50 (reported by the agent)\n"
         "changes:   1 file +2 -0\n"
         "\n"
         "Prompt:\n"
@@ -153,7 +154,7 @@ def test_show(repo: Path) -> None:
         "    Carefully.\n"
         "\n"
         "Log: 2 lines\n"
-        "    last result: Fixed.\n"
+        "    last result (reported by the agent): Fixed.\n"
         "\n"
         f"Changes ({rec.base_commit[:12]}..{work[:12]}):\n"
         "    a.txt | 2 ++\n"

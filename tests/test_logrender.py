@@ -11,7 +11,8 @@ import pytest
 
 from git_iterare import agents, ui
 from git_iterare.agents.base import RunResult
-from git_iterare.logrender import format_duration, format_summary, render_lines, sanitize
+from git_iterare.logrender import format_duration, format_summary, render_lines
+from git_iterare.ui import sanitize
 
 LINES = (Path(__file__).parent / "data" / "claude-stream.jsonl").read_text().splitlines()
 COMMAND = ("echo hello > hello.txt && git add hello.txt && git -c user.name=Agent "
@@ -32,19 +33,21 @@ def render(verbosity: int, raw: bool = False) -> list[str]:
 
 def test_verbosity_0() -> None:
     assert render(0) == ["I will create the file.", "Created hello.txt and committed it.",
-                         "done: 465ms, $0.0193, 2 turns"]
+                         "done: 465ms, $0.0193, 2 turns (reported by the agent)"]
 
 
 def test_verbosity_1() -> None:
     assert render(1) == ["I will create the file.", f"> Bash: {COMMAND}",
-                         "Created hello.txt and committed it.", "done: 465ms, $0.0193, 2 turns"]
+                         "Created hello.txt and committed it.",
+                         "done: 465ms, $0.0193, 2 turns (reported by the agent)"]
 
 
 def test_verbosity_2() -> None:
     assert render(2) == [
         "[system init] model claude-opus-4-8[1m], cwd /tmp/itr-agents-manual/repo, 25 tools",
         "I will create the file.", f"> Bash: {COMMAND}", "    committed",
-        "Created hello.txt and committed it.", "done: 465ms, $0.0193, 2 turns"]
+        "Created hello.txt and committed it.",
+        "done: 465ms, $0.0193, 2 turns (reported by the agent)"]
 
 
 def test_raw() -> None:
@@ -56,7 +59,7 @@ def test_colors() -> None:
     ui.reset()
     out = render(1)
     assert out[1].startswith("\033[36m\033[1m> Bash: \033[0m\033[36mecho hello")
-    assert out[-1] == "\033[32m\033[1mdone\033[0m: 465ms, $0.0193, 2 turns"
+    assert out[-1] == "\033[32m\033[1mdone\033[0m: 465ms, $0.0193, 2 turns (reported by the agent)"
 
 
 def test_shell_log_summary_from_exit_code() -> None:
@@ -80,7 +83,8 @@ def test_format_duration(ms: int, text: str) -> None:
 
 
 def test_format_summary_one_turn() -> None:
-    assert format_summary(RunResult(is_error=True, turns=1)) == "failed: 1 turn"
+    assert format_summary(RunResult(is_error=True, turns=1)) == \
+        "failed: 1 turn (reported by the agent)"
 
 
 #: What a hostile agent printed (the adversarial tester's example): OSC 52 writes the

@@ -19,6 +19,7 @@ from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
 from tests.fakeapi.server import FakeAnthropic
 from tests.sandbox_fixtures import NET
+from tests.terminal import in_terminal as _in_terminal
 
 pytestmark = pytest.mark.docker
 
@@ -332,7 +333,7 @@ def test_merge_names_host_executable_files_and_refuses_without_yes(project: Path
     rid = run_id(iterare("execute", "hooky", "-f", cwd=project).stdout)
     refused = iterare("merge", rid, cwd=project)
     assert refused.returncode == 1
-    assert ".githooks/pre-commit: git hooks directory" in refused.stderr
+    assert "  ! A  .githooks/pre-commit  (git hooks directory" in refused.stderr
     assert not (project / ".githooks").exists()
     accepted = iterare("merge", rid, "--yes", cwd=project)
     assert accepted.returncode == 0, accepted.stderr
@@ -350,58 +351,6 @@ def test_env_passthrough_and_unset_env(project: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     rid = run_id(ok.stdout)
     assert git("show", f"iterare/{rid}:env.txt", cwd=project).stdout == "token=value-123\n"
-
-
-def _in_terminal(argv: list[str], cwd: Path, keys: bytes, ready: bytes, timeout: float = 60
-                 ) -> tuple[int, bytes]:
-    """Run ``argv`` on a pseudo-terminal; type ``keys`` a moment after ``ready`` appeared.
-
-    Returns (exit status, everything it printed); a session still running after
-    ``timeout`` seconds is killed (status -9).
-    """
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: becomes argv on the terminal
-        try:
-            os.chdir(cwd)
-            os.execvp(argv[0], argv)
-        finally:
-            os._exit(127)
-    deadline = time.monotonic() + timeout
-    try:
-        output = _converse(fd, keys, ready, deadline)
-    except BaseException:
-        os.kill(pid, signal.SIGKILL)  # never leave the session (and its sandbox) behind
-        raise
-    if time.monotonic() >= deadline:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), output
-
-
-def _converse(fd: int, keys: bytes, ready: bytes, deadline: float) -> bytes:
-    """Read the terminal until it closes or ``deadline``; type ``keys`` after ``ready``."""
-    import select
-
-    output = b""
-    typed = False
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([fd], [], [], 0.5)
-        if readable:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        if not typed and ready in output:
-            time.sleep(1)  # let the shell print its prompt
-            os.write(fd, keys)
-            typed = True
-    return output
 
 
 def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None:

@@ -28,9 +28,11 @@ def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
     if not records:
         click.echo("nothing to clean up")
         return
-    names = ", ".join(r.id for r in records)
+    from git_iterare.ui import sanitize_line
+
+    names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
     for record in records:
         done = cleanup(repo, record, force=force)
-        click.echo(f"cleaned {done.id} (record and commits kept)")
+        click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")

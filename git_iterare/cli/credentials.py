@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from git_iterare import ui
 from git_iterare.cli.context import app
 
 
@@ -43,7 +44,7 @@ def command(force: bool, api_key_env: bool, token_file: str | None, login: bool)
         scratch = Path(tempfile.mkdtemp(prefix="iterare-login-home-"))
         try:
             launch = login_launcher(app().optional_repo(), app().config,
-                                    progress=lambda line: click.echo(line, err=True))
+                                    progress=ui.progress)
             stored = credentials.login_in_sandbox(launch, folder, scratch, force=force)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -34,7 +34,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
     request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,
                              branch=branch, name=name, timeout=timeout)
     record = execute(ctx.repo, ctx.config, request,
-                     progress=lambda line: click.echo(line, err=True))
+                     progress=ui.progress)
     click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
     if not follow:
         click.echo(f"follow it with: git iterare log -f {record.id}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from git_iterare import ui
 from git_iterare.cli.context import app
 
 
@@ -47,11 +48,11 @@ def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
     ref = build_image(name, base=config["docker.base_image"],
                       ca_bundle=Path(ca).expanduser() if ca else None,
                       claude_version=config["docker.claude_version"], no_cache=no_cache,
-                      progress=lambda line: click.echo(line, err=True), verbose=proc.VERBOSE)
+                      progress=ui.progress, verbose=proc.VERBOSE)
     click.echo(f"{ref.name} {ref.id}")
     repo = ctx.optional_repo()
     if repo is not None and repo.main_work_tree is not None:
-        project = ensure_image(config, repo, lambda line: click.echo(line, err=True))
+        project = ensure_image(config, repo, ui.progress)
         if project.name != ref.name:
             click.echo(f"{project.name} {project.id}")
 

@@ -16,6 +16,7 @@ def command(file_: Path | None) -> None:
     """Create run records for the runs iterare (iterare-llm) remembered for this project."""
     from git_iterare.runs import legacy
     from git_iterare.runs.store import RunStore
+    from git_iterare.ui import sanitize_line
 
     repo = app().repo
     project = repo.main_work_tree or repo.common_dir
@@ -25,6 +26,7 @@ def command(file_: Path | None) -> None:
     for item in results:
         counts[item.outcome] = counts.get(item.outcome, 0) + 1
         target = item.run_id or "-"
-        click.echo(f"{item.outcome:<8} {item.legacy_name} -> {target} ({item.status})")
+        click.echo(sanitize_line(f"{item.outcome:<8} {item.legacy_name} -> {target} "
+                                 f"({item.status})"))
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no runs"
     click.echo(f"imported from {file_ or legacy.runs_file(project)}: {summary}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from git_iterare import ui
 from git_iterare.cli.context import app
 
 
@@ -34,4 +35,4 @@ def command(worktree: bool, workspace: str | None, branch: str | None, reuse: st
     request = InteractiveRequest(worktree=worktree, name=workspace, branch=branch,
                                  reuse=reuse, env_names=env_names, shell=shell)
     sys.exit(interactive(ctx.repo, ctx.config, request,
-                         progress=lambda line: click.echo(line, err=True)))
+                         progress=ui.progress))

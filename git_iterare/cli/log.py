@@ -30,9 +30,10 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         return
     if follow and not raw:
         color = "green" if record.status in (SUCCEEDED, "merged") else "red"
-        line = f"run {record.id} {ui.paint(record.status, color, stream=sys.stderr)}"
+        status = ui.paint(ui.sanitize_line(record.status), color, stream=sys.stderr)
+        line = f"run {ui.sanitize_line(record.id)} {status}"
         if record.error:
-            line += f": {record.error}"
+            line += f": {ui.sanitize_line(record.error)}"
         click.echo(line, err=True)
     if record.status not in (SUCCEEDED, "merged", "cleaned"):
         sys.exit(1)

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from git_iterare.cli._runs import confirm_or_refuse, resolve_run
 from git_iterare.cli.context import app
+
+
+def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
+    """The list ``merge`` shows before merging: every changed file with git's status letter,
+    those that would run on this machine marked ``!``, highlighted and with the reason.
+
+    Args:
+        run_id: the run.
+        changes: :class:`git_iterare.hostexec.FileChange` items.
+        paint: :func:`git_iterare.ui.paint`, or a stand-in.
+
+    Returns:
+        Lines to print; every file name passes :func:`git_iterare.ui.sanitize_line`.
+    """
+    from git_iterare.ui import sanitize_line
+
+    count = len(changes)
+    lines = [f"run {sanitize_line(run_id)} changes {count} file{'' if count == 1 else 's'}"
+             + (":" if changes else "")]
+    for change in changes:
+        name = sanitize_line(change.path)
+        if change.reason:
+            lines.append(paint(f"  ! {change.status}  {name}", "red", "bold")
+                         + paint(f"  ({change.reason})", "yellow"))
+        else:
+            lines.append(f"    {change.status}  {name}")
+    return lines
 
 
 @click.command("merge")
@@ -17,17 +46,24 @@ from git_iterare.cli.context import app
               help="Merge without asking when files that run on the host changed.")
 def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
     """Merge the result of RUN (default: the most recent run) into the current branch."""
+    import sys
+
     from git_iterare import ui
     from git_iterare.runner.manage import merge
 
     record = resolve_run(run)
 
-    def confirm(changes: list) -> bool:
-        ui.warn(f"run {record.id} changes files that would run on this machine:")
-        for change in changes:
-            click.echo(f"  {change.path}: {change.reason}", err=True)
+    def confirm(changes: list[Any]) -> bool:
+        paint = lambda text, *styles: ui.paint(text, *styles, stream=sys.stderr)  # noqa: E731
+        for line in review_lines(record.id, changes, paint):
+            click.echo(line, err=True, color=True)  # ui.paint decided; names are sanitized
+        risky = sum(1 for change in changes if change.reason)
+        if not risky:
+            return True
+        ui.warn(f"{risky} of them would run on this machine or make a tool run something "
+                f"(marked !); read them with `git iterare diff {record.id} -- PATH`")
         return confirm_or_refuse("Merge anyway?", yes)
 
     outcome = merge(app().repo, record, squash=squash, no_ff=no_ff, confirm=confirm)
     how = "squashed into the index" if squash else "merged"
-    click.echo(f"run {outcome.record.id} {how}")
+    click.echo(f"run {ui.sanitize_line(outcome.record.id)} {how}")

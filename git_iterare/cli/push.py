@@ -13,10 +13,11 @@ def command(remote: str | None) -> None:
     """Merge REMOTE's run records, then push refs/iterare/* and refs/notes/iterare."""
     from git_iterare.runs import sync
     from git_iterare.runs.store import RunStore
+    from git_iterare.ui import sanitize_line
 
     store = RunStore(app().repo)
     name = sync.check_remote_arg(remote) if remote else sync.default_remote(
         store, for_push=True)
     result = sync.push(store, name)
     for line in sync.describe(result):
-        click.echo(line)
+        click.echo(sanitize_line(line))

@@ -17,4 +17,6 @@ def command(run: str, grace: float) -> None:
     from git_iterare.runner.manage import stop
 
     record = stop(app().repo, resolve_run(run).id, grace)
-    click.echo(f"run {record.id} {record.status}; its work is on {record.branch}")
+    from git_iterare.ui import sanitize_line
+
+    click.echo(sanitize_line(f"run {record.id} {record.status}; its work is on {record.branch}"))

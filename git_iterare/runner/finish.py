@@ -120,6 +120,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
     from git_iterare.importer import finish_run
+    from git_iterare.runner.secrets import register_run_secrets
     from git_iterare.workspace import open_run
 
     vanished = info is None
@@ -131,6 +132,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
         sandbox_name = None
     log = b""
     agent = get_agent(record.agent or "shell")
+    register_run_secrets(repo, record, agent)  # redacted from every record write below
     if not vanished:
         log = _redact(repo, record, agent, sandbox.logs(info.id))
         store.set_log(record.id, log)
@@ -201,28 +203,17 @@ def has_worktree(repo: Repo, record: Any) -> bool:
 
 
 def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:
-    """``log`` with the run's secrets (credentials, ``--env`` values) replaced by ``***``.
+    """``log`` with the run's secrets (credentials, ``--env`` values) and their encodings
+    replaced by ``***`` (:mod:`git_iterare.redaction`).
 
     The record travels with ``git iterare push``; an agent that prints its token must not
-    publish it. Secrets are looked up again here, since the finishing process may not be
-    the one that launched the run.
+    publish it. The secrets are registered first
+    (:func:`git_iterare.runner.secrets.register_run_secrets`); the store redacts every
+    record field it writes with the same secrets.
     """
-    import os
-
-    from git_iterare import config as config_module
     from git_iterare import proc
-    from git_iterare.errors import UserError
 
-    for name in record.extra.get("env", []):
-        proc.register_secret(os.environ.get(name, ""))
-    try:
-        # Loading credentials registers every secret in them (tokens in files too).
-        for secret in agent.credentials(config_module.load(repo), os.environ).secrets():
-            proc.register_secret(secret)
-    except UserError:
-        pass  # no credentials here: nothing of ours to find in the log
-    return proc.redact(log.decode("utf-8", "surrogateescape")).encode(
-        "utf-8", "surrogateescape")
+    return bytes(proc.redactor().redact_bytes(log))
 
 
 def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:

@@ -13,12 +13,15 @@ Printer = Callable[[str], None]
 
 def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
             events: list[Any]) -> None:
-    from git_iterare.logrender import sanitize
+    from git_iterare import proc
+    from git_iterare.ui import sanitize
 
-    # Raw lines stay byte-exact into a pipe or file; on a terminal the agent's escape
-    # sequences are made visible like in the rendered log (the agent is untrusted).
+    # Raw lines stay byte-exact into a pipe or file (but for redacted secrets); on a
+    # terminal the agent's escape sequences are made visible like in the rendered log.
     clean = sanitize if raw and sys.stdout.isatty() else None
+    redact = proc.redactor().redact
     for line in lines:
+        line = redact(line)
         if raw:
             line = line.rstrip("\r\n")
             emit(clean(line) if clean else line)
@@ -66,6 +69,10 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     store = RunStore(repo)
     record = store.get(run_id)
     agent = get_agent(record.agent or "shell")
+    if record.status in ACTIVE:
+        from git_iterare.runner.secrets import register_run_secrets
+
+        register_run_secrets(repo, record, agent)  # the live stream is not redacted yet
     events: list[Any] = []
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)

@@ -249,6 +249,9 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
 
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
+    from git_iterare.runner.secrets import remember_secrets
+
+    remember_secrets(repo, record.id, secret_env.values())  # for whoever finishes the run
     ws = prepare_run(repo, record.id, record.base_commit)
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)

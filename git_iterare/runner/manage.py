@@ -119,6 +119,14 @@ def host_executable_changes(repo: Repo, record: Any) -> list[Any]:
     return changes(repo, record.base_commit, _result_commit(record))
 
 
+def changed_files(repo: Repo, record: Any) -> list[Any]:
+    """Every file a run changed (:class:`git_iterare.hostexec.FileChange`), with the reason
+    when it would execute on the host."""
+    from git_iterare.hostexec import changed_files as changes
+
+    return changes(repo, record.base_commit, _result_commit(record))
+
+
 def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
           confirm: Callable[[list[Any]], bool]) -> MergeOutcome:
     """Merge a finished run's result into the current branch.
@@ -127,8 +135,9 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         repo: the repository.
         record: the run.
         squash, no_ff: as ``git merge``.
-        confirm: called with the changed files that would execute on the host when there
-            are any; returns whether to go on.
+        confirm: called with every changed file (:class:`git_iterare.hostexec.FileChange`,
+            ``reason`` set on those that would execute on the host); returns whether to
+            go on.
 
     Raises:
         OperationFailed: still active, no result, refused, or a conflict (the user's tree
@@ -145,8 +154,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
                               f"{record.head} with git merge if you still want it")
     head = _result_commit(record)
-    risky = host_executable_changes(repo, record)
-    if risky and not confirm(risky):
+    if not confirm(changed_files(repo, record)):
         raise OperationFailed("merge cancelled: the run changes files that run on your "
                               "machine", hint="review them, then rerun with --yes")
     message = f"Merge run {record.id} ({record.prompt_name or record.name})"

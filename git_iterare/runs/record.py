@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,9 +111,17 @@ class RunRecord:
             data.setdefault(key, value)
         return data
 
-    def to_json(self) -> bytes:
-        """``run.json`` bytes: UTF-8, indented, keys in a fixed order, trailing newline."""
-        return (json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+    def to_json(self, redact: Callable[[Any], Any] | None = None) -> bytes:
+        """``run.json`` bytes: UTF-8, indented, keys in a fixed order, trailing newline.
+
+        Args:
+            redact: applied to the value of every field but ``v`` and ``id`` (for instance
+                :meth:`git_iterare.redaction.Redactor.redact_value`).
+        """
+        data = self.to_dict()
+        if redact is not None:
+            data = {k: v if k in ("v", "id") else redact(v) for k, v in data.items()}
+        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], run_id: str = "?") -> RunRecord:

@@ -11,8 +11,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from git_iterare.logrender import REPORTED
 from git_iterare.runs.index import Entry
 from git_iterare.runs.status import ACTIVE, parse_iso
+from git_iterare.ui import sanitize, sanitize_line
 
 if TYPE_CHECKING:
     from git_iterare.runs.record import RunRecord
@@ -123,7 +125,8 @@ def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
 
 
 def list_porcelain(entries: Iterable[Entry], now: _dt.datetime) -> str:
-    """``list --format porcelain``: one tab-separated line per run, no header."""
+    """``list --format porcelain``: one tab-separated line per run, no header; tabs and
+    newlines in values become spaces, other control characters are made visible."""
     lines = []
     for entry in entries:
         item = list_item(entry, now)
@@ -137,17 +140,18 @@ def list_porcelain(entries: Iterable[Entry], now: _dt.datetime) -> str:
 def _plain(value: Any) -> str:
     if value is None:
         return "-"
-    text = str(value)
-    return text.replace("\t", " ").replace("\n", " ")
+    return sanitize_line(str(value)).replace("^I", " ").replace("^J", " ")
 
 
 #: Table columns: (header, right-aligned).
 TABLE_COLUMNS = (("ID", False), ("STATUS", False), ("AGENT", False), ("AGE", True),
-                 ("DURATION", True), ("COST", True), ("BRANCH", False), ("CHANGES", False))
+                 ("DURATION", True), ("COST*", True), ("BRANCH", False), ("CHANGES", False))
 
 
 def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
-    """The human table of ``list``; ``paint(text, *styles)`` colors the status."""
+    """The human table of ``list``; ``paint(text, *styles)`` colors the status.
+
+    Every cell passes :func:`git_iterare.ui.sanitize_line` (records travel with fetch)."""
     rows: list[list[str]] = []
     statuses: list[str] = []
     for entry in entries:
@@ -160,6 +164,7 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
                      human_span(duration_seconds(rec, now)), cost_text(rec.cost_usd),
                      rec.branch or "-", changes_text(rec.changes)])
         statuses.append(rec.status)
+    rows = [[sanitize_line(str(cell)) for cell in row] for row in rows]
     headers = [header for header, _ in TABLE_COLUMNS]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
@@ -173,6 +178,8 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
         return "  ".join(cells).rstrip()
 
     lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
+    if any(row[5] != "-" for row in rows):
+        lines.append(f"* cost {REPORTED}")
     return "\n".join(lines) + "\n"
 
 
@@ -210,59 +217,65 @@ def log_summary(log: bytes) -> tuple[int, str | None]:
 
 def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
               now: _dt.datetime, paint: Any) -> str:
-    """The text of ``git iterare show``."""
+    """The text of ``git iterare show``.
+
+    Every value from the record, the prompt, the log and git's diffstat passes
+    :func:`git_iterare.ui.sanitize_line` (or :func:`~git_iterare.ui.sanitize` for text of
+    several lines) before it is colored: records travel with fetch and push, and the agent
+    writes its log. Cost, tokens, turns and the last result are labelled as reported by the
+    agent.
+    """
     out: list[str] = []
 
-    def field(label: str, value: Any) -> None:
+    def field(label: str, value: Any, *styles: str, note: str = "") -> None:
         if value not in (None, "", {}, []):
-            out.append(f"{label + ':':<11}{value}")
+            out.append(f"{label + ':':<11}{paint(sanitize_line(str(value)), *styles)}{note}")
 
-    status = paint(rec.status, *STATUS_STYLES.get(rec.status, ()))
-    if rec.exit_code is not None:
-        status += f" (exit {rec.exit_code})"
-    field("run", paint(rec.id, "bold"))
-    field("status", status)
+    field("run", rec.id, "bold")
+    field("status", rec.status, *STATUS_STYLES.get(rec.status, ()),
+          note=f" (exit {rec.exit_code})" if rec.exit_code is not None else "")
     field("prompt", f"{rec.prompt_name or '-'}" + (f" ({rec.prompt_path})" if rec.prompt_path
                                                    else ""))
     field("agent", rec.agent)
     field("image", (rec.image or "") + (f" ({rec.image_digest})" if rec.image_digest else ""))
     field("branch", rec.branch)
-    field("base", " ".join(x for x in (rec.base_branch, rec.base_commit) if x))
+    field("base", " ".join(str(x) for x in (rec.base_branch, rec.base_commit) if x))
     field("head", rec.head)
     field("created", rec.created)
     field("started", rec.started)
     field("finished", rec.finished)
     duration = duration_seconds(rec, now)
     field("duration", human_span(duration) if duration is not None else None)
-    field("cost", cost_text(rec.cost_usd) if rec.cost_usd is not None else None)
-    field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()))
-    field("turns", rec.turns)
+    reported = f" {REPORTED}"
+    field("cost", cost_text(rec.cost_usd) if rec.cost_usd is not None else None, note=reported)
+    field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()), note=reported)
+    field("turns", rec.turns, note=reported)
     field("container", rec.container)
     field("worktree", rec.worktree)
     field("changes", changes_text(rec.changes) if rec.changes else None)
     field("policy", json.dumps(rec.policy, sort_keys=True) if rec.policy else None)
     field("extra", json.dumps(rec.extra, sort_keys=True) if rec.extra else None)
-    if rec.error:
-        out.append(f"{'error:':<11}{paint(rec.error, 'red')}")
+    field("error", rec.error, "red")
     out.append("")
     out.append(paint("Prompt:", "bold"))
-    out.extend(f"    {line}" for line in prompt.splitlines())
+    out.extend(f"    {line}" for line in sanitize(prompt).splitlines())
     out.append("")
     count, last = log_summary(log)
     out.append(paint("Log:", "bold") + f" {count} line{'s' if count != 1 else ''}")
     if last is not None:
-        out.append(f"    last result: {last}")
+        out.append(f"    last result {REPORTED}: {sanitize_line(last)}")
     if diffstat is not None:
         out.append("")
-        out.append(paint(f"Changes ({(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}):",
-                         "bold"))
-        out.extend(f"   {line}" for line in diffstat.rstrip("\n").splitlines())
+        span_text = sanitize_line(f"{(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}")
+        out.append(paint(f"Changes ({span_text}):", "bold"))
+        out.extend(f"   {line}" for line in sanitize(diffstat).rstrip("\n").splitlines())
     blocked = blocked_domains(rec.egress)
     if blocked:
         out.append("")
         out.append(paint("Blocked egress:", "bold") + " to allow a name, add its line to "
                    "allowed_domains under [firewall] in .iterare/config.toml")
-        width = max(len(name) for name in blocked)
-        for name in blocked:
-            out.append(f"    {name:<{width}}  {json.dumps(name)},")
+        shown = [sanitize_line(name) for name in blocked]
+        width = max(len(name) for name in shown)
+        for name, text in zip(blocked, shown, strict=True):
+            out.append(f"    {text:<{width}}  {json.dumps(name)},")
     return "\n".join(out) + "\n"
