@@ -38,10 +38,15 @@ MAX_TREE_ENTRIES = 100_000
 # -- the run worktree ---------------------------------------------------------------------
 #: Deepest directory the automatic commit takes (the top is depth 0); deeper ones are
 #: skipped with a note.
-MAX_TREE_DEPTH = 2000
+MAX_TREE_DEPTH = 1700
 #: Longest path (relative to the worktree, bytes) the automatic commit takes; directories
-#: and files with longer paths are skipped with a note.
-MAX_PATH_BYTES = 4000
+#: and files with longer paths are skipped with a note. Less when the worktree's own path
+#: is long: the whole path must stay under the system's PATH_MAX (4096).
+MAX_PATH_BYTES = 3500
+#: Most paths the automatic commit leaves out by an exclude line (files over the size
+#: limit, directories over the depth or path limits); beyond it the worktree is not
+#: committed at all (git matches every such line against every path).
+MAX_EXCLUDED_PATHS = 10_000
 #: Most skipped paths named in the notes of a run (the rest are counted).
 MAX_SKIPPED_NAMED = 50
 

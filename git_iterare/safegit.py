@@ -97,12 +97,6 @@ def line_ending_config(common_dir: Path) -> str:
 DISABLED_GIT = ".git.disabled-by-iterare"
 
 
-#: Most paths the automatic commit may have to leave out by an ``info/exclude`` line (files
-#: over the size limit, directories over the depth or path limit); beyond it the tree is
-#: refused as a whole (git matches every exclude line against every path).
-MAX_EXCLUDED_PATHS = 10_000
-
-
 @dataclass(frozen=True)
 class Skipped:
     """A path of the worktree the automatic commit leaves out.
@@ -152,7 +146,8 @@ def scan_worktree(worktree: Path) -> TreeScan:
     :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read.
 
     Raises:
-        OperationFailed: more than :data:`MAX_EXCLUDED_PATHS` paths need excluding.
+        OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
+            need excluding.
     """
     from git_iterare import limits as lim
 
@@ -164,13 +159,16 @@ def scan_worktree(worktree: Path) -> TreeScan:
         nonlocal excluded
         skipped.append(Skipped(rel, reason, exclude))
         excluded += exclude
-        if excluded > MAX_EXCLUDED_PATHS:
+        if excluded > lim.MAX_EXCLUDED_PATHS:
             raise OperationFailed(
-                f"the worktree {worktree} has more than {MAX_EXCLUDED_PATHS} files or "
-                "directories over the size, depth or path-length limits; not committing it",
+                f"the worktree {worktree} has more than {lim.MAX_EXCLUDED_PATHS} files or "
+                "directories over the size, depth or path-length limits "
+                "(MAX_EXCLUDED_PATHS); not committing it",
                 hint="see LIMITS in `git iterare help execute`")
 
     top = os.fspath(worktree)
+    # Paths are opened from the top: the whole path must fit in PATH_MAX (4096).
+    max_path = min(lim.MAX_PATH_BYTES, 4095 - len(os.fsencode(top)) - 1)
     stack: list[tuple[str, str, int]] = [(top, "", 0)]  # (path, relative path, depth)
     while stack:
         here, rel_here, depth = stack.pop()
@@ -191,8 +189,8 @@ def scan_worktree(worktree: Path) -> TreeScan:
                 mode = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if len(os.fsencode(rel)) > lim.MAX_PATH_BYTES:
-                skip(rel, f"path longer than MAX_PATH_BYTES ({lim.MAX_PATH_BYTES} bytes)", True)
+            if len(os.fsencode(rel)) > max_path:
+                skip(rel, f"path longer than MAX_PATH_BYTES ({max_path} bytes)", True)
             elif stat.S_ISDIR(mode.st_mode):
                 if depth + 1 > lim.MAX_TREE_DEPTH:
                     skip(rel, f"deeper than MAX_TREE_DEPTH ({lim.MAX_TREE_DEPTH})", True)
