@@ -119,7 +119,7 @@ class TreeScan:
 
     Attributes:
         nested: nested repositories (relative paths), sorted.
-        skipped: paths left out of the commit, in walk order.
+        skipped: paths left out of the commit, sorted by path.
     """
 
     nested: tuple[str, ...]
@@ -202,7 +202,7 @@ def scan_worktree(worktree: Path) -> TreeScan:
                          True)
             elif not stat.S_ISLNK(mode.st_mode):
                 skip(rel, _special_kind(mode.st_mode), False)
-    return TreeScan(tuple(sorted(nested)), tuple(skipped))
+    return TreeScan(tuple(sorted(nested)), tuple(sorted(skipped, key=lambda s: s.path)))
 
 
 def find_nested_repos(worktree: Path) -> list[str]:
