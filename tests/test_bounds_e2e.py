@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ from tests.test_bounds import PEAK_BYTES
 from tests.test_runs_e2e import branch_files, project, prompt, record  # noqa: F401
 
 pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(autouse=True)
+def remove_deep_trees(tmp_path: Path) -> Iterator[None]:
+    """A deep tree left by a failure would break pytest's own (recursive) clean-up of old
+    temp dirs in every later session on this machine."""
+    yield
+    subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=False)
 
 
 def timed_iterare(*args: str, cwd: Path, out: Path) -> tuple[int, int, str]:
