@@ -23,10 +23,12 @@ import os
 import re
 import shutil
 import stat
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import proc, safegit
+from git_iterare import boundedfs, proc, safegit
+from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.repo import Repo
 from git_iterare.workspace import (
@@ -68,6 +70,9 @@ class FinishResult:
         imported_objects: objects copied from the run gitdir by this call.
         changes: base..head size.
         nested_repos: nested repositories in the worktree that were not committed.
+        skipped: other paths of the worktree not committed (FIFOs, sockets, devices,
+            files and directories over a limit; see
+            :class:`~git_iterare.safegit.Skipped`).
         rejected_head: why the run gitdir's branch was not imported (a symlinked or
             symbolic ref, a corrupt object, history not descending from the base or
             diverged), or None. The worktree is committed all the same, so its files are
@@ -82,6 +87,7 @@ class FinishResult:
     changes: Changes
     nested_repos: tuple[str, ...]
     rejected_head: str | None = None
+    skipped: tuple[safegit.Skipped, ...] = ()
 
 
 def _own_object_store(path: Path):
@@ -108,7 +114,7 @@ def _check_plain_tree(root: Path) -> None:
     """
     if root.is_symlink() or not root.is_dir():
         raise OperationFailed(f"{root} is not a plain directory; refusing to import from it")
-    for top, dirs, files in os.walk(root, followlinks=False):
+    for top, dirs, files in boundedfs.walk(root):
         for name in dirs + files:
             mode = os.lstat(os.path.join(top, name)).st_mode
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
@@ -131,30 +137,37 @@ def read_run_ref(gitdir: Path, ref: str) -> str | None:
         The hex id, or None when the ref does not exist.
 
     Raises:
-        OperationFailed: the ref is a symlink, symbolic, or not a hex id.
+        OperationFailed: the ref is a symlink, symbolic, not a hex id, not a regular file,
+            or larger than :data:`~git_iterare.limits.MAX_REF_FILE_BYTES`
+            (``packed-refs``: :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`).
     """
     path = gitdir
     for part in ref.split("/"):
         path = path / part
         if path.is_symlink():
             raise OperationFailed(f"{path} is a symlink; refusing to read the run's ref")
-    if path.exists():
-        if not path.is_file():
-            raise OperationFailed(f"{path} is not a regular file")
-        value = path.read_text(errors="replace").strip()
+    try:
+        value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES,
+                                       limit_name="MAX_REF_FILE_BYTES").decode(
+            "utf-8", "replace").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    else:
         if not HEX40.match(value):
             raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
         return value
     packed = gitdir / "packed-refs"
-    if packed.is_symlink():
-        raise OperationFailed(f"{packed} is a symlink; refusing to read it")
-    if packed.is_file():
-        for line in packed.read_text(errors="replace").splitlines():
-            sha, _, name = line.partition(" ")
-            if name == ref:
-                if not HEX40.match(sha):
-                    raise OperationFailed(f"{packed}: bad id for {ref}")
-                return sha
+    try:
+        data = boundedfs.read_regular(packed, lim.MAX_PACKED_REFS_BYTES,
+                                      limit_name="MAX_PACKED_REFS_BYTES")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for line in data.decode("utf-8", "replace").splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref:
+            if not HEX40.match(sha):
+                raise OperationFailed(f"{packed}: bad id for {ref}")
+            return sha
     return None
 
 
@@ -174,8 +187,177 @@ def _raw_id(type_name: bytes, raw: bytes) -> str:
     return hashlib.sha1(b"%s %d\0" % (type_name, len(raw)) + raw).hexdigest()
 
 
+_TYPE_NAMES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+_OFS_DELTA, _REF_DELTA = 6, 7
+
+
+def _inflate_bounded(fd: int, first: bytes, limit: int, what: str) -> tuple[bytes, bool]:
+    """Inflate the zlib stream read from ``fd`` (after ``first``), at most ``limit`` bytes.
+
+    Returns:
+        (the bytes, True when the stream ended within ``limit``).
+    """
+    inflater = zlib.decompressobj()
+    out = bytearray()
+    data = first
+    while True:
+        if not data:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return bytes(out), inflater.eof
+        try:
+            out += inflater.decompress(data, limit - len(out) + 1)
+        except zlib.error as exc:
+            raise OperationFailed(f"{what} is corrupt ({exc})") from None
+        if len(out) > limit:
+            return bytes(out[:limit]), False
+        if inflater.eof:
+            return bytes(out), True
+        data = inflater.unconsumed_tail
+
+
+def _read_loose(objects_dir: Path, sha: str) -> tuple[int, bytes] | None:
+    """A loose object's (type number, content), inflated with its declared size checked
+    before and while inflating; None when there is no such loose object.
+
+    Raises:
+        OperationFailed: it is not a regular file, corrupt, or larger than
+            :data:`~git_iterare.limits.MAX_OBJECT_BYTES`.
+    """
+    path = objects_dir / sha[:2] / sha[2:]
+    what = f"object {sha} in the run gitdir"
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise OperationFailed(f"cannot read {what}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OperationFailed(f"{what} is not a regular file; refusing to import")
+        head, _ = _inflate_bounded(fd, b"", 32, what)  # "<type> <size>\0": at most 32
+        match = re.match(rb"^(commit|tree|blob|tag) (\d{1,20})\0", head)
+        if not match:
+            raise OperationFailed(f"{what} has no valid header; refusing to import")
+        size = int(match[2])
+        if size > lim.MAX_OBJECT_BYTES:
+            raise OperationFailed(f"{what} is {size} bytes, more than the limit of "
+                                  f"{lim.MAX_OBJECT_BYTES} (MAX_OBJECT_BYTES)")
+        # Inflate again from the start, now bounded by the declared size.
+        os.lseek(fd, 0, os.SEEK_SET)
+        full, ended = _inflate_bounded(fd, b"", match.end() + size, what)
+        if not ended or len(full) != match.end() + size:
+            raise OperationFailed(f"{what} does not match its declared size; refusing "
+                                  "to import")
+        return _TYPE_NAMES[match[1]], full[match.end():]
+    finally:
+        os.close(fd)
+
+
+def _pack_entry_size(pack: Path, offset: int, what: str) -> tuple[int, int | None, bytes | None]:
+    """The size an entry of ``pack`` declares at ``offset`` (for a delta: its result's).
+
+    Returns:
+        (size, base offset of an offset delta or None, base id of a ref delta or None).
+    """
+    with open(pack, "rb") as f:
+        f.seek(offset)
+        header = f.read(64)
+        if not header:
+            raise OperationFailed(f"{what}: pack entry beyond the end of {pack.name}")
+        byte = header[0]
+        kind, size, shift, pos = (byte >> 4) & 7, byte & 15, 4, 1
+        while byte & 0x80:
+            if pos >= len(header):
+                raise OperationFailed(f"{what}: bad pack entry header in {pack.name}")
+            byte = header[pos]
+            size |= (byte & 0x7F) << shift
+            shift, pos = shift + 7, pos + 1
+        if kind not in (_OFS_DELTA, _REF_DELTA):
+            return size, None, None
+        base_offset: int | None = None
+        base_id: bytes | None = None
+        if kind == _OFS_DELTA:
+            byte = header[pos]
+            rel, pos = byte & 0x7F, pos + 1
+            while byte & 0x80:
+                if pos >= len(header):
+                    raise OperationFailed(f"{what}: bad delta offset in {pack.name}")
+                byte = header[pos]
+                rel, pos = ((rel + 1) << 7) | (byte & 0x7F), pos + 1
+            base_offset = offset - rel
+        else:
+            base_id, pos = header[pos:pos + 20], pos + 20
+        f.seek(offset + pos)
+        delta, _ = _inflate_bounded(f.fileno(), b"", 24, what)
+    # The delta starts with two sizes (7 bits a byte): its base's, then its result's.
+    sizes, value, shift = [], 0, 0
+    for byte in delta:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            sizes.append(value)
+            value, shift = 0, 0
+            if len(sizes) == 2:
+                return sizes[1], base_offset, base_id
+    raise OperationFailed(f"{what}: bad delta header in {pack.name}")
+
+
+def _check_pack_sizes(objects_dir: Path, sha: str) -> None:
+    """Check the sizes a pack entry for ``sha`` declares (and those along its delta chain)
+    before dulwich inflates it.
+
+    Raises:
+        OperationFailed: a declared size is over :data:`~git_iterare.limits.MAX_OBJECT_BYTES`,
+            the delta chain is longer than :data:`~git_iterare.limits.MAX_DELTA_CHAIN`, or
+            an entry is malformed.
+    """
+    from dulwich.object_format import SHA1
+    from dulwich.objects import RawObjectID
+    from dulwich.pack import load_pack_index
+
+    what = f"object {sha} in the run gitdir"
+    pack_dir = objects_dir / "pack"
+    if not pack_dir.is_dir():
+        return
+    indexes = sorted(pack_dir.glob("pack-*.idx"))
+    for idx_path in indexes:
+        index = load_pack_index(str(idx_path), SHA1)
+        try:
+            try:
+                offset: int | None = index.object_offset(RawObjectID(bytes.fromhex(sha)))
+            except KeyError:
+                continue
+            pack = idx_path.with_suffix(".pack")
+            for _ in range(lim.MAX_DELTA_CHAIN + 1):
+                assert offset is not None
+                size, base_offset, base_id = _pack_entry_size(pack, offset, what)
+                if size > lim.MAX_OBJECT_BYTES:
+                    raise OperationFailed(f"{what} is {size} bytes, more than the limit of "
+                                          f"{lim.MAX_OBJECT_BYTES} (MAX_OBJECT_BYTES)")
+                if base_offset is None and base_id is None:
+                    return
+                if base_id is not None:
+                    try:
+                        base_offset = index.object_offset(RawObjectID(base_id))
+                    except KeyError:
+                        raise OperationFailed(f"{what} is a delta on an object outside its "
+                                              "pack; refusing to import") from None
+                offset = base_offset
+            raise OperationFailed(f"{what} has a delta chain longer than "
+                                  f"{lim.MAX_DELTA_CHAIN} (MAX_DELTA_CHAIN)")
+        finally:
+            index.close()
+
+
 def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
     """Copy the objects reachable from ``head`` that ``common_dir`` lacks from the run gitdir.
+
+    Everything is bounded (see :mod:`git_iterare.limits`): each object's declared size is
+    checked before it is inflated, and inflating stops at it; the number of objects and
+    commits, their total size, tree sizes and depth. Objects are written to the main
+    repository in batches, so memory holds at most one batch.
 
     Args:
         gitdir: the run gitdir (its ``objects`` dir is read; alternates ignored).
@@ -186,7 +368,7 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
         Number of objects copied.
 
     Raises:
-        OperationFailed: an object is missing, corrupt, or of the wrong type.
+        OperationFailed: an object is missing, corrupt, of the wrong type, or over a limit.
     """
     from dulwich.object_store import DiskObjectStore
     from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
@@ -196,18 +378,29 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
     own = _own_object_store(objects_dir)
     main = DiskObjectStore(str(common_dir / "objects"))
     wanted = {Commit.type_num: Commit, Tree.type_num: Tree, Blob.type_num: Blob}
-    todo: list[tuple[str, int]] = [(head, Commit.type_num)]
+    # (id, expected type, tree depth: the root tree is 0)
+    todo: list[tuple[str, int, int]] = [(head, Commit.type_num, 0)]
     seen: set[str] = set()
-    found: list[ShaFile] = []
+    batch: list[ShaFile] = []
+    batch_bytes = total_bytes = copied = commits = 0
     while todo:
-        sha, want = todo.pop()
+        sha, want, depth = todo.pop()
         if sha in seen or ObjectID(sha.encode()) in main:
             continue
         seen.add(sha)
+        if copied >= lim.MAX_IMPORT_OBJECTS:
+            raise OperationFailed(f"the run gitdir holds more than {lim.MAX_IMPORT_OBJECTS} "
+                                  "new objects (MAX_IMPORT_OBJECTS); refusing to import")
         try:
-            type_num, raw = own.get_raw(ObjectID(sha.encode()))
+            loose = _read_loose(objects_dir, sha)
+            if loose is None:
+                _check_pack_sizes(objects_dir, sha)
+                loose = own.get_raw(ObjectID(sha.encode()))
+            type_num, raw = loose
         except KeyError:
             raise OperationFailed(f"object {sha} is missing from the run gitdir") from None
+        except OperationFailed:
+            raise
         except Exception as exc:  # a corrupt pack or loose object: dulwich raises various
             raise OperationFailed(f"cannot read object {sha} from the run gitdir: {exc}"
                                   ) from exc
@@ -215,27 +408,49 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
         if cls is None or type_num != want or _raw_id(cls.type_name, raw) != sha:
             raise OperationFailed(f"object {sha} in the run gitdir is corrupt or of the "
                                   "wrong type; refusing to import")
+        total_bytes += len(raw)
+        if total_bytes > lim.MAX_IMPORT_BYTES:
+            raise OperationFailed(f"the run's new objects exceed {lim.MAX_IMPORT_BYTES} bytes "
+                                  "(MAX_IMPORT_BYTES); refusing to import")
         try:
             obj = ShaFile.from_raw_string(type_num, raw, sha=ObjectID(sha.encode()))
             if isinstance(obj, Commit):
-                todo.append((obj.tree.decode(), Tree.type_num))
-                todo.extend((p.decode(), Commit.type_num) for p in obj.parents)
+                commits += 1
+                if commits > lim.MAX_IMPORT_COMMITS:
+                    raise OperationFailed(f"the run gitdir holds more than "
+                                          f"{lim.MAX_IMPORT_COMMITS} new commits "
+                                          "(MAX_IMPORT_COMMITS); refusing to import")
+                todo.append((obj.tree.decode(), Tree.type_num, 0))
+                todo.extend((p.decode(), Commit.type_num, 0) for p in obj.parents)
             elif isinstance(obj, Tree):
+                if depth > lim.MAX_TREE_DEPTH:
+                    raise OperationFailed(f"a tree in the run gitdir is nested deeper than "
+                                          f"{lim.MAX_TREE_DEPTH} (MAX_TREE_DEPTH); refusing "
+                                          "to import")
+                if len(obj) > lim.MAX_TREE_ENTRIES:
+                    raise OperationFailed(f"tree {sha} in the run gitdir has more than "
+                                          f"{lim.MAX_TREE_ENTRIES} entries "
+                                          "(MAX_TREE_ENTRIES); refusing to import")
                 for entry in obj.iteritems():
                     if stat.S_ISDIR(entry.mode):
-                        todo.append((entry.sha.decode(), Tree.type_num))
+                        todo.append((entry.sha.decode(), Tree.type_num, depth + 1))
                     elif stat.S_ISREG(entry.mode) or stat.S_ISLNK(entry.mode):
-                        todo.append((entry.sha.decode(), Blob.type_num))
+                        todo.append((entry.sha.decode(), Blob.type_num, depth + 1))
                     # gitlinks (submodule commits) live in other repositories
         except OperationFailed:
             raise
         except Exception as exc:
             raise OperationFailed(f"object {sha} in the run gitdir does not parse: {exc}"
                                   ) from exc
-        found.append(obj)
-    if found:
-        main.add_objects([(obj, None) for obj in found])
-    return len(found)
+        batch.append(obj)
+        copied += 1
+        batch_bytes += len(raw)
+        if batch_bytes >= lim.IMPORT_BATCH_BYTES:
+            main.add_objects([(o, None) for o in batch])
+            batch, batch_bytes = [], 0
+    if batch:
+        main.add_objects([(o, None) for o in batch])
+    return copied
 
 
 def _committer(repo: Repo) -> dict[str, str]:
@@ -378,12 +593,13 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     autocommitted = False
     new = tip
     nested: tuple[str, ...] = ()
+    skipped: tuple[safegit.Skipped, ...] = ()
     admin = worktree_admin_dir(repo, ws.worktree)
     if ws.worktree.is_dir() and not ws.worktree.is_symlink():
         _return_ownership(repo, ws.worktree)
         with safegit.safe_git(repo.common_dir, ws.worktree) as view:
             tree = view.snapshot(tip, drop=ws.included)
-            nested = view.nested_repos
+            nested, skipped = view.nested_repos, view.skipped
             if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
                 env = {"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
                        **_committer(repo)}
@@ -406,4 +622,4 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     return FinishResult(head=new, commits=tuple(commits), autocommitted=autocommitted,
                         imported_objects=imported,
                         changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
-                        rejected_head=rejected)
+                        rejected_head=rejected, skipped=skipped)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from git_iterare import proc
+from git_iterare.errors import OperationFailed
 
 SCRATCH_CONFIG = """\
 [core]
@@ -95,11 +97,117 @@ def line_ending_config(common_dir: Path) -> str:
 DISABLED_GIT = ".git.disabled-by-iterare"
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A path of the worktree the automatic commit leaves out.
+
+    Attributes:
+        path: relative to the worktree, ``/``-separated.
+        reason: why, e.g. ``a FIFO``, ``larger than MAX_OBJECT_BYTES (104857600 bytes)``.
+        excluded: it needs an ``info/exclude`` line (git would take it otherwise; git
+            leaves untracked FIFOs, sockets and devices alone by itself).
+    """
+
+    path: str
+    reason: str
+    excluded: bool
+
+
+@dataclass(frozen=True)
+class TreeScan:
+    """What :func:`scan_worktree` found.
+
+    Attributes:
+        nested: nested repositories (relative paths), sorted.
+        skipped: paths left out of the commit, sorted by path.
+    """
+
+    nested: tuple[str, ...]
+    skipped: tuple[Skipped, ...]
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file, symlink or directory"
+
+
+def scan_worktree(worktree: Path) -> TreeScan:
+    """Walk ``worktree`` (iteratively, symlinks not followed) for what git must not take.
+
+    Finds nested repositories (a directory below the top holding ``.git`` or
+    :data:`DISABLED_GIT`; not entered), FIFOs, sockets and devices, files larger than
+    :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, directories deeper than
+    :data:`~git_iterare.limits.MAX_TREE_DEPTH` and paths longer than
+    :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read.
+
+    Raises:
+        OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
+            need excluding.
+    """
+    from git_iterare import limits as lim
+
+    nested: list[str] = []
+    skipped: list[Skipped] = []
+    excluded = 0
+
+    def skip(rel: str, reason: str, exclude: bool) -> None:
+        nonlocal excluded
+        skipped.append(Skipped(rel, reason, exclude))
+        excluded += exclude
+        if excluded > lim.MAX_EXCLUDED_PATHS:
+            raise OperationFailed(
+                f"the worktree {worktree} has more than {lim.MAX_EXCLUDED_PATHS} files or "
+                "directories over the size, depth or path-length limits "
+                "(MAX_EXCLUDED_PATHS); not committing it",
+                hint="see LIMITS in `git iterare help execute`")
+
+    top = os.fspath(worktree)
+    # Paths are opened from the top: the whole path must fit in PATH_MAX (4096).
+    max_path = min(lim.MAX_PATH_BYTES, 4095 - len(os.fsencode(top)) - 1)
+    stack: list[tuple[str, str, int]] = [(top, "", 0)]  # (path, relative path, depth)
+    while stack:
+        here, rel_here, depth = stack.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if rel_here and (".git" in names or DISABLED_GIT in names):
+            nested.append(rel_here)
+            continue
+        for entry in entries:
+            if not rel_here and entry.name == ".git":
+                continue
+            rel = f"{rel_here}/{entry.name}" if rel_here else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if len(os.fsencode(rel)) > max_path:
+                skip(rel, f"path longer than MAX_PATH_BYTES ({max_path} bytes)", True)
+            elif stat.S_ISDIR(mode.st_mode):
+                if depth + 1 > lim.MAX_TREE_DEPTH:
+                    skip(rel, f"deeper than MAX_TREE_DEPTH ({lim.MAX_TREE_DEPTH})", True)
+                else:
+                    stack.append((entry.path, rel, depth + 1))
+            elif stat.S_ISREG(mode.st_mode):
+                if mode.st_size > lim.MAX_OBJECT_BYTES:
+                    skip(rel, f"larger than MAX_OBJECT_BYTES ({lim.MAX_OBJECT_BYTES} bytes)",
+                         True)
+            elif not stat.S_ISLNK(mode.st_mode):
+                skip(rel, _special_kind(mode.st_mode), False)
+    return TreeScan(tuple(sorted(nested)), tuple(sorted(skipped, key=lambda s: s.path)))
+
+
 def find_nested_repos(worktree: Path) -> list[str]:
     """Return the directories below ``worktree`` that hold a ``.git`` entry (or one that
-    :func:`disable_nested_repos` renamed).
-
-    Symlinks are not followed; the top-level ``.git`` is not counted.
+    :func:`disable_nested_repos` renamed); see :func:`scan_worktree`.
 
     Args:
         worktree: top of the worktree.
@@ -107,16 +215,7 @@ def find_nested_repos(worktree: Path) -> list[str]:
     Returns:
         Paths relative to ``worktree`` with ``/`` separators, sorted.
     """
-    found = []
-    for top, dirs, files in os.walk(worktree, followlinks=False):
-        here = Path(top)
-        names = {*dirs, *files}
-        if here != worktree and (".git" in names or DISABLED_GIT in names):
-            found.append(here.relative_to(worktree).as_posix())
-            dirs[:] = []
-            continue
-        dirs[:] = [d for d in dirs if not (here == worktree and d == ".git")]
-    return sorted(found)
+    return list(scan_worktree(worktree).nested)
 
 
 def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:
@@ -143,8 +242,15 @@ def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:
 
 def _exclude_pattern(path: str) -> str:
     """An anchored info/exclude line matching exactly the directory ``path``."""
-    escaped = "".join("\\" + c if c in "*?[\\!# " else c for c in path)
-    return f"/{escaped}/"
+    return f"{_exclude_file(path)}/"
+
+
+def _exclude_file(path: str) -> str:
+    """An anchored info/exclude line matching exactly ``path`` (file or directory)."""
+    # A line cannot hold a line break: ``?`` matches it (and other characters too).
+    escaped = "".join("\\" + c if c in "*?[\\!# " else "?" if c in "\r\n" else c
+                      for c in path)
+    return f"/{escaped}"
 
 
 @dataclass(frozen=True)
@@ -157,6 +263,8 @@ class SafeGit:
         index_file: the index git reads and writes.
         objects: the object directory git reads and writes (the main repository's).
         nested_repos: nested repositories found and excluded, relative paths.
+        skipped: other paths left out (FIFOs, sockets, devices, files and directories
+            over the limits of :mod:`git_iterare.limits`).
     """
 
     scratch: Path
@@ -164,6 +272,7 @@ class SafeGit:
     index_file: Path
     objects: Path
     nested_repos: tuple[str, ...]
+    skipped: tuple[Skipped, ...] = ()
 
     def env(self) -> dict[str, str]:
         """The environment for git: explicit locations, no system/global/``-c`` config."""
@@ -203,6 +312,11 @@ class SafeGit:
             ExternalError: git failed.
         """
         self.git("read-tree", parent_tree)
+        if self.skipped:  # tracked paths now skipped leave the index (git add would fail)
+            self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch",
+                     "--pathspec-from-file=-", "--pathspec-file-nul",
+                     text=False, input=b"".join(b":(literal)" + os.fsencode(s.path) + b"\0"
+                                                for s in self.skipped))
         self.git("add", "-A", "--", ".")
         if drop:
             self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch", "--", *drop)
@@ -232,12 +346,15 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
         (scratch / "HEAD").write_text("ref: refs/heads/scratch\n")
         (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir))
         (scratch / "info" / "attributes").write_text(SCRATCH_ATTRIBUTES)
-        nested = find_nested_repos(worktree)
+        scan = scan_worktree(worktree)
+        nested = list(scan.nested)
         disable_nested_repos(worktree, nested)
-        (scratch / "info" / "exclude").write_text(
-            "".join(_exclude_pattern(p) + "\n" for p in nested))
+        (scratch / "info" / "exclude").write_bytes(os.fsencode(
+            "".join(_exclude_pattern(p) + "\n" for p in nested)
+            + "".join(_exclude_file(s.path) + "\n" for s in scan.skipped if s.excluded)))
         yield SafeGit(scratch=scratch, worktree=worktree,
                       index_file=index_file or scratch / "index",
-                      objects=common_dir / "objects", nested_repos=tuple(nested))
+                      objects=common_dir / "objects", nested_repos=tuple(nested),
+                      skipped=scan.skipped)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

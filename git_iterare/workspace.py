@@ -26,12 +26,13 @@ Everything the agent can write (worktree, run gitdir) is read back only through
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import proc, safegit
+from git_iterare import boundedfs, proc, safegit
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.repo import Repo
 
@@ -203,11 +204,16 @@ def agent_ids(agent_uid: int | None) -> tuple[int, int]:
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
-    """Chown ``path`` and everything below it, never following symlinks."""
+    """Chown ``path`` and everything below it, never following symlinks (iteratively;
+    entries whose path is too long for the system to name are left as they are)."""
     os.lchown(path, uid, gid)
-    for top, dirs, files in os.walk(path, followlinks=False):
+    for top, dirs, files in boundedfs.walk(path):
         for name in dirs + files:
-            os.lchown(os.path.join(top, name), uid, gid)
+            try:
+                os.lchown(os.path.join(top, name), uid, gid)
+            except OSError as exc:
+                if exc.errno != errno.ENAMETOOLONG:
+                    raise
 
 
 def mounts_for(worktree: Path, gitdir: Path, gitfile: Path, objects: Path
@@ -493,13 +499,10 @@ def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
         except ExternalError:
             shutil.rmtree(admin, ignore_errors=True)
     if os.path.lexists(ws.worktree):
-        if ws.worktree.is_symlink():
-            ws.worktree.unlink()
-        else:
-            shutil.rmtree(ws.worktree)
+        boundedfs.remove_tree(ws.worktree)  # iterative: agent trees may be deep
     removed_gitdir = os.path.lexists(ws.gitdir)
     if removed_gitdir:
-        shutil.rmtree(ws.gitdir)
+        boundedfs.remove_tree(ws.gitdir)
     if os.path.lexists(ws.gitfile):
         ws.gitfile.unlink()
     return removed_worktree, removed_gitdir

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from git_iterare import ui
+from git_iterare.loglimit import capped
 from git_iterare.repo import Repo
 from git_iterare.runner.launch import TIMEOUT_EXIT
 from git_iterare.runner.ownership import container_of, is_local
@@ -134,9 +135,11 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     agent = get_agent(record.agent or "shell")
     register_run_secrets(repo, record, agent)  # redacted from every record write below
     if not vanished:
-        log = _redact(repo, record, agent, sandbox.logs(info.id))
+        # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
+        # agent decides how much it prints.
+        log = _redact(repo, record, agent, capped(sandbox.log_lines(info.id)))
         store.set_log(record.id, log)
-    events = [agent.parse_line(line) for line in _split_lines(log)]
+    events = (agent.parse_line(line) for line in _split_lines(log))
     result = agent.summarize(events, exit_code=exit_code)
     status, error = _outcome(record, exit_code, result, vanished)
     head = None
@@ -154,6 +157,8 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             head, commits = work.head, work.commits
             changes = {"files": work.changes.files, "insertions": work.changes.insertions,
                        "deletions": work.changes.deletions}
+            if work.skipped:
+                _note_skipped(store, record.id, work.skipped)
             if work.rejected_head:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")
@@ -185,13 +190,31 @@ def _reclaim(record: Any, sandbox_name: str | None, trees: tuple[Any, ...]) -> N
     import os
 
     from git_iterare import sandbox
-    from git_iterare.logrender import sanitize
+    from git_iterare.ui import sanitize_line as sanitize
 
     image = record.extra.get("sidecar_image") or ""
     notes = sandbox.reclaim(sandbox_name or f"iterare-{record.id}-gone", trees, os.getuid(),
                             os.getgid(), image)
     for note in notes:
         ui.warn(f"run {record.id}: {sanitize(note)}")
+
+
+def _note_skipped(store: Any, run_id: str, skipped: Any) -> None:
+    """Warn about worktree paths the automatic commit left out (FIFOs, sockets, devices,
+    files over the limits) and keep them in the record's ``extra.skipped``: at most
+    :data:`~git_iterare.limits.MAX_SKIPPED_NAMED` paths, the rest counted."""
+    from git_iterare.limits import MAX_SKIPPED_NAMED
+    from git_iterare.ui import sanitize_line as sanitize
+
+    named = [{"path": s.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+              "reason": s.reason} for s in skipped[:MAX_SKIPPED_NAMED]]
+    more = max(0, len(skipped) - MAX_SKIPPED_NAMED)
+    shown = ", ".join(f"{sanitize(s['path'])} ({s['reason']})" for s in named[:5])
+    rest = len(skipped) - min(5, len(named))
+    ui.warn(f"run {run_id}: not committed: {shown}" + (f" and {rest} more" if rest else "")
+            + f" (listed by `git iterare show {run_id}`)")
+    store.update(run_id, lambda r: r.replace(
+        extra={**r.extra, "skipped": {"paths": named, "more": more}}), f"{run_id} skipped")
 
 
 def has_worktree(repo: Repo, record: Any) -> bool:
@@ -223,13 +246,18 @@ def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:
     if not out.is_dir():
         return None
     report = read_egress_report(out)
-    return {
+    egress: dict[str, Any] = {
         "allowed": dict(report.allowed),
         "blocked": dict(report.blocked),
         "refused_connections": {"ipv4": report.refused_connections.ipv4,
                                 "ipv6": report.refused_connections.ipv6,
                                 "recorded": report.refused_connections.recorded},
     }
+    if report.more_allowed or report.more_blocked or report.log_truncated:
+        # the lists are capped (MAX_EGRESS_NAMES): lookups of names not listed
+        egress["more"] = {"allowed": report.more_allowed, "blocked": report.more_blocked,
+                          "log_truncated": report.log_truncated}
+    return egress
 
 
 def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, MutableSequence
 from typing import Any
 
+from git_iterare.limits import MAX_SUMMARY_EVENTS
 from git_iterare.repo import Repo
 
 Printer = Callable[[str], None]
 
 
 def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
-            events: list[Any]) -> None:
+            events: MutableSequence[Any]) -> None:
+    """Print ``lines`` as they come; ``events`` keeps the last
+    :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` for the closing summary (bounded
+    memory, whatever the agent prints)."""
     from git_iterare import proc
     from git_iterare.ui import sanitize
 
@@ -73,16 +78,17 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         from git_iterare.runner.secrets import register_run_secrets
 
         register_run_secrets(repo, record, agent)  # the live stream is not redacted yet
-    events: list[Any] = []
+    events: deque[Any] = deque(maxlen=MAX_SUMMARY_EVENTS)
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)
         if info is not None:
             if follow:
-                _render(_decode(sandbox.attach(info.id)), agent, verbosity, raw, emit, events)
+                _render(_decode(sandbox.log_lines(info.id, follow=True)), agent, verbosity,
+                        raw, emit, events)
                 record = finish(repo, run_id, wait=True)
             else:
-                _render(sandbox.logs(info.id).decode("utf-8", "replace").splitlines(),
-                        agent, verbosity, raw, emit, events)
+                _render(_decode(sandbox.log_lines(info.id)), agent, verbosity, raw, emit,
+                        events)
                 return record
         else:
             record = finish(repo, run_id)

@@ -184,26 +184,64 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
 
 
 def blocked_domains(egress: dict[str, Any] | None) -> list[str]:
-    """Names in ``egress["blocked"]`` (strings, or objects with ``"name"``), sorted, unique."""
+    """Names in ``egress["blocked"]`` (strings, or objects with ``"name"``), sorted, unique;
+    at most :data:`~git_iterare.limits.MAX_EGRESS_NAMES` (a record may come from anyone),
+    see :func:`blocked_more` for the rest."""
+    from git_iterare.limits import MAX_DNS_NAME_CHARS, MAX_EGRESS_NAMES
+
     if not egress:
         return []
-    names = set()
+    names: set[str] = set()
     for item in egress.get("blocked") or []:
+        if len(names) >= MAX_EGRESS_NAMES:
+            break
         name = item.get("name") if isinstance(item, dict) else item
-        if isinstance(name, str) and name:
+        if isinstance(name, str) and name and len(name) <= MAX_DNS_NAME_CHARS:
             names.add(name)
     return sorted(names)
+
+
+def blocked_more(egress: dict[str, Any] | None) -> int:
+    """How many blocked names (or lookups, as the record counted them) are not in
+    :func:`blocked_domains`: the record's ``more.blocked`` plus names over the cap."""
+    if not egress:
+        return 0
+    listed = egress.get("blocked") or []
+    more = egress.get("more")
+    counted = more.get("blocked") if isinstance(more, dict) else 0
+    over = max(0, len(listed) - len(blocked_domains(egress))) if isinstance(
+        listed, (list, dict)) else 0
+    return (counted if isinstance(counted, int) and counted > 0 else 0) + over
 
 
 def log_summary(log: bytes) -> tuple[int, str | None]:
     """``(number of lines, text of the last result event or None)`` of a ``log.jsonl``.
 
     A result event is a JSON object with ``"type": "result"`` (Claude Code's stream-json
-    final event); its ``result`` (or ``subtype``) is shown.
+    final event); its ``result`` (or ``subtype``) is shown. Lines are counted without
+    being copied, and the last result is looked for among the last
+    :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` lines only.
     """
-    lines = [line for line in log.splitlines() if line.strip()]
+    from git_iterare.limits import MAX_LINE_BYTES, MAX_SUMMARY_EVENTS
+
+    count = 0
+    start = 0
+    while start < len(log):
+        end = log.find(b"\n", start)
+        end = len(log) if end < 0 else end
+        if log[start:end].strip():
+            count += 1
+        start = end + 1
     last = None
-    for raw in reversed(lines):
+    end = len(log)
+    for _ in range(MAX_SUMMARY_EVENTS):
+        if end <= 0:
+            break
+        begin = log.rfind(b"\n", 0, end - 1) + 1 if end > 1 else 0
+        raw = log[begin:end]
+        end = begin
+        if not raw.strip() or len(raw) > MAX_LINE_BYTES or b'"result"' not in raw:
+            continue
         try:
             event = json.loads(raw)
         except ValueError:
@@ -212,7 +250,7 @@ def log_summary(log: bytes) -> tuple[int, str | None]:
             value = event.get("result", event.get("subtype"))
             last = value if isinstance(value, str) else json.dumps(value)
             break
-    return len(lines), last
+    return count, last
 
 
 def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
@@ -278,4 +316,7 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
         width = max(len(name) for name in shown)
         for name, text in zip(blocked, shown, strict=True):
             out.append(f"    {text:<{width}}  {json.dumps(name)},")
+        more = blocked_more(rec.egress)
+        if more:
+            out.append(f"    and {more} more (lists are capped at MAX_EGRESS_NAMES)")
     return "\n".join(out) + "\n"

@@ -30,8 +30,8 @@ __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
     "agent_ids", "attach", "engine_cpus", "get_backend", "inspect", "launch",
-    "list_sandboxes", "logs", "policy_from_config", "read_egress_report", "reclaim",
-    "remove", "stop", "wait",
+    "list_sandboxes", "log_lines", "logs", "policy_from_config", "read_egress_report",
+    "reclaim", "remove", "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -67,6 +67,12 @@ def launch(spec: SandboxSpec) -> str:
 def attach(container_id: str) -> Iterator[bytes]:
     """Its stdout and stderr as lines (bytes), following until it exits."""
     return get_backend().attach(container_id)
+
+
+def log_lines(container_id: str, *, follow: bool = False) -> Iterator[bytes]:
+    """Its output as lines (bytes), streamed (see Backend.log_lines); memory stays bounded
+    whatever the agent printed."""
+    return get_backend().log_lines(container_id, follow=follow)
 
 
 def logs(container_id: str) -> bytes:

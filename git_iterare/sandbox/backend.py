@@ -25,6 +25,12 @@ class Backend(Protocol):
         """Yield its output (stdout and stderr) as lines, following until it exits."""
         ...
 
+    def log_lines(self, container_id: str, *, follow: bool = False) -> Iterator[bytes]:
+        """Yield its output as lines (bytes, newline kept; lines over
+        :data:`~git_iterare.limits.MAX_LINE_BYTES` in pieces), streamed; with ``follow``
+        until it exits, else what it printed so far."""
+        ...
+
     def logs(self, container_id: str) -> bytes:
         """Everything it has printed so far (stdout and stderr), without following."""
         ...

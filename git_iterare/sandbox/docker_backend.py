@@ -374,17 +374,18 @@ class DockerBackend:
 
     def attach(self, container_id: str) -> Iterator[bytes]:
         """Yield output lines (bytes, newline kept) of stdout and stderr until exit."""
-        with docker_errors(f"follow the sandbox {container_id[:12]}"):
+        return self.log_lines(container_id, follow=True)
+
+    def log_lines(self, container_id: str, *, follow: bool = False) -> Iterator[bytes]:
+        """Yield its output as lines (bytes, newline kept), streamed: lines longer than
+        :data:`~git_iterare.limits.MAX_LINE_BYTES` come in pieces of that size. With
+        ``follow``, until it exits; else what it printed so far."""
+        from git_iterare.loglimit import split_lines
+
+        with docker_errors(f"read the output of the sandbox {container_id[:12]}"):
             container = client().containers.get(container_id)
-            stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
-        pending = b""
-        for chunk in stream:
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line + b"\n"
-        if pending:
-            yield pending
+            stream = container.logs(stream=True, follow=follow, stdout=True, stderr=True)
+        yield from split_lines(stream)
 
     def logs(self, container_id: str) -> bytes:
         """Everything it printed so far, stdout and stderr interleaved as the engine kept them."""

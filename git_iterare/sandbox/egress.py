@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
-from collections import Counter
+import stat
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from git_iterare import boundedfs
+from git_iterare import limits as lim
+from git_iterare.errors import OperationFailed
 
 #: The name the entrypoint's self-check looks up; not the agent's doing.
 SELF_CHECK_NAME = "iterare-selfcheck.invalid"
@@ -60,12 +67,94 @@ class EgressReport:
             allowlisted.
         refused_connections: counters of refused packets.
         status: the entrypoint's ``status.json`` (empty when missing).
+        more_allowed: lookups of allowed names not listed in ``allowed`` (over
+            :data:`~git_iterare.limits.MAX_EGRESS_NAMES` names).
+        more_blocked: the same for ``blocked``.
+        log_truncated: the resolver's log was longer than
+            :data:`~git_iterare.limits.MAX_DNS_LOG_BYTES`; the rest was not counted.
     """
 
     allowed: dict[str, int] = field(default_factory=dict)
     blocked: dict[str, int] = field(default_factory=dict)
     refused_connections: RefusedConnections = field(default_factory=RefusedConnections)
     status: dict[str, Any] = field(default_factory=dict)
+    more_allowed: int = 0
+    more_blocked: int = 0
+    log_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class DnsCounts:
+    """Lookups per name from a resolver log, bounded (see :mod:`git_iterare.limits`).
+
+    Attributes:
+        allowed: name -> lookups forwarded or answered (at most
+            :data:`~git_iterare.limits.MAX_EGRESS_NAMES` names, the first seen).
+        blocked: name -> lookups answered NXDOMAIN (same bound).
+        more_allowed: lookups of allowed names beyond those listed.
+        more_blocked: lookups of blocked names beyond those listed.
+        truncated: the log was longer than :data:`~git_iterare.limits.MAX_DNS_LOG_BYTES`;
+            its rest was not counted.
+    """
+
+    allowed: dict[str, int]
+    blocked: dict[str, int]
+    more_allowed: int = 0
+    more_blocked: int = 0
+    truncated: bool = False
+
+
+#: Queries waiting for their answer line, at most (the answer follows within a few lines).
+_PENDING = 4096
+
+
+def _clip_name(name: str) -> str:
+    if len(name) <= lim.MAX_DNS_NAME_CHARS:
+        return name
+    return name[:lim.MAX_DNS_NAME_CHARS - 3] + "..."
+
+
+def count_dns_lookups(lines: Iterable[str]) -> DnsCounts:
+    """Count lookups per name in dnsmasq ``log-queries=extra`` lines, in bounded memory.
+
+    Names are lower case, cut to :data:`~git_iterare.limits.MAX_DNS_NAME_CHARS`; the
+    self-check's own lookup is left out. Each list keeps its first
+    :data:`~git_iterare.limits.MAX_EGRESS_NAMES` names; lookups of others are counted.
+    """
+    pending: OrderedDict[str, str] = OrderedDict()  # serial -> name
+    allowed: dict[str, int] = {}
+    blocked: dict[str, int] = {}
+    more = {"allowed": 0, "blocked": 0}
+
+    def add(table: dict[str, int], kind: str, name: str, n: int) -> None:
+        if name in table or len(table) < lim.MAX_EGRESS_NAMES:
+            table[name] = table.get(name, 0) + n
+            if table[name] <= 0:
+                del table[name]
+        else:
+            more[kind] += n
+
+    for line in lines:
+        m = _LINE.search(line)
+        if not m:
+            continue
+        serial, verb, rest = m.group(1), m.group(2), m.group(4) or ""
+        name = _clip_name(m.group(3).lower())
+        if verb.startswith("query["):
+            if name == SELF_CHECK_NAME:
+                continue
+            pending[serial] = name
+            pending.move_to_end(serial)
+            if len(pending) > _PENDING:
+                pending.popitem(last=False)
+            add(allowed, "allowed", name, 1)
+        elif verb == "config" and rest.startswith("is NXDOMAIN"):
+            if pending.get(serial) != name:
+                continue
+            del pending[serial]
+            add(allowed, "allowed", name, -1)
+            add(blocked, "blocked", name, 1)
+    return DnsCounts(allowed, blocked, more["allowed"], more["blocked"])
 
 
 def parse_dns_log(text: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -73,26 +162,37 @@ def parse_dns_log(text: str) -> tuple[dict[str, int], dict[str, int]]:
 
     Returns:
         ``(allowed, blocked)``, each name -> count, names in lower case, the self-check's
-        own lookup left out.
+        own lookup left out; see :func:`count_dns_lookups` for the bounds.
     """
-    queries: dict[str, str] = {}
-    refused: set[str] = set()
-    for line in text.splitlines():
-        m = _LINE.search(line)
-        if not m:
-            continue
-        serial, verb, name, rest = m.group(1), m.group(2), m.group(3).lower(), m.group(4) or ""
-        if verb.startswith("query["):
-            queries[serial] = name
-        elif verb == "config" and rest.startswith("is NXDOMAIN"):
-            refused.add(f"{serial} {name}")
-    allowed: Counter[str] = Counter()
-    blocked: Counter[str] = Counter()
-    for serial, name in queries.items():
-        if name == SELF_CHECK_NAME:
-            continue
-        (blocked if f"{serial} {name}" in refused else allowed)[name] += 1
-    return dict(allowed), dict(blocked)
+    counts = count_dns_lookups(text.splitlines())
+    return counts.allowed, counts.blocked
+
+
+def _dns_lines(path: Path, state: dict[str, bool]) -> Iterator[str]:
+    """Lines of the resolver log at ``path``: a regular file only, never blocking, at most
+    :data:`~git_iterare.limits.MAX_DNS_LOG_BYTES` read, lines longer than
+    :data:`~git_iterare.limits.MAX_LINE_BYTES` skipped. Sets ``state["truncated"]``."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        left = lim.MAX_DNS_LOG_BYTES
+        while left > 0:
+            line = f.readline(min(left, lim.MAX_LINE_BYTES + 1))
+            if not line:
+                return
+            left -= len(line)
+            if not line.endswith(b"\n") and len(line) > lim.MAX_LINE_BYTES:
+                while line and not line.endswith(b"\n") and left > 0:  # skip the rest
+                    line = f.readline(min(left, lim.MAX_LINE_BYTES))
+                    left -= len(line)
+                continue
+            yield line.decode("utf-8", "replace")
+        state["truncated"] = bool(f.read(1))
 
 
 def _address(text: str) -> str:
@@ -104,9 +204,11 @@ def _address(text: str) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """``path`` parsed as a JSON object; {} when it is missing, not a regular file, larger
+    than :data:`~git_iterare.limits.MAX_REPORT_BYTES` or not a JSON object."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(boundedfs.read_regular(path, lim.MAX_REPORT_BYTES))
+    except (OSError, ValueError, OperationFailed):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -118,17 +220,25 @@ def read_egress_report(out_dir: Path | str) -> EgressReport:
     killed leaves no counters).
     """
     out = Path(out_dir)
-    try:
-        log = (out / "dns.log").read_text(errors="replace")
-    except OSError:
-        log = ""
-    allowed, blocked = parse_dns_log(log)
-    counters = _read_json(out / "refused.json").get("rejected_packets")
+    state = {"truncated": False}
+    counts = count_dns_lookups(_dns_lines(out / "dns.log", state))
+    refused_data = _read_json(out / "refused.json")
+    counters = refused_data.get("rejected_packets")
     refused = RefusedConnections()
     if isinstance(counters, dict):
-        raw = _read_json(out / "refused.json").get("addresses")
-        addresses = ({_address(str(k)): int(v) for k, v in raw.items() if isinstance(v, int)}
-                     if isinstance(raw, dict) else {})
-        refused = RefusedConnections(int(counters.get("ipv4", 0)), int(counters.get("ipv6", 0)),
+        raw = refused_data.get("addresses")
+        addresses: dict[str, int] = {}
+        for key, value in (raw.items() if isinstance(raw, dict) else ()):
+            if len(addresses) >= lim.MAX_EGRESS_NAMES:
+                break
+            if isinstance(value, int) and len(str(key)) <= lim.MAX_DNS_NAME_CHARS:
+                addresses[_address(str(key))] = value
+        refused = RefusedConnections(_count(counters.get("ipv4")), _count(counters.get("ipv6")),
                                      addresses, True)
-    return EgressReport(allowed, blocked, refused, _read_json(out / "status.json"))
+    return EgressReport(counts.allowed, counts.blocked, refused, _read_json(out / "status.json"),
+                        more_allowed=counts.more_allowed, more_blocked=counts.more_blocked,
+                        log_truncated=state["truncated"])
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -57,7 +57,7 @@ def validate_domain(name: str, where: str) -> str:
 
     if not isinstance(name, str) or not name:
         raise bad("empty")
-    host, port = (name.rsplit(":", 1) + [""])[:2] if ":" in name else (name, "")
+    host, _, port = name.partition(":") if ":" in name else (name, "", "")
     if ":" in name and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
                             and not port.startswith("0")):
         raise bad("the port after ':' must be a number from 1 to 65535")

@@ -1,0 +1,105 @@
+"""The agent's output, in bounded memory: split into bounded lines, and capped for the record.
+
+* :func:`split_lines` turns a stream of chunks into lines of at most
+  :data:`~git_iterare.limits.MAX_LINE_BYTES` (longer ones come in pieces).
+* :class:`CappedLog` keeps the first :data:`~git_iterare.limits.LOG_HEAD_BYTES` and the last
+  :data:`~git_iterare.limits.LOG_TAIL_BYTES` of a log, whole lines, and a marker line in
+  between saying how much was dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from git_iterare import limits as lim
+
+
+def split_lines(chunks: Iterable[bytes], max_line: int = lim.MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Yield the lines of ``chunks`` (newline kept), each at most ``max_line`` bytes.
+
+    A line longer than ``max_line`` is yielded in pieces of ``max_line`` bytes (only its
+    last piece ends with the newline); a last line without a newline is yielded as it is.
+    Memory holds one line at most.
+    """
+    pending: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end + 1
+            stop = min(stop, start + max_line - size)
+            pending.append(chunk[start:stop])
+            size += stop - start
+            start = stop
+            if pending[-1].endswith(b"\n") or size >= max_line:
+                yield b"".join(pending)
+                pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+def marker(lines: int, size: int) -> bytes:
+    """The line that stands for what :class:`CappedLog` dropped."""
+    return (f"[git iterare: {size} bytes ({lines} lines) of output dropped here; the record "
+            f"keeps the first {lim.human(lim.LOG_HEAD_BYTES)} and the last "
+            f"{lim.human(lim.LOG_TAIL_BYTES)} (LOG_HEAD_BYTES, LOG_TAIL_BYTES)]\n").encode()
+
+
+class CappedLog:
+    """The first ``head`` and last ``tail`` bytes of a log, in whole lines.
+
+    Feed lines with :meth:`add` (each at most :data:`~git_iterare.limits.MAX_LINE_BYTES`,
+    as :func:`split_lines` makes them); :meth:`data` gives the kept log.
+
+    Attributes:
+        dropped_lines: lines left out so far.
+        dropped_bytes: their bytes.
+        total_bytes: bytes fed.
+    """
+
+    def __init__(self, head: int = lim.LOG_HEAD_BYTES, tail: int = lim.LOG_TAIL_BYTES):
+        self._head_limit, self._tail_limit = head, tail
+        self._head: list[bytes] = []
+        self._head_size = 0
+        self._head_full = False
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.dropped_lines = 0
+        self.dropped_bytes = 0
+        self.total_bytes = 0
+
+    def add(self, line: bytes) -> None:
+        """Add one line (with its newline, or the last line without)."""
+        self.total_bytes += len(line)
+        if not self._head_full and self._head_size + len(line) <= self._head_limit:
+            self._head.append(line)
+            self._head_size += len(line)
+            return
+        self._head_full = True
+        self._tail.append(line)
+        self._tail_size += len(line)
+        while self._tail_size > self._tail_limit and self._tail:
+            gone = self._tail.popleft()
+            self._tail_size -= len(gone)
+            self.dropped_lines += 1
+            self.dropped_bytes += len(gone)
+
+    def data(self) -> bytes:
+        """The kept log: head, a :func:`marker` line when something was dropped, tail."""
+        parts = list(self._head)
+        if parts and not parts[-1].endswith(b"\n") and (self._tail or self.dropped_lines):
+            parts[-1] += b"\n"
+        if self.dropped_lines:
+            parts.append(marker(self.dropped_lines, self.dropped_bytes))
+        parts.extend(self._tail)
+        return b"".join(parts)
+
+
+def capped(lines: Iterable[bytes]) -> bytes:
+    """:meth:`CappedLog.data` of ``lines``."""
+    log = CappedLog()
+    for line in lines:
+        log.add(line)
+    return log.data()

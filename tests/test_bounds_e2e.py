@@ -1,0 +1,93 @@
+"""Bounded reads through the real sandbox (issue 8, item 6), with the shell agent: the host
+process's peak memory is measured with ``/usr/bin/time`` around ``git iterare``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_iterare import limits as lim
+from tests.conftest import git, iterare
+from tests.test_bounds import PEAK_BYTES
+from tests.test_runs_e2e import branch_files, project, prompt, record  # noqa: F401
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(autouse=True)
+def remove_deep_trees(tmp_path: Path) -> Iterator[None]:
+    """A deep tree left by a failure would break pytest's own (recursive) clean-up of old
+    temp dirs in every later session on this machine."""
+    yield
+    subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=False)
+
+
+def timed_iterare(*args: str, cwd: Path, out: Path) -> tuple[int, int, str]:
+    """``git iterare ARGS`` with stdout into ``out``; (exit status, peak RSS bytes, stderr)."""
+    rss = out.with_suffix(".rss")
+    with open(out, "wb") as stdout:
+        result = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), "git", "iterare",
+                                 *args], cwd=cwd, stdout=stdout, stderr=subprocess.PIPE,
+                                text=True, check=False, timeout=300)
+    return result.returncode, int(rss.read_text().split()[-1]) * 1024, result.stderr
+
+
+def first_run_id(out: Path) -> str:
+    with open(out, "rb") as f:
+        first = f.readline().decode()
+    assert first.startswith("started run "), first
+    return first.split()[2]
+
+
+def test_300_mb_of_output_through_execute_follow(project: Path, tmp_path: Path  # noqa: F811
+                                                 ) -> None:
+    prompt(project, "loud", 'line=$(head -c 999 /dev/zero | tr "\\0" x)\n'
+                            'echo first-line\n'
+                            'yes "$line" | head -c 300000000\n'
+                            'echo; echo last-line\n')
+    out = tmp_path / "out.txt"
+    status, peak, stderr = timed_iterare("execute", "loud", "--follow", cwd=project, out=out)
+    assert status == 0, stderr
+    assert peak < PEAK_BYTES, peak
+    assert out.stat().st_size > 300_000_000  # all of it was shown live
+    rid = first_run_id(out)
+    out.unlink()
+    assert record(project, rid)["status"] == "succeeded"
+    log = git("show", f"refs/iterare/runs/{rid}:log.jsonl", cwd=project).stdout
+    assert len(log) <= lim.LOG_HEAD_BYTES + lim.LOG_TAIL_BYTES + 1000
+    lines = log.splitlines()
+    assert "first-line" in lines[:3] and lines[-1] == "last-line"
+    marker = [line for line in lines if line.startswith("[git iterare: ")]
+    assert len(marker) == 1 and "bytes (" in marker[0] and "dropped here" in marker[0]
+    dropped = int(marker[0].split()[2])
+    assert 289_000_000 < dropped < 291_000_000
+
+
+def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path: Path  # noqa: F811
+                                                        ) -> None:
+    prompt(project, "odd", 'rm README.md && mkfifo README.md && mkfifo pipe\n'
+                           'deep=$(printf "d/%.0s" $(seq 1500))\n'
+                           'mkdir -p "$deep" && echo deep > "${deep}deep.txt"\n'
+                           'echo kept > kept.txt\n')
+    out = tmp_path / "out.txt"
+    status, peak, stderr = timed_iterare("execute", "odd", "--follow", cwd=project, out=out)
+    assert status == 0, stderr
+    assert peak < PEAK_BYTES
+    rid = first_run_id(out)
+    assert (f"warning: run {rid}: not committed: README.md (a FIFO), pipe (a FIFO) "
+            f"(listed by `git iterare show {rid}`)") in stderr
+    files = branch_files(project, rid)
+    assert "kept.txt" in files and "README.md" not in files
+    assert "d/" * 1500 + "deep.txt" in files
+    skipped = record(project, rid)["extra"]["skipped"]
+    assert skipped == {"paths": [{"path": "README.md", "reason": "a FIFO"},
+                                 {"path": "pipe", "reason": "a FIFO"}], "more": 0}
+    cleaned = iterare("cleanup", "--force", "-y", rid, cwd=project)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "Traceback" not in cleaned.stderr
+    assert not (project / ".iterare" / "worktrees" / rid).exists()
+    assert not os.path.lexists(project / ".iterare" / "worktrees" / rid)
