@@ -1,4 +1,8 @@
-"""The sandbox API against the real engine: lifecycle, limits, secrets, refusals."""
+"""The sandbox API against the real engine: lifecycle, limits, secrets, refusals.
+
+A sandbox is the agent's container joined to a network sidecar of git-iterare's own
+image (container/sidecar); these tests check both containers as the engine sees them.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ import pytest
 
 from git_iterare import sandbox
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.sandbox import EgressPolicy, Limits, SandboxExit, SandboxSpec
-from git_iterare.sandbox.docker_backend import LABEL_STATE
+from git_iterare.sandbox import EgressPolicy, Limits, SandboxExit, SandboxSpec, agent_ids
+from git_iterare.sandbox.docker_backend import LABEL_ROLE, LABEL_SIDECAR, SIDECAR_CAPABILITIES
 from tests.sandbox_fixtures import sandbox_image  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker]
@@ -33,6 +37,7 @@ def make_spec(sandbox_image: str, tmp_path: Path, request: pytest.FixtureRequest
         name = f"itr-sandbox-api-{stamp}-{len(created)}"
         created.append(name)
         kwargs.setdefault("limits", Limits(cpus=1.0, memory="256m", pids=128))
+        kwargs.setdefault("sidecar_image", sandbox_image)
         return SandboxSpec(image=sandbox_image, name=name, command=tuple(command),
                            policy=POLICY, out_dir=tmp_path / f"out{len(created)}",
                            run_id=f"run-{stamp}", repo_path=str(tmp_path), **kwargs)
@@ -42,24 +47,38 @@ def make_spec(sandbox_image: str, tmp_path: Path, request: pytest.FixtureRequest
         sandbox.remove(name)
 
 
+def _engine():
+    return docker.from_env(version="auto")
+
+
+def _exists(name: str) -> bool:
+    try:
+        _engine().containers.get(name)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
 def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     spec = make_spec("sh", "-c", "echo out; echo err >&2; pwd; id -u; exit 7")
     cid = sandbox.launch(spec)
     assert sandbox.wait(cid, timeout=60) == 7
     lines = [line.decode() for line in sandbox.attach(cid)]
     assert sandbox.logs(cid) == "".join(lines).encode()
-    assert lines[0].startswith("iterare-sandbox: firewall up: 1 domains, 0 CIDRs, "
-                               "DNS via 198.51.100.53; self-check passed")
-    # stdout and stderr are separate pipes: their relative order is not kept.
-    assert sorted(lines[1:]) == sorted(["out\n", "err\n", "/workspace\n", "1000\n"])
+    # The agent's output alone, as the agent's uid (no host account has it).
+    assert sorted(lines) == sorted(["out\n", "err\n", "/workspace\n",
+                                    f"{agent_ids()[0]}\n"])
+    sidecar_log = _engine().containers.get(f"{spec.name}-net").logs().decode()
+    assert ("iterare-sandbox: firewall up: 1 domains, 0 CIDRs, DNS via 198.51.100.53; "
+            "self-check passed\niterare-sandbox: ready\n") in sidecar_log
     info = sandbox.inspect(cid)
     assert info is not None
     assert (info.state, info.exit_code, info.name) == ("exited", 7, spec.name)
     assert info.labels["dev.iterare.run"] == spec.run_id
     assert info.labels["dev.iterare.repo"] == str(tmp_path)
+    assert info.labels[LABEL_ROLE] == "agent"
+    # The sidecar carries the run's labels too, but only the agent is listed.
     assert [c.id for c in sandbox.list_sandboxes(str(tmp_path))] == [cid]
-    state = Path(info.labels[LABEL_STATE])
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
     status = json.loads((spec.out_dir / "status.json").read_text())
     assert status["ok"] is True and status["exit_code"] == 0
     assert status["checks"] == [
@@ -69,10 +88,10 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
          "detail": "iterare-selfcheck.invalid: not found"},
         {"name": "embedded-dns-closed", "passed": True,
          "detail": "no embedded DNS server (default bridge network)"}]
-    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check"]
+    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check", "trees"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
-    assert not state.exists()
+    assert not _exists(f"{spec.name}-net")
     sandbox.remove(cid)  # removing twice is fine
 
 
@@ -85,15 +104,32 @@ def test_host_config_limits_and_privileges(make_spec) -> None:
     spec = make_spec("true", limits=Limits(cpus=1.5, memory="300m", pids=99))
     cid = sandbox.launch(spec)
     assert sandbox.wait(cid, timeout=60) == 0
-    host = docker.from_env(version="auto").containers.get(cid).attrs["HostConfig"]
+    agent = _engine().containers.get(cid).attrs
+    sidecar = _engine().containers.get(f"{spec.name}-net").attrs
+    host = agent["HostConfig"]
     assert host["NanoCpus"] == 1_500_000_000
     assert host["Memory"] == 300 * 1024 * 1024
     assert host["PidsLimit"] == 99
     assert host["AutoRemove"] is False
     assert host["Privileged"] is False
-    assert host["CapDrop"] == ["ALL"]
-    assert "SYS_ADMIN" not in host["CapAdd"] and "NET_ADMIN" in host["CapAdd"]
+    # The agent's container: no capability at all, the agent's uid from the start,
+    # Docker's init as PID 1, the sidecar's network namespace.
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["Init"] is True
+    assert agent["Config"]["User"] == f"{spec.agent_uid}:{spec.agent_gid}"
+    assert host["NetworkMode"] == f"container:{sidecar['Id']}"
+    assert agent["Config"]["Labels"][LABEL_SIDECAR] == sidecar["Id"]
+    assert host["LogConfig"] == {"Type": "json-file",
+                                 "Config": {"max-size": "50m", "max-file": "2"}}
+    # The sidecar: git-iterare's own image and the few capabilities the firewall needs.
+    assert sidecar["Config"]["Image"] == spec.sidecar_image
+    assert sidecar["HostConfig"]["CapDrop"] == ["ALL"]
+    assert sorted(sidecar["HostConfig"]["CapAdd"]) == sorted(
+        f"CAP_{c}" for c in SIDECAR_CAPABILITIES) or sorted(
+        sidecar["HostConfig"]["CapAdd"]) == sorted(SIDECAR_CAPABILITIES)
+    assert "SYS_ADMIN" not in str(sidecar["HostConfig"]["CapAdd"])
+    assert sidecar["HostConfig"]["SecurityOpt"] == ["no-new-privileges:true"]
 
 
 def test_wait_timeout_then_stop(make_spec) -> None:
@@ -103,9 +139,10 @@ def test_wait_timeout_then_stop(make_spec) -> None:
     assert sandbox.wait(cid, timeout=1.5) is None
     assert 1.4 <= time.monotonic() - started < 10
     sandbox.stop(cid, grace_seconds=5)
-    # The entrypoint forwards SIGTERM to the agent and exits with its status.
+    # Docker's init forwards SIGTERM to the agent and exits with its status.
     assert sandbox.wait(cid, timeout=30) == 143
     assert time.monotonic() - started < 10
+    sandbox.remove(cid)  # the sidecar records refused connections as it goes
     refused = json.loads((spec.out_dir / "refused.json").read_text())
     assert refused == {"v": 1, "rejected_packets": {"ipv4": 0, "ipv6": 0}, "addresses": {}}
 
@@ -113,28 +150,64 @@ def test_wait_timeout_then_stop(make_spec) -> None:
 def test_secrets_reach_only_the_agent(make_spec, sandbox_image: str) -> None:  # noqa: F811
     script = ("echo \"token=$API_TOKEN\"; stat -c '%a %U' ~/.config/tool/cred.json; "
               "cat ~/.config/tool/cred.json; echo; stat -c '%a' ~/.config/tool; "
-              "cat /proc/1/environ >/dev/null 2>&1 && echo environ-readable || echo environ-closed")
+              "tr '\\0' '\\n' </proc/1/environ | grep -q \"$API_TOKEN\" "
+              "&& echo init-has-it || echo init-clean")
     spec = make_spec("bash", "-c", script, env={"PLAIN": "1"},
                      secret_env={"API_TOKEN": "tok-123"},
                      secret_files={".config/tool/cred.json": b'{"k": "v"}'})
     cid = sandbox.launch(spec)
     assert sandbox.wait(cid, timeout=60) == 0
     lines = _agent_lines(cid)
-    assert lines == ["token=tok-123", "600 agent", '{"k": "v"}', "700", "environ-closed"]
-    attrs = docker.from_env(version="auto").containers.get(cid).attrs
+    # PID 1 is Docker's init, which the agent may read: the secrets are not in its
+    # environment but in the agent's own process only.
+    assert lines == ["token=tok-123", "600 agent", '{"k": "v"}', "700", "init-clean"]
+    attrs = _engine().containers.get(cid).attrs
     assert not any("tok-123" in e for e in attrs["Config"]["Env"])
     assert "tok-123" not in json.dumps(attrs)
-    state = Path(attrs["Config"]["Labels"][LABEL_STATE])
-    secret = state / "secrets" / "env" / "API_TOKEN"
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    assert "tok-123" not in (spec.out_dir / "status.json").read_text()
+    assert "tok-123" not in json.dumps(_engine().containers.get(f"{spec.name}-net").attrs)
+    # Nothing of it on the host: no file under the output directory holds it.
+    for path in spec.out_dir.rglob("*"):
+        assert not path.is_file() or b"tok-123" not in path.read_bytes()
 
 
-def test_other_agent_uid(make_spec) -> None:
-    cid = sandbox.launch(make_spec("sh", "-c", "id -u; id -g; test -O ~ && echo owns-home",
-                                   agent_uid=1234, agent_gid=2345))
+def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Path,
+                                                         sandbox_image: str) -> None:  # noqa: F811
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "kept.txt").write_text("kept\n")
+    cid = sandbox.launch(make_spec(
+        "sh", "-c", "id -u; id -g; whoami; test -O ~ && echo owns-home; "
+        "stat -c %u /workspace/kept.txt; cp /bin/sh /workspace/suid; chmod 4755 /workspace/suid; "
+        "mkfifo /workspace/pipe; echo new > /workspace/new.txt",
+        agent_uid=1234, agent_gid=2345, owned=(tree,),
+        mounts=(sandbox.Mount(tree, "/workspace", False),)))
     assert sandbox.wait(cid, timeout=60) == 0
-    assert _agent_lines(cid) == ["1234", "2345", "owns-home"]
+    assert _agent_lines(cid) == ["1234", "2345", "agent", "owns-home", "1234"]
+    assert (tree / "suid").stat().st_mode & stat.S_ISUID
+    notes = sandbox.reclaim(cid, [tree], os.getuid(), os.getgid(), sandbox_image)
+    assert notes == ["removed special file: /trees/0/pipe"]
+    for path in (tree, tree / "kept.txt", tree / "suid", tree / "new.txt"):
+        assert (path.lstat().st_uid, path.lstat().st_gid) == (os.getuid(), os.getgid())
+    assert not (tree / "suid").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
+    assert not (tree / "pipe").exists()
+
+
+def test_reclaim_without_the_sidecar(make_spec, tmp_path: Path,
+                                     sandbox_image: str) -> None:  # noqa: F811
+    """A sandbox whose sidecar is gone is reclaimed by a container of its own."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    spec = make_spec("sh", "-c", "mkfifo /workspace/p; touch /workspace/f", owned=(tree,),
+                     mounts=(sandbox.Mount(tree, "/workspace", False),))
+    cid = sandbox.launch(spec)
+    assert sandbox.wait(cid, timeout=60) == 0
+    sandbox.remove(cid)
+    assert (tree / "f").stat().st_uid == spec.agent_uid
+    assert sandbox.reclaim(cid, [tree], os.getuid(), os.getgid(), sandbox_image) == [
+        "removed special file: /trees/0/p"]
+    assert (tree / "f").stat().st_uid == os.getuid() and not (tree / "p").exists()
+    leftovers = _engine().containers.list(all=True, filters={"label": f"{LABEL_ROLE}=reclaim"})
+    assert leftovers == []
 
 
 def test_name_taken_is_one_line(make_spec) -> None:
@@ -142,27 +215,40 @@ def test_name_taken_is_one_line(make_spec) -> None:
     sandbox.launch(spec)
     with pytest.raises(OperationFailed) as info:
         sandbox.launch(spec)
-    assert info.value.render().startswith(f"cannot create the sandbox {spec.name}: "
+    assert info.value.render().startswith(f"cannot create the network sidecar of {spec.name}: "
                                           "the name is already taken (Conflict.")
 
 
-def test_missing_image_is_a_user_error(tmp_path: Path) -> None:
+def test_missing_image_is_a_user_error(tmp_path: Path, sandbox_image: str) -> None:  # noqa: F811
     spec = SandboxSpec(image="itr-sandbox-no-such-image:1", name="itr-sandbox-noimg",
-                       command=("true",), policy=POLICY, out_dir=tmp_path)
+                       sidecar_image=sandbox_image, command=("true",), policy=POLICY,
+                       out_dir=tmp_path)
     with pytest.raises(UserError) as info:
         sandbox.launch(spec)
     assert info.value.render().startswith("cannot create the sandbox itr-sandbox-noimg: "
                                           "image not found")
     assert "git iterare image build" in info.value.render()
+    assert not _exists("itr-sandbox-noimg-net")  # the sidecar made first is gone too
 
 
 def test_missing_network_leaves_nothing_behind(make_spec) -> None:
     spec = make_spec("true", network="itr-sandbox-no-such-network")
     with pytest.raises(OperationFailed) as info:
         sandbox.launch(spec)
-    assert info.value.render() == (f"cannot start the sandbox {spec.name}: "
+    assert info.value.render() == (f"cannot start the network sidecar of {spec.name}: "
                                    "network itr-sandbox-no-such-network not found")
     assert sandbox.inspect(spec.name) is None
+    assert not _exists(f"{spec.name}-net")
+
+
+def test_sidecar_failure_is_one_line_and_leaves_nothing(make_spec) -> None:
+    """The sidecar's image must be git-iterare's own: one without the sidecar fails."""
+    spec = make_spec("true", sidecar_image="iterare-base:bookworm")
+    with pytest.raises(OperationFailed) as info:
+        sandbox.launch(spec)
+    assert "network sidecar" in info.value.render()
+    assert "\n" not in info.value.render()
+    assert not _exists(spec.name) and not _exists(f"{spec.name}-net")
 
 
 def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
@@ -174,34 +260,42 @@ def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
         return subprocess.run(
             ["docker", "run", "--name", name, "-v",
              f"{tmp_path}/policy.json:/run/iterare/policy.json:ro",
-             "-v", f"{tmp_path}/out:/run/iterare/out", *args, image,
-             "sh", "-c", "echo AGENT-RAN"],
+             "-v", f"{tmp_path}/out:/run/iterare/out", *args, image],
             capture_output=True, text=True, timeout=60, check=False)
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 
 
+U = ["-e", "ITERARE_AGENT_UID=1900000", "-e", "ITERARE_AGENT_GID=1900000"]
+
+
 @pytest.mark.parametrize("args,policy,code,message", [
-    (["--cap-drop", "NET_ADMIN"], None, SandboxExit.FIREWALL_FAILED,
-     "cannot create ipsets (the container needs NET_ADMIN)"),
-    (["--cap-add", "NET_ADMIN", "-e", "ITERARE_AGENT_UID=0"], None,
+    ([*U, "--cap-drop", "NET_ADMIN"], None, SandboxExit.FIREWALL_FAILED,
+     "cannot create ipsets (the sidecar needs NET_ADMIN)"),
+    (["--cap-add", "NET_ADMIN", "-e", "ITERARE_AGENT_UID=0", "-e", "ITERARE_AGENT_GID=0"], None,
      SandboxExit.BAD_AGENT_USER, "refusing to run the agent as root"),
-    (["--cap-add", "NET_ADMIN"], '{"domains": "x"}', SandboxExit.BAD_POLICY,
+    (["--cap-add", "NET_ADMIN"], None,
+     SandboxExit.BAD_AGENT_USER, "ITERARE_AGENT_UID/GID must be numbers"),
+    ([*U, "--cap-add", "NET_ADMIN"],
+     '{"domains": ["x.test:70000"], "cidrs": [], "dns": ["1.2.3.4"]}',
+     SandboxExit.BAD_POLICY, "bad port in policy: 'x.test:70000'"),
+    ([*U, "--cap-add", "NET_ADMIN"], '{"domains": "x"}', SandboxExit.BAD_POLICY,
      "needs arrays domains, cidrs, dns"),
-    (["--cap-add", "NET_ADMIN"], '{"domains": ["bad_name"], "cidrs": [], "dns": ["1.2.3.4"]}',
+    ([*U, "--cap-add", "NET_ADMIN"], '{"domains": ["bad_name"], "cidrs": [], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "bad domain in policy: 'bad_name'"),
-    (["--cap-add", "NET_ADMIN"],
+    ([*U, "--cap-add", "NET_ADMIN"],
      '{"domains": ["x.test\\nc 0.0.0.0/0"], "cidrs": [], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "needs arrays domains, cidrs, dns of strings without spaces"),
-    (["--cap-add", "NET_ADMIN"], '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
+    ([*U, "--cap-add", "NET_ADMIN"],
+     '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
      SandboxExit.BAD_POLICY, "bad CIDR in policy: "),
 ])
-def test_entrypoint_refuses_and_agent_never_runs(sandbox_image: str, tmp_path: Path,  # noqa: F811
+def test_sidecar_refuses_and_is_never_ready(sandbox_image: str, tmp_path: Path,  # noqa: F811
                                                  args: list[str], policy: str | None,
                                                  code: int, message: str) -> None:
     result = _run_raw(sandbox_image, tmp_path, *args, policy=policy)
     assert result.returncode == code, result.stderr
-    assert "AGENT-RAN" not in result.stdout
+    assert "iterare-sandbox: ready" not in result.stderr
     assert result.stderr.startswith("iterare-sandbox: error: ")
     assert message in result.stderr
     status = json.loads((tmp_path / "out" / "status.json").read_text())
