@@ -118,11 +118,11 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     top = repo.work_tree
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
+    admitted = admit(repo, config)
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:
         raise UserError("as root, the agent (never root) could not write your files",
                         hint="use --worktree, which gives the agent a worktree of its own")
-    admitted = admit(repo, config)
     agent = get_agent(config["run.agent"])
     credentials = agent.credentials(config, os.environ) if not request.shell else None
     policy = sandbox.policy_from_config(config, agent.required_domains(config))
