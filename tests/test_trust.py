@@ -95,7 +95,7 @@ def test_a_new_user_runs_a_cloned_repository_only_after_trusting_it(
     assert shown.returncode == 0
     assert shown.stdout.splitlines() == [
         f"repository: {clone}",
-        "asks for (from .iterare/config.toml, .iterare/Dockerfile and prompts):",
+        "asks for (from .iterare/config.toml, Dockerfile, include and prompts):",
         '  firewall.allowed_domains = ["example.com"]',
         '  mounts.volumes = ["/usr/share/doc:/docs:ro"]',
         "  Dockerfile:",
@@ -210,6 +210,20 @@ def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) ->
     assert (result.returncode, result.stderr) == (
         2, f"{REFUSED} ({item}); review them with 'git iterare trust'\n")
     nothing_created(repo)
+
+
+def test_include_needs_approval(repo: Path) -> None:
+    """.iterare/include copies local files (untracked secrets too) into every run."""
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
+    (repo / ".iterare" / "include").write_text("# local settings\n.env\n\n")
+    result = iterare("execute", "p", cwd=repo, env=NO_ENGINE)
+    assert result.stderr == f"{REFUSED} (.iterare/include); review them with 'git iterare trust'\n"
+    shown = iterare("trust", "--yes", cwd=repo).stdout
+    assert '  .iterare/include = [".env"]\n' in shown
+    assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
+    (repo / ".iterare" / "include").write_text(".env\n*.pem\n")
+    assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).returncode == 2
 
 
 def test_defaults_and_built_in_domains_ask_for_nothing(repo: Path) -> None:

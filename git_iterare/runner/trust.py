@@ -7,6 +7,8 @@ defaults acts only once the user approved its exact content:
   ``.iterare/config.toml`` (a value from the user's global file, git config,
   ``ITERARE_*`` variables or flags is the user's own);
 * ``.iterare/Dockerfile``, unless it is exactly what ``git iterare init`` writes;
+* ``.iterare/include`` (files of the main worktree, untracked ones such as ``.env``
+  included, copied into every run's worktree), as the item ``.iterare/include``;
 * the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
   flags are the user's own).
 
@@ -44,7 +46,7 @@ GATED_KEYS: tuple[str, ...] = (
     "mounts.volumes", "claude.base_url", "claude.credentials_path",
 )
 
-#: Largest project Dockerfile read, in bytes.
+#: Largest project Dockerfile (or ``.iterare/include``) read, in bytes.
 MAX_DOCKERFILE_BYTES = 1024 * 1024
 
 #: What the refusal without a terminal says before the list of items.
@@ -111,6 +113,37 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
     return out
 
 
+#: Item name of ``.iterare/include`` in the request.
+INCLUDE = ".iterare/include"
+
+
+def requested_includes(repo: Repo) -> list[str]:
+    """The patterns of ``.iterare/include`` (comments and blank lines dropped), as the
+    run's worktree preparation reads them; empty when there is no such file.
+
+    Raises:
+        UserError: it cannot be read or is larger than :data:`MAX_DOCKERFILE_BYTES`.
+    """
+    path = repo.iterare_dir / "include"
+    if not path.is_file():
+        return []
+    data = _read_bounded(path)
+    lines = [line.strip() for line in data.decode("utf-8", "surrogateescape").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _read_bounded(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_DOCKERFILE_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_DOCKERFILE_BYTES:
+        raise UserError(f"{path}: larger than {MAX_DOCKERFILE_BYTES // 1024} KiB",
+                        hint="keep it small")
+    return data
+
+
 def scaffold_dockerfiles(config: Config) -> set[str]:
     """The Dockerfiles ``git iterare init`` writes (FROM the configured or default image),
     which ask for nothing."""
@@ -128,15 +161,7 @@ def requested_dockerfile(repo: Repo, config: Config) -> str | None:
     path = repo.iterare_dir / "Dockerfile"
     if not path.is_file():
         return None
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_DOCKERFILE_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    if len(data) > MAX_DOCKERFILE_BYTES:
-        raise UserError(f"{path}: larger than {MAX_DOCKERFILE_BYTES // 1024} KiB",
-                        hint="keep the project Dockerfile small")
-    text = data.decode("utf-8", "surrogateescape")
+    text = _read_bounded(path).decode("utf-8", "surrogateescape")
     return None if text in scaffold_dockerfiles(config) else text
 
 
@@ -172,8 +197,11 @@ def gather(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustR
     Raises:
         UserError: the Dockerfile cannot be read or is too large; the repository is bare.
     """
-    return TrustRequest.build(requested_settings(repo, config),
-                              requested_dockerfile(repo, config), prompt_env)
+    settings = requested_settings(repo, config)
+    includes = requested_includes(repo)
+    if includes:
+        settings[INCLUDE] = includes
+    return TrustRequest.build(settings, requested_dockerfile(repo, config), prompt_env)
 
 
 def state(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustState:
@@ -220,7 +248,7 @@ def render(current: TrustState) -> str:
     if current.request.empty:
         lines.append("asks for nothing beyond the defaults")
         return sanitize("\n".join(lines))
-    lines.append("asks for (from .iterare/config.toml, .iterare/Dockerfile and prompts):")
+    lines.append("asks for (from .iterare/config.toml, Dockerfile, include and prompts):")
     lines += [f"  {line}" for line in current.request.lines()]
     if not current.missing:
         lines.append("all of it is approved")

@@ -47,8 +47,9 @@ class TrustRequest:
     """What a repository asks for beyond the defaults.
 
     Attributes:
-        settings: config key (``section.key``) -> value as loaded (str, number, bool or a
-            list of strings), only keys that need approval.
+        settings: setting name (a config key ``section.key``, or another named item such
+            as ``.iterare/include``) -> value (str, number, bool or a list of strings), only
+            those that need approval.
         dockerfile: the project Dockerfile's text (bytes decoded as UTF-8 with
             ``surrogateescape``, so the exact bytes are kept), or None when none counts.
         env: names of host environment variables to pass into the sandbox, sorted,
