@@ -23,7 +23,7 @@ from git_iterare.cli.registry import COMMANDS
 SHELLS = ("bash", "zsh", "fish")
 
 #: Argument names whose values complete to prompt names or run ids.
-PROMPT_ARGS = {"prompt"}
+PROMPT_ARGS = {"prompt", "prompts"}
 RUN_ARGS = {"run", "runs"}
 
 

@@ -86,6 +86,11 @@ def test_project_dockerfile_built_on_top_when_it_changes(repo: Path,
     dockerfile = repo / ".iterare" / "Dockerfile"
     dockerfile.write_text(f"FROM {sandbox_image}\nRUN echo one > /etc/project-marker\n")
     git("add", ".", cwd=repo)
+    refused = iterare("image", "build", "--tag", sandbox_image, cwd=repo, env=env)
+    assert (refused.returncode, refused.stderr) == (
+        2, "error: this repository's .iterare/ asks for settings you have not approved "
+           "(Dockerfile); review them with 'git iterare trust'\n")
+    assert iterare("trust", "--yes", cwd=repo).returncode == 0
     repository = sandbox_image.rsplit(":", 1)[0]
     before = set(_images(f"{repository}:project-*"))
     made: list[str] = []
@@ -103,6 +108,7 @@ def test_project_dockerfile_built_on_top_when_it_changes(repo: Path,
         assert again.stdout.splitlines()[1] == lines[1]
         assert "building " + made[0] not in again.stderr
         dockerfile.write_text(f"FROM {sandbox_image}\nRUN echo two > /etc/project-marker\n")
+        assert iterare("trust", "--yes", cwd=repo).returncode == 0
         changed = iterare("image", "build", "--base", BASE_IMAGE, "--tag", sandbox_image,
                           "--ca-bundle", CA_BUNDLE, cwd=repo, env=env)
         made.append(changed.stdout.splitlines()[1].split()[0])
@@ -131,6 +137,7 @@ def test_failing_project_build_is_one_line(repo: Path,
     (repo / ".iterare").mkdir()
     (repo / ".iterare" / "Dockerfile").write_text(
         f"FROM {sandbox_image}\nRUN echo about to fail && false\n")
+    assert iterare("trust", "--yes", cwd=repo).returncode == 0
     result = iterare("image", "status", cwd=repo, env={"ITERARE_DOCKER_IMAGE": sandbox_image})
     assert result.returncode == 0
     result = iterare("image", "build", "--base", BASE_IMAGE, "--ca-bundle", CA_BUNDLE,

@@ -34,6 +34,9 @@ def project(repo: Path, sandbox_image: str, test_network: str) -> Iterator[Path]
     (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
     git("add", ".iterare", cwd=repo)
     git("commit", "-qm", "iterare config", cwd=repo)
+    # The project file picks the image, network and DNS: settings that need approval.
+    trusted = iterare("trust", "--yes", cwd=repo)
+    assert trusted.returncode == 0, trusted.stderr
     yield repo
     # Whatever a test left running goes, and so do its worktrees' containers.
     ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={repo}"],
@@ -153,6 +156,7 @@ def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
             config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n'
                          f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
         git("commit", "-qam", "gateway", cwd=project)
+        assert iterare("trust", "--yes", cwd=project).returncode == 0
         prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
         env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
         started = iterare("execute", "notes", "-f", "-v", "1", cwd=project, env=env)

@@ -31,6 +31,12 @@ def command(force: bool, api_key_env: bool, token_file: str | None, login: bool)
 
     if sum((api_key_env, token_file is not None, login)) > 1:
         raise UserError("give one of --api-key-env, --token-file and --login")
+    repo = app().optional_repo()
+    if repo is not None and repo.main_work_tree is not None:
+        from git_iterare.runner.trust import require_approval
+
+        # A repository's claude.credentials_path would choose where tokens are written.
+        require_approval(repo, app().config, only={"claude.credentials_path"})
     folder = credentials.credentials_dir(app().config)
     if login:
         import shutil

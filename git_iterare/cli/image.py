@@ -36,12 +36,18 @@ def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
     from pathlib import Path
 
     from git_iterare import proc
+    from git_iterare.runner.trust import require_approval
     from git_iterare.sandbox.image import build_image, ensure_image
 
     ctx = app()
     ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
                           "docker.claude_version": claude_version, "docker.image": tag})
     config = ctx.config
+    repo = ctx.optional_repo()
+    if repo is not None and repo.main_work_tree is not None:
+        # The repository may choose the image, its base and the project layer: only
+        # with the user's approval (git iterare trust).
+        require_approval(repo, config)
     ca = config["docker.ca_bundle"]
     name = config["docker.image"]
     click.echo(f"building {name} from {config['docker.base_image']}", err=True)
@@ -50,7 +56,6 @@ def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
                       claude_version=config["docker.claude_version"], no_cache=no_cache,
                       progress=ui.progress, verbose=proc.VERBOSE)
     click.echo(f"{ref.name} {ref.id}")
-    repo = ctx.optional_repo()
     if repo is not None and repo.main_work_tree is not None:
         project = ensure_image(config, repo, ui.progress)
         if project.name != ref.name:

@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config", "Show the effective configuration and its origins"),
     "credentials": ("credentials", "Store Claude credentials for runs (0600, never printed)"),
     "image": ("image", "Build the sandbox image or show its status"),
+    "trust": ("trust", "Review and approve the sandbox settings a repository asks for"),
     "completion": ("completion", "Print a shell completion script for bash, zsh or fish"),
     "execute": ("execute", "Run a prompt with an agent in a sandbox"),
     "log": ("log", "Show or follow the log of a run"),

@@ -115,17 +115,14 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
 
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.launch import (
-        ca_bundle_path,
-        extra_mounts,
-        passthrough_env,
-        sandbox_limits,
-    )
+    from git_iterare.runner.guard import admit, check_network_on_engine
+    from git_iterare.runner.launch import ca_bundle_path, passthrough_env, sandbox_limits
     from git_iterare.sandbox.image import ensure_image
 
     top = repo.work_tree
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
+    admitted = admit(repo, config)
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:
         raise UserError("as root, the agent (never root) could not write your files",
@@ -133,6 +130,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     agent = get_agent(config["run.agent"])
     credentials = agent.credentials(config, os.environ) if not request.shell else None
     policy = sandbox.policy_from_config(config, agent.required_domains(config))
+    limits = sandbox_limits(config)
+    check_network_on_engine(admitted.network)
     image = ensure_image(config, repo, progress)
     scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
     empty = scratch / "empty"
@@ -155,8 +154,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
                     **passthrough_env(request.env_names, os.environ)},
         secret_files=dict(credentials.files) if credentials else {},
         mounts=(sandbox.Mount(top, "/workspace", False),
-                sandbox.Mount(hide, "/workspace/.git", True), *extra_mounts(config)),
-        limits=sandbox_limits(config),
+                sandbox.Mount(hide, "/workspace/.git", True), *admitted.mounts),
+        limits=limits,
         network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
         ca_bundle=ca_bundle_path(config))
     return _throwaway_session(spec, scratch, detached_status=0)
@@ -202,12 +201,17 @@ def login_launcher(repo: Repo | None, config: Config,
     """
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
+    from git_iterare.runner.guard import check_network_on_engine, checked_network
     from git_iterare.runner.launch import ca_bundle_path
+    from git_iterare.runner.trust import require_approval
     from git_iterare.sandbox.image import ensure_image
 
     def launch(argv: Sequence[str], home: Path) -> int:
         import secrets
 
+        network = checked_network(config)
+        require_approval(repo, config)
+        check_network_on_engine(network)
         agent = get_agent("claude")
         policy = sandbox.policy_from_config(
             config, [*agent.required_domains(config), *LOGIN_DOMAINS])

@@ -19,6 +19,7 @@ from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
 from git_iterare.repo import Repo
+from git_iterare.runner.guard import admit, check_network_on_engine
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
 
@@ -120,30 +121,6 @@ def ca_bundle_path(config: Config) -> Path | None:
     return path
 
 
-def extra_mounts(config: Config) -> list[Any]:
-    """``[mounts] volumes`` (iterare's SOURCE:TARGET[:ro|rw]) as sandbox mounts."""
-    from git_iterare.sandbox import Mount
-
-    mounts = []
-    for spec in config["mounts.volumes"]:
-        parts = spec.split(":")
-        mode = "rw"
-        if len(parts) >= 3 and parts[-1] in ("ro", "rw"):
-            mode = parts.pop()
-        if len(parts) < 2 or not parts[-1].startswith("/") or not parts[0]:
-            raise UserError(f"mounts.volumes: bad entry {spec!r}",
-                            hint="write SOURCE:TARGET[:ro|rw] with an absolute TARGET")
-        source = Path(os.path.expandvars(":".join(parts[:-1]))).expanduser()
-        if not source.exists():
-            raise UserError(f"mounts.volumes: {source} does not exist (entry {spec!r})")
-        target = parts[-1]
-        if target == "/workspace" or target.startswith(("/workspace/", "/git", "/run/iterare")):
-            raise UserError(f"mounts.volumes: {target} is reserved for the sandbox "
-                            f"(entry {spec!r})")
-        mounts.append(Mount(source.resolve(), target, read_only=mode == "ro"))
-    return mounts
-
-
 def execute(repo: Repo, config: Config, request: ExecuteRequest,
             env: Mapping[str, str] | None = None,
             progress: Callable[[str], None] = lambda line: None) -> Any:
@@ -160,7 +137,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         The :class:`git_iterare.runs.record.RunRecord` as stored after launch.
 
     Raises:
-        UserError: bad prompt, agent, ``--env``, credentials missing, bad policy.
+        UserError: bad prompt, agent, ``--env``, credentials missing, bad policy; a
+            dangerous network or mount; settings of the repository the user has not
+            approved (see :func:`git_iterare.runner.guard.admit`).
         OperationFailed: Docker unreachable, image build failed, launch failed (then the
             run is recorded as failed and its worktree kept).
     """
@@ -184,6 +163,10 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         raise UserError(f"{prompt.path}: agent {prompt.agent!r} is unknown (valid: "
                         f"{', '.join(agent_names())})", hint="fix the prompt's `agent:`")
     agent = get_agent(request.agent or prompt.agent or config["run.agent"])
+    # Dangerous values are refused and the repository's requests need approval before
+    # anything else is looked at: the engine is not contacted before this.
+    admitted = admit(repo, config,
+                     prompt_env=[n for n in prompt.env if n not in request.env_names])
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
@@ -194,7 +177,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     ca_bundle = ca_bundle_path(config)
-    more_mounts = extra_mounts(config)
+    more_mounts = list(admitted.mounts)
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
@@ -216,6 +199,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # The first questions to the engine come last, so the docker SDK has been imported in
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
+    check_network_on_engine(admitted.network)
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,

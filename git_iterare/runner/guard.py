@@ -1,0 +1,128 @@
+"""The checks every sandbox start goes through before anything is created.
+
+:func:`admit` refuses dangerous values whoever set them (the network and the extra mounts,
+see :mod:`git_iterare.sandbox.safety`), then requires the user's approval of what the
+repository asks for (:func:`git_iterare.runner.trust.require_approval`). It asks nothing
+of the Docker engine; :func:`check_network_on_engine` does the one check that needs it
+(a user-defined name standing for the engine's host network) once the engine is reached.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from git_iterare.config import Config
+from git_iterare.errors import UserError
+from git_iterare.repo import Repo
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the checks let through.
+
+    Attributes:
+        mounts: ``[mounts] volumes`` as :class:`git_iterare.sandbox.Mount` values (sources
+            resolved, targets normalized).
+        network: ``docker.network`` without surrounding white space ("" for the default).
+    """
+
+    mounts: tuple[Any, ...]
+    network: str
+
+
+def checked_network(config: Config) -> str:
+    """``docker.network``, refused when it would leave the sandbox's namespace.
+
+    Raises:
+        UserError: ``host``, ``none``, ``container:<x>`` and the like.
+    """
+    from git_iterare.sandbox.safety import check_network
+
+    return check_network(config["docker.network"], f"docker.network (from "
+                                                   f"{config.origin('docker.network')})")
+
+
+def extra_mounts(config: Config, repo: Repo | None = None) -> list[Any]:
+    """``[mounts] volumes`` (iterare's SOURCE:TARGET[:ro|rw]) as sandbox mounts, each
+    checked by :func:`git_iterare.sandbox.safety.check_source` and ``check_target``.
+
+    Args:
+        config: the effective configuration.
+        repo: the repository, whose git directory may not be mounted; None outside one.
+
+    Raises:
+        UserError: a malformed entry, a missing source, or a refused source or target.
+    """
+    from git_iterare.sandbox import Mount
+    from git_iterare.sandbox.safety import check_source, check_target
+
+    protected = [repo.common_dir, repo.git_dir] if repo is not None else []
+    mounts = []
+    for spec in config["mounts.volumes"]:
+        parts = spec.split(":")
+        mode = "rw"
+        if len(parts) >= 3 and parts[-1] in ("ro", "rw"):
+            mode = parts.pop()
+        if len(parts) < 2 or not parts[-1].startswith("/") or not parts[0]:
+            raise UserError(f"mounts.volumes: bad entry {spec!r}",
+                            hint="write SOURCE:TARGET[:ro|rw] with an absolute TARGET")
+        where = f"mounts.volumes entry {spec!r}"
+        source = Path(os.path.expandvars(":".join(parts[:-1]))).expanduser()
+        target = check_target(parts[-1], where)
+        real = check_source(source, where=where, protected=protected)
+        mounts.append(Mount(real, target, read_only=mode == "ro"))
+    return mounts
+
+
+def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = ()) -> Admitted:
+    """Refuse dangerous values, then require approval of the repository's requests.
+
+    Call it before anything is created (record, branch, worktree, container, image) and
+    before the Docker engine is contacted.
+
+    Args:
+        repo: the repository, or None outside one.
+        config: the effective configuration.
+        prompt_env: variable names the prompt's frontmatter passes into the sandbox
+            (names also given with ``--env`` left out: those are the user's own).
+
+    Returns:
+        The checked mounts and network.
+
+    Raises:
+        UserError: a refused value (one line saying why), a malformed mount, or settings
+            the user has not approved (see
+            :func:`git_iterare.runner.trust.require_approval`).
+    """
+    from git_iterare.runner.trust import require_approval
+
+    network = checked_network(config)
+    mounts = extra_mounts(config, repo)
+    require_approval(repo, config, prompt_env)
+    return Admitted(tuple(mounts), network)
+
+
+def check_network_on_engine(network: str) -> None:
+    """Refuse a network name the engine resolves to its host or none network.
+
+    Asks the engine; nothing is created. A network the engine does not know is left to
+    the launch, which reports it.
+
+    Raises:
+        UserError: the name (or id) stands for a network of the ``host`` or ``null``
+            driver.
+        OperationFailed: the engine cannot be reached.
+    """
+    if not network:
+        return
+    from git_iterare.sandbox.safety import engine_network_driver, network_driver_problem
+
+    driver = engine_network_driver(network)
+    problem = network_driver_problem(network, driver) if driver is not None else None
+    if problem:
+        raise UserError(f"docker.network: {problem}",
+                        hint="leave docker.network unset or name a user-defined Docker network")

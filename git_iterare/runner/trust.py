@@ -1,0 +1,315 @@
+"""What this repository asks the sandbox for, and the approval gate (``git iterare trust``).
+
+The repository is untrusted (see DESIGN.md, invariant 5). What it asks for beyond the
+defaults acts only once the user approved its exact content:
+
+* the project config keys in :data:`GATED_KEYS`, when their effective value comes from
+  ``.iterare/config.toml`` (a value from the user's global file, git config,
+  ``ITERARE_*`` variables or flags is the user's own);
+* ``.iterare/Dockerfile``, unless it is exactly what ``git iterare init`` writes;
+* ``.iterare/include`` (files of the main worktree, untracked ones such as ``.env``
+  included, copied into every run's worktree), as the item ``.iterare/include``;
+* the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
+  flags are the user's own).
+
+Approvals are kept by :class:`git_iterare.sandbox.trust.TrustStore` in the user's config
+directory (``<config dir>/trust``), keyed by the main worktree's path.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare.config import DEFAULT_IMAGE, Config, global_config_dir
+from git_iterare.errors import UserError
+from git_iterare.repo import Repo
+from git_iterare.sandbox.trust import (
+    DOCKERFILE,
+    Approval,
+    TrustRequest,
+    TrustStore,
+    diff,
+    merged,
+    unapproved,
+)
+
+#: Project config keys that widen the sandbox, or choose what is built, mounted or sent
+#: into it: the images (git-iterare's own image also runs the network sidecar), networks,
+#: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, the Claude
+#: gateway (its host is allowlisted) and the credentials directory (read into runs).
+GATED_KEYS: tuple[str, ...] = (
+    "docker.image", "docker.base_image", "docker.claude_version", "docker.network",
+    "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
+    "mounts.volumes", "claude.base_url", "claude.credentials_path",
+)
+
+#: Largest project Dockerfile (or ``.iterare/include``) read, in bytes.
+MAX_DOCKERFILE_BYTES = 1024 * 1024
+
+#: What the refusal without a terminal says before the list of items.
+NOT_APPROVED = "this repository's .iterare/ asks for settings you have not approved"
+
+
+@dataclass(frozen=True)
+class TrustState:
+    """What a repository asks for, against what the user approved.
+
+    Attributes:
+        repo: the repository's key in the store (its main worktree, resolved).
+        request: what it asks for now.
+        approval: what was approved last, or None.
+        missing: items of ``request`` not approved (config keys, ``Dockerfile``,
+            ``env NAME``); empty when all is approved.
+    """
+
+    repo: str
+    request: TrustRequest
+    approval: Approval | None
+    missing: tuple[str, ...]
+
+    @property
+    def diff(self) -> str:
+        """Unified diff from the approved content to the request ("" when the same)."""
+        return diff(self.approval, merged(self.approval, self.request))
+
+
+def store() -> TrustStore:
+    """The approval store in the user's config directory."""
+    return TrustStore(global_config_dir() / "trust")
+
+
+def repo_key(repo: Repo) -> str:
+    """The store's key of ``repo``: its main worktree's path, symlinks resolved.
+
+    Raises:
+        UserError: the repository is bare.
+    """
+    return str(repo.iterare_dir.parent.resolve())
+
+
+def _project_file(repo: Repo) -> str:
+    return f"file:{repo.iterare_dir / 'config.toml'}"
+
+
+def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
+    """The :data:`GATED_KEYS` whose effective value comes from the project file and is not
+    the default; for ``firewall.allowed_domains`` only entries beyond the built-in ones."""
+    from git_iterare.config import KEYS
+    from git_iterare.sandbox.policy import BASE_DOMAINS
+
+    project = _project_file(repo)
+    out: dict[str, object] = {}
+    for key in GATED_KEYS:
+        if config.origin(key) != project:
+            continue
+        value = config[key]
+        if key == "firewall.allowed_domains":
+            value = [d for d in value if d.lower() not in BASE_DOMAINS]
+        if value != KEYS[key].default:
+            out[key] = value
+    return out
+
+
+#: Item name of ``.iterare/include`` in the request.
+INCLUDE = ".iterare/include"
+
+
+def requested_includes(repo: Repo) -> list[str]:
+    """The patterns of ``.iterare/include`` (comments and blank lines dropped), as the
+    run's worktree preparation reads them; empty when there is no such file.
+
+    Raises:
+        UserError: it cannot be read or is larger than :data:`MAX_DOCKERFILE_BYTES`.
+    """
+    path = repo.iterare_dir / "include"
+    if not path.is_file():
+        return []
+    data = _read_bounded(path)
+    lines = [line.strip() for line in data.decode("utf-8", "surrogateescape").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _read_bounded(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_DOCKERFILE_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_DOCKERFILE_BYTES:
+        raise UserError(f"{path}: larger than {MAX_DOCKERFILE_BYTES // 1024} KiB",
+                        hint="keep it small")
+    return data
+
+
+def scaffold_dockerfiles(config: Config) -> set[str]:
+    """The Dockerfiles ``git iterare init`` writes (FROM the configured or default image),
+    which ask for nothing."""
+    from git_iterare.scaffold import DOCKERFILE as TEMPLATE
+
+    return {TEMPLATE.format(image=image) for image in (config["docker.image"], DEFAULT_IMAGE)}
+
+
+def requested_dockerfile(repo: Repo, config: Config) -> str | None:
+    """The project Dockerfile's text, or None when there is none or it is the scaffold.
+
+    Raises:
+        UserError: it cannot be read or is larger than :data:`MAX_DOCKERFILE_BYTES`.
+    """
+    path = repo.iterare_dir / "Dockerfile"
+    if not path.is_file():
+        return None
+    text = _read_bounded(path).decode("utf-8", "surrogateescape")
+    return None if text in scaffold_dockerfiles(config) else text
+
+
+def prompts_env(repo: Repo, extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """Environment names asked for by the prompts in ``.iterare/prompts`` and by the
+    prompts ``extra`` names (names or files); prompts that do not parse are skipped.
+
+    Raises:
+        UserError: a prompt in ``extra`` does not exist or does not parse.
+    """
+    from git_iterare.prompt import list_prompts, load_prompt
+
+    folder = repo.iterare_dir / "prompts"
+    names: list[str] = []
+    for name in list_prompts(folder):
+        try:
+            names += load_prompt(name, folder, Path.cwd()).env
+        except UserError:
+            continue
+    for arg in extra:
+        names += load_prompt(arg, folder, Path.cwd()).env
+    return tuple(dict.fromkeys(names))
+
+
+def gather(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustRequest:
+    """What ``repo`` asks for beyond the defaults (see the module docstring).
+
+    Args:
+        repo: the repository.
+        config: its effective configuration.
+        prompt_env: variable names asked for by prompt frontmatter.
+
+    Raises:
+        UserError: the Dockerfile cannot be read or is too large; the repository is bare.
+    """
+    settings = requested_settings(repo, config)
+    includes = requested_includes(repo)
+    if includes:
+        settings[INCLUDE] = includes
+    return TrustRequest.build(settings, requested_dockerfile(repo, config), prompt_env)
+
+
+def state(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustState:
+    """The repository's request against its stored approval.
+
+    Raises:
+        UserError: see :func:`gather`.
+    """
+    key = repo_key(repo)
+    request = gather(repo, config, prompt_env)
+    approval = store().load(key)
+    missing = unapproved(request, approval)
+    # The Dockerfile first: it is the largest grant.
+    ordered = [m for m in missing if m == DOCKERFILE] + [m for m in missing if m != DOCKERFILE]
+    return TrustState(key, request, approval, tuple(ordered))
+
+
+def approve(current: TrustState) -> Approval:
+    """Store the approval of ``current.request`` (names approved earlier stay approved).
+
+    Raises:
+        OperationFailed: the store cannot be written.
+    """
+    from git_iterare.errors import OperationFailed
+
+    try:
+        return store().save(current.repo, merged(current.approval, current.request))
+    except OSError as exc:
+        raise OperationFailed(f"cannot store the approval in {store().root}: "
+                              f"{exc.strerror or exc}") from None
+
+
+def revoke(repo: Repo) -> bool:
+    """Forget the approval of ``repo``; True when there was one."""
+    return store().revoke(repo_key(repo))
+
+
+def render(current: TrustState) -> str:
+    """The summary for people: what is asked for, and what changed since the last
+    approval. Control characters from the repository are made visible."""
+    from git_iterare.logrender import sanitize
+
+    lines = [f"repository: {current.repo}"]
+    if current.request.empty:
+        lines.append("asks for nothing beyond the defaults")
+        return sanitize("\n".join(lines))
+    lines.append("asks for (from .iterare/config.toml, Dockerfile, include and prompts):")
+    lines += [f"  {line}" for line in current.request.lines()]
+    if not current.missing:
+        lines.append("all of it is approved")
+    elif current.approval is None:
+        lines.append("not approved yet")
+    else:
+        lines.append(f"changed since your approval of {current.approval.approved_at}:")
+        lines += [f"  {line}" for line in current.diff.splitlines()]
+    return sanitize("\n".join(lines))
+
+
+Ask = Callable[[str], bool]
+
+
+def _on_terminal() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _ask_terminal(summary: str) -> bool:
+    """Show ``summary`` on stderr and read y/N from stdin (anything but y/yes is no)."""
+    sys.stderr.write(summary + "\nApprove this for the repository and go on? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str] = (), *,
+                     only: Collection[str] | None = None, ask: Ask | None = None) -> None:
+    """The gate: return when what ``repo`` asks for is approved, else ask or refuse.
+
+    Call it before anything is created and before the project Dockerfile is built. On a
+    terminal (stdin and stderr are ttys) the summary is shown and y/N asked; yes stores
+    the approval. Without one the run is refused.
+
+    Args:
+        repo: the repository, or None (outside one nothing is asked for).
+        config: its effective configuration.
+        prompt_env: variable names the prompt's frontmatter passes in (not ``--env``).
+        only: consider only these items (config keys, ``Dockerfile``, ``env NAME``).
+        ask: called with the summary to ask the user; default: the terminal, when there
+            is one.
+
+    Raises:
+        UserError: something is not approved and there is no terminal (naming the items
+            and ``git iterare trust``), or the user answered no.
+    """
+    if repo is None or repo.main_work_tree is None:
+        return
+    current = state(repo, config, prompt_env)
+    missing = [m for m in current.missing if only is None or m in only]
+    if not missing:
+        return
+    if ask is None and _on_terminal():
+        ask = _ask_terminal
+    if ask is None:
+        raise UserError(f"{NOT_APPROVED} ({', '.join(missing)}); review them with "
+                        f"'git iterare trust'")
+    if not ask(render(current)):
+        raise UserError("not approved; nothing was started",
+                        hint="review the settings with 'git iterare trust'")
+    approve(current)
