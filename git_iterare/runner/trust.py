@@ -242,7 +242,7 @@ def revoke(repo: Repo) -> bool:
 def render(current: TrustState) -> str:
     """The summary for people: what is asked for, and what changed since the last
     approval. Control characters from the repository are made visible."""
-    from git_iterare.logrender import sanitize
+    from git_iterare.ui import sanitize
 
     lines = [f"repository: {current.repo}"]
     if current.request.empty:
