@@ -28,7 +28,8 @@ CA_BUNDLE = os.environ.get("ITERARE_TEST_CA_BUNDLE", "/etc/ssl/certs/ca-certific
 
 
 def _free_subnet() -> int:
-    """N such that 10.231.N.0/24 is used by no Docker network (concurrent sessions)."""
+    """N such that 198.18.N.0/24 and 10.231.N.0/24 are used by no Docker network
+    (concurrent sessions)."""
     ids = subprocess.run(["docker", "network", "ls", "-q"], capture_output=True, text=True,
                          check=False).stdout.split()
     used = subprocess.run(["docker", "network", "inspect", "--format",
@@ -36,9 +37,9 @@ def _free_subnet() -> int:
                           capture_output=True, text=True, check=False).stdout.split()
     start = os.getpid() % 200
     for n in (*range(start + 7, 250), *range(7, start + 7)):
-        if f"10.231.{n}.0/24" not in used:
+        if f"10.231.{n}.0/24" not in used and f"198.18.{n}.0/24" not in used:
             return n
-    raise RuntimeError("no free 10.231.N.0/24 subnet for the test network")
+    raise RuntimeError("no free 198.18.N.0/24 subnet for the test network")
 
 
 #: The test network's third octet (and IPv6 group): sandbox_net/docker-compose.yml reads
@@ -48,13 +49,16 @@ os.environ["ITR_TESTNET"] = str(SUBNET)
 
 #: Addresses given in sandbox_net/docker-compose.yml.
 NET = {
-    "GATEWAY_V4": f"10.231.{SUBNET}.1",
-    "DNS_V4": f"10.231.{SUBNET}.10",
-    "DNS_V6": f"fd31:{SUBNET}::10",
-    "ALLOWED_V4": f"10.231.{SUBNET}.20",
-    "BLOCKED_V4": f"10.231.{SUBNET}.21",
-    "CDN_V4": f"10.231.{SUBNET}.22",
-    "BLOCKED_V6": f"fd31:{SUBNET}::21",
+    "GATEWAY_V4": f"198.18.{SUBNET}.1",
+    "DNS_V4": f"198.18.{SUBNET}.10",
+    "DNS_V6": f"2001:db8:{SUBNET}::10",
+    "ALLOWED_V4": f"198.18.{SUBNET}.20",
+    "BLOCKED_V4": f"198.18.{SUBNET}.21",
+    "CDN_V4": f"198.18.{SUBNET}.22",
+    "WILD_V4": f"198.18.{SUBNET}.23",
+    "BLOCKED_V6": f"2001:db8:{SUBNET}::21",
+    "INTRANET_V4": f"10.231.{SUBNET}.30",
+    "INTRANET2_V4": f"10.231.{SUBNET}.31",
 }
 
 
@@ -108,7 +112,8 @@ def test_network(docker_services, docker_compose_project_name: str) -> str:
     """Name of the escape suite's network, with its DNS and HTTP servers up."""
     docker_services.wait_until_responsive(
         timeout=60, pause=0.5,
-        check=lambda: all(_tcp_open(NET[k], 80) for k in ("ALLOWED_V4", "BLOCKED_V4", "CDN_V4")))
+        check=lambda: all(_tcp_open(NET[k], 80) for k in (
+            "ALLOWED_V4", "BLOCKED_V4", "CDN_V4", "WILD_V4", "INTRANET_V4", "INTRANET2_V4")))
     return f"{docker_compose_project_name}_internet"
 
 

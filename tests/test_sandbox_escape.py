@@ -3,19 +3,22 @@
 A local internet (sandbox_net/docker-compose.yml) holds a DNS server and HTTP servers for
 an allowed and a blocked name; a TCP service listens on the Docker host at the network's
 gateway address. ``sandbox_net/escape.sh`` runs every attempt inside a sandbox whose policy
-allows ``allowed.test`` and ``*.wild.test``, twice: as the agent (started by the
-entrypoint), and as root without capabilities (``docker exec -u 0`` then dropping the
-bounding set), which shows that the rules, not only the user, stop the traffic. Root
-*with* the container's capabilities is the host's administrator (``docker exec`` needs
-the Docker socket) and is out of scope.
+allows a few names (see the script), twice: as the agent, and as root in the agent's
+container (``docker exec -u 0``, which has no capabilities there either), which shows that
+the rules, not only the user, stop the traffic. Both run in a *hostile project image*
+whose layers replace the entrypoint, ``dnsmasq``, ``ipset``, ``iptables-restore``,
+``setpriv`` and ``bash`` with do-nothing scripts: the firewall lives in the network
+sidecar from git-iterare's own image, so no layer of the agent's image can lift it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +43,29 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCRIPT = NET_DIR / "escape.sh"
 CONTROLS = ("allowed-name-works", "allowed-name-works-ipv6", "wildcard-name-works",
-            "cname-name-works")
+            "cname-name-works", "named-port-works", "cidr-address-works")
 ATTEMPTS = re.findall(r"^\s*attempt (\S+)", SCRIPT.read_text(), re.MULTILINE)
 ONLY_ROOT = {"lookup-after-resolv-rewrite"}
 ONLY_AGENT = {"su", "resolv-conf-rewrite"}
-POLICY = EgressPolicy.build(["allowed.test", "*.wild.test", "cdn.test"], dns=[NET["DNS_V4"]])
+#: Replaced by do-nothing scripts in the hostile image (the real bash and ipset are kept in
+#: /opt/real, first on the PATH, so that the script's own attempts use working tools).
+NEUTERED = ("/usr/local/sbin/iterare-sidecar", "/usr/sbin/dnsmasq", "/usr/sbin/ipset",
+            "/usr/sbin/iptables-restore", "/usr/sbin/ip6tables-restore",
+            "/usr/sbin/iptables-nft-restore", "/usr/sbin/ip6tables-nft-restore",
+            "/usr/bin/setpriv", "/bin/bash", "/usr/bin/bash")
+HOSTILE_DOCKERFILE = """\
+FROM {base}
+RUN mkdir -p /opt/real && cp /bin/bash /usr/sbin/ipset /opt/real/ \\
+ && for f in {files}; do rm -f "$f"; printf '#!/bin/sh\\nexit 0\\n' > "$f"; chmod 0755 "$f"; done
+ENV PATH=/opt/real:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+"""
+
+
+def _policy(host_port: int) -> EgressPolicy:
+    return EgressPolicy.build(
+        ["allowed.test", "*.wild.test", "cdn.test", "port.test:8080", "private.test",
+         "ns.test", f"gw.test:{host_port}"], cidrs=[f"{NET['INTRANET2_V4']}/32"],
+        dns=[NET["DNS_V4"]])
 
 
 def _parse(output: str) -> dict[str, dict[str, Any]]:
@@ -56,10 +77,13 @@ def _parse(output: str) -> dict[str, dict[str, Any]]:
     return results
 
 
-def _spec(name: str, image: str, network: str, repo: Path, out: Path, command: list[str],
-          port: int) -> SandboxSpec:
+def _spec(name: str, image: str, sidecar_image: str, network: str, repo: Path, out: Path,
+          command: list[str], port: int) -> SandboxSpec:
     return SandboxSpec(
-        image=image, name=name, command=tuple(command), policy=POLICY, out_dir=out,
+        image=image, sidecar_image=sidecar_image, name=name, command=tuple(command),
+        policy=_policy(port), out_dir=out, secret_env={"ESCAPE_SECRET": "s3cr3t-marker"},
+        extra_networks=(network.replace(
+            "_internet", "_intranet"),),
         run_id=name, repo_path=str(repo), network=network,
         env={**NET, "HOST_PORT": str(port), "HOST_GIT": "/run/host-git"},
         mounts=(Mount(SCRIPT, "/opt/escape/escape.sh", True),
@@ -79,9 +103,24 @@ def host_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def escape_runs(sandbox_image: str, test_network: str, host_listener: int,  # noqa: F811
-                host_repo: Path, tmp_path_factory: pytest.TempPathFactory
-                ) -> dict[str, Any]:
+def hostile_image(sandbox_image: str, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+                  ) -> Iterator[str]:
+    """A project image built on the sandbox image whose layers neuter every part of
+    git-iterare's set-up that used to run in the agent's container."""
+    context = tmp_path_factory.mktemp("hostile")
+    (context / "Dockerfile").write_text(HOSTILE_DOCKERFILE.format(
+        base=sandbox_image, files=" ".join(NEUTERED)))
+    tag = f"itr-hostile-project-{os.getpid()}:1"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
+                   capture_output=True, timeout=300)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def escape_runs(sandbox_image: str, hostile_image: str, test_network: str,  # noqa: F811
+                host_listener: int, host_repo: Path,  # noqa: F811
+                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run the script as the agent and as capability-less root; results by mode.
 
     As a run would, the sandbox gets a worktree of the repository read-write at /workspace
@@ -89,33 +128,34 @@ def escape_runs(sandbox_image: str, test_network: str, host_listener: int,  # no
     """
     base = tmp_path_factory.mktemp("escape-out")
     stamp = f"{int(time.time() * 1000) % 10**9}"
-    agent_spec = _spec(f"itr-sandbox-escape-agent-{stamp}", sandbox_image, test_network,
-                       host_repo, base / "agent",
-                       ["bash", "/opt/escape/escape.sh"], host_listener)
-    root_spec = _spec(f"itr-sandbox-escape-root-{stamp}", sandbox_image, test_network,
-                      host_repo, base / "root", ["sleep", "300"], host_listener)
+    agent_spec = _spec(f"itr-sandbox-escape-agent-{stamp}", hostile_image, sandbox_image,
+                       test_network, host_repo, base / "agent",
+                       ["/opt/real/bash", "/opt/escape/escape.sh"], host_listener)
+    root_spec = _spec(f"itr-sandbox-escape-root-{stamp}", hostile_image, sandbox_image,
+                      test_network, host_repo, base / "root", ["sleep", "300"],
+                      host_listener)
     ids: list[str] = []
     try:
         agent_id = sandbox.launch(agent_spec)
         ids.append(agent_id)
         code = sandbox.wait(agent_id, timeout=300)
         agent_out = b"".join(sandbox.attach(agent_id)).decode()
+        sidecar_out = subprocess.run(["docker", "logs", f"{agent_spec.name}-net"],
+                                     capture_output=True, text=True, check=False).stderr
+        sandbox.remove(agent_id)  # the sidecar writes its refused-connection report
+        report = sandbox.read_egress_report(agent_spec.out_dir)
         root_id = sandbox.launch(root_spec)
         ids.append(root_id)
-        for _ in range(100):
-            if (root_spec.out_dir / "status.json").exists():
-                break
-            time.sleep(0.1)
-        drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
-                "--", "bash", "/opt/escape/escape.sh"]
-        root = subprocess.run(["docker", "exec", "-u", "0", root_id, *drop],
+        # Root in the agent's container has no capabilities either (all dropped).
+        root = subprocess.run(["docker", "exec", "-u", "0", root_id, "/opt/real/bash",
+                               "/opt/escape/escape.sh"],
                               capture_output=True, text=True, timeout=300, check=False)
-        report = sandbox.read_egress_report(agent_spec.out_dir)
     finally:
         for cid in ids:
             sandbox.remove(cid)
     runs: dict[str, Any] = {"agent": _parse(agent_out), "root": _parse(root.stdout),
             "agent_exit": code, "agent_output": agent_out, "root_stderr": root.stderr,
+            "sidecar_output": sidecar_out,
             "report": report, "git_status": subprocess.run(
                 ["git", "status", "--porcelain", "--ignored"], cwd=host_repo,
                 capture_output=True, text=True, check=True).stdout}
@@ -163,7 +203,8 @@ def test_escape_count_is_zero(escape_runs: dict[str, Any]) -> None:
 
 def test_agent_script_exit_and_host_repo_untouched(escape_runs: dict[str, Any]) -> None:
     assert escape_runs["agent_exit"] == 0
-    assert "iterare-sandbox: firewall up: 3 domains" in escape_runs["agent_output"]
+    assert "iterare-sandbox: firewall up: 7 domains, 1 CIDRs" in escape_runs["sidecar_output"]
+    assert "iterare-sandbox" not in escape_runs["agent_output"]
     assert escape_runs["git_status"] == ""
 
 
@@ -181,6 +222,7 @@ def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) ->
     assert report.refused_connections.ipv4 > 0
     assert report.refused_connections.ipv6 > 0
     addresses = report.refused_connections.addresses
-    for target in ("BLOCKED_V4", "DNS_V4", "GATEWAY_V4", "BLOCKED_V6"):
+    for target in ("BLOCKED_V4", "DNS_V4", "GATEWAY_V4", "BLOCKED_V6", "INTRANET_V4",
+                   "ALLOWED_V4"):
         assert addresses.get(NET[target], 0) > 0, (target, addresses)
     assert "198.51.100.7" not in addresses  # the self-check's own probe

@@ -332,6 +332,9 @@ class DockerBackend:
                     security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
                     pids_limit=SIDECAR_PIDS, log_config=logs, detach=True)
             created.append(sidecar)
+            for extra in spec.extra_networks:
+                with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
+                    docker.networks.get(extra).connect(sidecar)
             policy = _Tar()
             policy.dir("run", 0, 0, 0o755)
             policy.dir("run/iterare", 0, 0, 0o755)

@@ -8,7 +8,8 @@ resolver answers NXDOMAIN for its subdomains without asking upstream. ``*.`` as 
 leading label allows every subdomain (not the name itself); such queries reach the domain's
 name servers, whatever the agent puts in them. An allowed name lets through TCP to the IPv4
 and IPv6 addresses it resolves to, on ports 80 and 443, or only on the port the entry
-names (``NAME:PORT``, such as ``db.example.com:5432``); answers in loopback, private,
+names (``NAME:PORT``, such as ``db.example.com:5432``; the firewall works on addresses, so
+names that share an address share their ports); answers in loopback, private,
 link-local or shared ranges, or the gateway's address, are not let through unless a CIDR
 entry allows them (DNS rebinding). CIDR entries open every TCP port but 22.
 """

@@ -4,7 +4,9 @@
 #   {"attempt": NAME, "escaped": true|false, "control": false, "detail": "..."}
 # "control" lines are things that must work (the allowed name); for them "escaped"
 # means "it worked". Targets come from the environment (see test_sandbox_escape.py):
-# ALLOWED_V4 BLOCKED_V4 BLOCKED_V6 DNS_V4 DNS_V6 GATEWAY_V4 HOST_PORT HOST_GIT
+# ALLOWED_V4 BLOCKED_V4 BLOCKED_V6 DNS_V4 DNS_V6 GATEWAY_V4 INTRANET_V4 INTRANET2_V4
+# HOST_PORT HOST_GIT. The policy allows allowed.test, *.wild.test, cdn.test, port.test:8080,
+# private.test, ns.test, gw.test:$HOST_PORT and the network $INTRANET2_V4/32.
 set -u
 T=3
 
@@ -54,7 +56,8 @@ if out=$(curl -6 -sS --max-time 2 -o - http://allowed.test/ 2>&1) && [[ $out == 
 else
     emit allowed-name-works-ipv6 false "$out" true
 fi
-if out=$(http http://x.wild.test/ 2>&1) && [[ $out == allowed:80* ]]; then
+# Its own address (not one an exact name already put in the firewall's set).
+if out=$(http http://x.wild.test/ 2>&1) && [[ $out == wild:80* ]]; then
     emit wildcard-name-works true "$out" true
 else
     emit wildcard-name-works false "$out" true
@@ -66,6 +69,28 @@ if out=$(http http://cdn.test/ 2>&1) && [[ $out == cdn:80* ]]; then
 else
     emit cname-name-works false "$out" true
 fi
+
+# An entry that names a port opens that port.
+if out=$(http http://port.test:8080/ 2>&1) && [[ $out == ported:8080* ]]; then
+    emit named-port-works true "$out" true
+else
+    emit named-port-works false "$out" true
+fi
+# A CIDR entry opens a private address.
+if out=$(http "http://$INTRANET2_V4/" 2>&1) && [[ $out == intranet2:80* ]]; then
+    emit cidr-address-works true "$out" true
+else
+    emit cidr-address-works false "$out" true
+fi
+
+# --- ports and DNS rebinding -----------------------------------------------------------
+attempt allowed-name-other-port http http://allowed.test:8080/
+attempt named-port-entry-other-port http http://port.test/
+attempt rebind-private-name http http://private.test/
+attempt rebind-gateway-name bash -c "exec 3<>/dev/tcp/gw.test/$HOST_PORT"
+attempt private-address-direct http "http://$INTRANET_V4/"
+# A DNS server on an allowed address must not answer blocked names over TCP.
+attempt dns-tcp-on-allowed-address bash -c "getent hosts ns.test >/dev/null; resolves blocked.test +tcp @$DNS_V4"
 
 # --- names and addresses ---------------------------------------------------------------
 attempt blocked-name http http://blocked.test/
@@ -129,7 +154,9 @@ if [ "$(id -u)" != 0 ]; then  # su from root to root is no escalation
 fi
 attempt capabilities bash -c 'grep "^Cap" /proc/self/status | tr "\n\t" "  "; ! grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status || ! grep -q "^CapBnd:[[:space:]]*0*$" /proc/self/status'
 attempt no-new-privs-off bash -c 'grep "^NoNewPrivs" /proc/self/status; ! grep -q "^NoNewPrivs:[[:space:]]*1" /proc/self/status'
-attempt read-entrypoint-environ cat /proc/1/environ
+# PID 1 (Docker's init) holds the container's environment; secrets reach the agent's own
+# process only (the test passes ESCAPE_SECRET as one).
+attempt secret-in-init-environ bash -c 'tr "\0" "\n" </proc/1/environ | grep "^ESCAPE_SECRET="' 
 
 # --- the host repository and the Docker socket -----------------------------------------
 attempt write-host-git-config bash -c "echo '[core]' >> '$HOST_GIT/config'"
