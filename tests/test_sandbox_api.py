@@ -300,3 +300,25 @@ def test_sidecar_refuses_and_is_never_ready(sandbox_image: str, tmp_path: Path, 
     assert message in result.stderr
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["ok"] is False and status["exit_code"] == code
+
+
+def test_inbound_connections_are_dropped(make_spec) -> None:
+    """The agent may listen (on loopback it reaches itself), but nothing from outside the
+    sandbox connects: the sidecar's INPUT policy drops it."""
+    import socket
+
+    spec = make_spec("sh", "-c", "nc -lk 7777 & sleep 0.5; nc -z -w 2 127.0.0.1 7777 "
+                     "&& echo loopback-ok; sleep 30")
+    cid = sandbox.launch(spec)
+    try:
+        sidecar = _engine().containers.get(f"{spec.name}-net")
+        address = sidecar.attrs["NetworkSettings"]["IPAddress"]
+        assert address
+        deadline = time.monotonic() + 20
+        while "loopback-ok" not in sandbox.logs(cid).decode() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "loopback-ok" in sandbox.logs(cid).decode()
+        with pytest.raises(OSError):
+            socket.create_connection((address, 7777), timeout=2).close()
+    finally:
+        sandbox.stop(cid, grace_seconds=1)

@@ -1,0 +1,176 @@
+"""Issue 8's found cases through the real sandbox: the agent's exit status is its own, the
+trees it could write come back inert and the user's, and a live run's nested repository
+never runs a program for the user who looks at it (git iterare run as an unprivileged
+user the test creates, as the agent's uid then differs from the user's)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_iterare.sandbox import agent_ids
+from tests.conftest import BIN_DIR, iterare
+from tests.test_runs_e2e import project, prompt, record, run_id  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.docker
+
+
+def test_agent_exit_94_is_the_agents_own(project: Path) -> None:  # noqa: F811
+    """94 once meant "the firewall self-check failed"; the sandbox's own set-up now runs
+    in its sidecar, so every status of the agent's container is the agent's."""
+    prompt(project, "quits", "echo partial > partial.txt\nexit 94\n")
+    done = iterare("execute", "quits", "--follow", cwd=project)
+    assert done.returncode == 1, done.stderr
+    rec = record(project, run_id(done.stdout))
+    assert (rec["status"], rec["exit_code"]) == ("failed", 94)
+    assert rec["error"] == "the agent exited with status 94"
+    assert "self-check" not in done.stderr
+
+
+def test_set_uid_files_and_fifos_do_not_survive_the_run(project: Path) -> None:  # noqa: F811
+    prompt(project, "suid", 'g=$(git rev-parse --git-dir)\ncp /bin/bash "$g/evil"\n'
+           'chmod 4755 "$g/evil"\ncp /bin/bash tool\nchmod 6755 tool\nmkfifo "$g/pipe"\n'
+           'mkfifo jam\nls -l "$g/evil"\n')
+    done = iterare("execute", "suid", "--follow", cwd=project)
+    assert done.returncode == 0, done.stderr
+    rid = run_id(done.stdout)
+    assert "-rwsr-xr-x" in done.stdout  # it was set-uid while the agent ran
+    assert "removed special file: " in done.stderr
+    gitdir = project / ".git" / "iterare" / "gitdirs" / rid
+    worktree = project / ".iterare" / "worktrees" / rid
+    for tree in (gitdir, worktree):
+        for path in [tree, *tree.rglob("*")]:
+            mode = path.lstat().st_mode
+            assert not mode & (stat.S_ISUID | stat.S_ISGID), path
+            assert not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)), path
+            assert path.lstat().st_uid == os.getuid(), path
+    assert (gitdir / "evil").is_file() and (worktree / "tool").is_file()
+    assert record(project, rid)["status"] == "succeeded"
+
+
+# --- as an unprivileged user -------------------------------------------------------------
+
+def cwd_bin(cwd: Path) -> Path:
+    """The ``bin`` folder of the test's top directory above ``cwd``."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / "bin" / "git-iterare").exists():
+            return folder / "bin"
+    raise AssertionError(f"no bin folder above {cwd}")
+
+
+@pytest.fixture
+def user(sandbox_image: str) -> Iterator[pwd.struct_passwd]:
+    """A user of this machine (not root) who may use the Docker engine, with the test
+    image configured in their own (trusted) config."""
+    assert os.geteuid() == 0, "the test creates a user: run the suite as root (CI does)"
+    name = f"itr{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--groups", "docker",
+                    name], check=True, capture_output=True)
+    try:
+        entry = pwd.getpwnam(name)
+        config = Path(entry.pw_dir) / ".config" / "iterare"
+        config.mkdir(parents=True)
+        (config / "config.toml").write_text(
+            f'[docker]\nimage = "{sandbox_image}"\ncpus = 1\nmemory = "1g"\n'
+            '[run]\nagent = "shell"\n')
+        subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}",
+                        str(Path(entry.pw_dir) / ".config")], check=True)
+        yield entry
+    finally:
+        subprocess.run(["pkill", "-u", name], capture_output=True, check=False)
+        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+
+
+def user_bin(top: Path) -> Path:
+    """This checkout's commands for another user: the test's Python may live where only
+    root can go (pyenv under /root), so they run on the system's Python 3 with this
+    environment's packages."""
+    import site
+    import sys
+
+    packages = next(p for p in site.getsitepackages() if p.startswith(sys.prefix))
+    folder = top / "bin"
+    folder.mkdir()
+    for exe in BIN_DIR.glob("git-iterare*"):
+        body = exe.read_text().split("\n", 1)[1]
+        (folder / exe.name).write_text(
+            f"#!/usr/bin/python3\nimport site\nsite.addsitedir({packages!r})\n{body}")
+        (folder / exe.name).chmod(0o755)
+    return folder
+
+
+def as_user(user: pwd.struct_passwd, *args: str, cwd: Path, timeout: float = 120
+            ) -> subprocess.CompletedProcess:
+    """Run ``args`` as ``user`` (their groups, home and a clean environment), with this
+    checkout's commands (see :func:`user_bin`) first on the PATH."""
+    env = {"HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
+           "PATH": f"{cwd_bin(cwd)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+           "GIT_AUTHOR_NAME": "U", "GIT_AUTHOR_EMAIL": "u@example.com",
+           "GIT_COMMITTER_NAME": "U", "GIT_COMMITTER_EMAIL": "u@example.com"}
+    runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
+    return subprocess.run([runuser, "-u", user.pw_name, "--", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passwd) -> None:
+    top = Path(f"/tmp/itr-unprivileged-{os.getpid()}")
+    top.mkdir(mode=0o755)
+    try:
+        os.chown(top, user.pw_uid, user.pw_gid)
+        user_bin(top)
+        repo = top / "repo"
+        for args in (["git", "init", "-q", "-b", "main", str(repo)],
+                     ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"],
+                     ["git", "-C", str(repo), "iterare", "init"]):
+            done = as_user(user, *args, cwd=top)
+            assert done.returncode == 0, done.stderr
+        prompts = repo / ".iterare" / "prompts"
+        as_user(user, "mkdir", "-p", str(prompts), cwd=repo)
+        as_user(user, "sh", "-c", f"printf '%s' \"$0\" > {prompts}/trap.md",
+                "---\nagent: shell\n---\nmkdir -p src/lib && cd src/lib && git init -q && "
+                "git config core.fsmonitor 'id > \"$HOME/pwned\"; false'\ntouch ready\n"
+                "sleep 20\n", cwd=repo)
+        started = as_user(user, "git", "iterare", "execute", "trap", cwd=repo)
+        assert started.returncode == 0, started.stderr
+        rid = run_id(started.stdout)
+        worktree = repo / ".iterare" / "worktrees" / rid
+        deadline = time.monotonic() + 60
+        while not (worktree / "src" / "lib" / "ready").exists():
+            assert time.monotonic() < deadline, "the agent never got going"
+            time.sleep(0.3)
+        # While the run is live, its trees are the agent's (a uid no account has) and lie
+        # under a 0700 directory of the user's.
+        assert stat.S_IMODE(worktree.parent.stat().st_mode) == 0o700
+        assert worktree.parent.stat().st_uid == user.pw_uid
+        assert worktree.stat().st_uid == agent_ids()[0] != user.pw_uid
+        # A git-aware prompt or editor of the user's runs git there: git refuses the
+        # repository it does not own, and the agent's fsmonitor never runs.
+        for where in (worktree / "src" / "lib", worktree):
+            looked = as_user(user, "git", "status", cwd=where)
+            assert "dubious ownership" in looked.stderr, looked.stderr
+        assert not (Path(user.pw_dir) / "pwned").exists()
+        finished = as_user(user, "git", "iterare", "stop", rid, cwd=repo)
+        assert finished.returncode == 0, finished.stderr
+        status = as_user(user, "git", "iterare", "list", cwd=repo)
+        assert rid in status.stdout
+        # Afterwards: the user's again, the nested repository disabled.
+        assert worktree.stat().st_uid == user.pw_uid
+        after = as_user(user, "git", "status", "--porcelain", cwd=worktree / "src" / "lib")
+        assert "dubious ownership" not in after.stderr
+        assert not (Path(user.pw_dir) / "pwned").exists()
+        shown = as_user(user, "git", "show", f"refs/iterare/runs/{rid}:run.json", cwd=repo)
+        assert '"status": "stopped"' in shown.stdout, shown.stdout + shown.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", *subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
+            capture_output=True, text=True, check=False).stdout.split()],
+            capture_output=True, check=False)
+        shutil.rmtree(top, ignore_errors=True)
