@@ -42,6 +42,9 @@ def make_repo(image: str) -> Path:
     (repo / ".iterare" / "prompts" / "bench.md").write_text(PROMPT)
     _git(repo, "add", ".")
     _git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
+    # The project file picks the image: a setting the user approves once.
+    subprocess.run(["git", "iterare", "trust", "--yes"], cwd=repo, check=True,
+                   capture_output=True)
     return repo
 
 

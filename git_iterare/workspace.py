@@ -145,6 +145,21 @@ def check_run_dirs(repo: Repo) -> None:
                             "worktrees there (remove it and retry)")
 
 
+def make_run_dirs(repo: Repo) -> tuple[Path, Path]:
+    """Create the folders that hold run worktrees and run gitdirs, mode 0700 (nobody else
+    on the host reaches a run's trees); return them.
+
+    Raises:
+        UserError: one of them is a symlink (see :func:`check_run_dirs`).
+    """
+    check_run_dirs(repo)
+    folders = (_top(repo) / ".iterare" / "worktrees", repo.common_dir / "iterare" / "gitdirs")
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+    return folders
+
+
 def worktree_path(repo: Repo, run_id: str) -> Path:
     """``<main worktree>/.iterare/worktrees/<id>``."""
     return _top(repo) / ".iterare" / "worktrees" / run_id
@@ -322,10 +337,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     check_run_dirs(repo)
     included = include_paths(repo)
     ensure_excluded(repo)
-    for folder in (worktree.parent, gitdir.parent):
-        # 0700: nobody else on the host reaches a run's trees.
-        folder.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o700)
+    make_run_dirs(repo)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
     # user's (npm install, direnv...) would run it on the host.
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",

@@ -88,7 +88,7 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
          "detail": "iterare-selfcheck.invalid: not found"},
         {"name": "embedded-dns-closed", "passed": True,
          "detail": "no embedded DNS server (default bridge network)"}]
-    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check", "trees"]
+    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check", "go", "trees"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
     assert not _exists(f"{spec.name}-net")
@@ -175,6 +175,11 @@ def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Pat
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "kept.txt").write_text("kept\n")
+    # A sibling (another run's tree) in the same parent, which the sidecar mounts.
+    sibling = tmp_path / "sibling"
+    sibling.mkdir()
+    (sibling / "f").write_text("x")
+    os.chmod(sibling / "f", 0o4755)
     cid = sandbox.launch(make_spec(
         "sh", "-c", "id -u; id -g; whoami; test -O ~ && echo owns-home; "
         "stat -c %u /workspace/kept.txt; cp /bin/sh /workspace/suid; chmod 4755 /workspace/suid; "
@@ -185,11 +190,14 @@ def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Pat
     assert _agent_lines(cid) == ["1234", "2345", "agent", "owns-home", "1234"]
     assert (tree / "suid").stat().st_mode & stat.S_ISUID
     notes = sandbox.reclaim(cid, [tree], os.getuid(), os.getgid(), sandbox_image)
-    assert notes == ["removed special file: /trees/0/pipe"]
+    assert notes == ["removed special file: tree/pipe"]
     for path in (tree, tree / "kept.txt", tree / "suid", tree / "new.txt"):
         assert (path.lstat().st_uid, path.lstat().st_gid) == (os.getuid(), os.getgid())
     assert not (tree / "suid").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
     assert not (tree / "pipe").exists()
+    for path in (sibling, sibling / "f"):  # never given away, never stripped
+        assert (path.lstat().st_uid, path.lstat().st_gid) == (os.getuid(), os.getgid())
+    assert (sibling / "f").stat().st_mode & stat.S_ISUID
 
 
 def test_reclaim_without_the_sidecar(make_spec, tmp_path: Path,
@@ -204,7 +212,7 @@ def test_reclaim_without_the_sidecar(make_spec, tmp_path: Path,
     sandbox.remove(cid)
     assert (tree / "f").stat().st_uid == spec.agent_uid
     assert sandbox.reclaim(cid, [tree], os.getuid(), os.getgid(), sandbox_image) == [
-        "removed special file: /trees/0/p"]
+        "removed special file: tree/p"]
     assert (tree / "f").stat().st_uid == os.getuid() and not (tree / "p").exists()
     leftovers = _engine().containers.list(all=True, filters={"label": f"{LABEL_ROLE}=reclaim"})
     assert leftovers == []

@@ -7,6 +7,7 @@ request leaves no record, branch, worktree or container behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -227,16 +228,22 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
             timeout: int, policy: Any, limits: Any, ca_bundle: Path | None,
             more_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
             request: ExecuteRequest) -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
     from git_iterare import proc, sandbox
+    from git_iterare import workspace as wsp
+    from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runs.status import RUNNING
-    from git_iterare.workspace import prepare_run
 
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
-    from git_iterare.runner.secrets import remember_secrets
-
     remember_secrets(repo, record.id, secret_env.values())  # for whoever finishes the run
-    ws = prepare_run(repo, record.id, record.base_commit)
+    # The run's paths are known before they exist: the sandbox's sidecar starts (and sets
+    # up the firewall) while the worktree is made.
+    worktree, gitdir = wsp.worktree_path(repo, record.id), wsp.gitdir_path(repo, record.id)
+    gitfile = gitdir.with_name(record.id + ".gitfile")
+    uid, gid = wsp.agent_ids(None)
+    wsp.make_run_dirs(repo)
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)
     prompt_file = state / "prompt.md"
@@ -248,7 +255,8 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     if timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
         command = ["timeout", "--kill-after=10", str(timeout), *command]
-    mounts = [sandbox.Mount(m.host, m.container, m.read_only) for m in ws.mounts]
+    mounts = [sandbox.Mount(m.host, m.container, m.read_only)
+              for m in wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects")]
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
     spec = sandbox.SandboxSpec(
         image=record.image,
@@ -263,16 +271,24 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         secret_env={**credentials.env, **secret_env},
         secret_files=dict(credentials.files),
         mounts=(*mounts, *more_mounts),
-        owned=(ws.worktree, ws.gitdir, ws.gitfile),
+        owned=(worktree, gitdir, gitfile),
         limits=limits,
         network=config["docker.network"],
-        agent_uid=ws.agent_uid,
-        agent_gid=ws.agent_gid,
+        agent_uid=uid,
+        agent_gid=gid,
         tty=request.tty,
         stdin=request.tty,
         ca_bundle=ca_bundle,
     )
-    container = sandbox.launch(spec)
+    with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
+        sidecar = pool.submit(sandbox.begin, spec)
+        try:
+            ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                sandbox.remove_sidecar(sidecar.result())
+            raise
+        container = sandbox.launch(spec, sidecar.result())
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))
 

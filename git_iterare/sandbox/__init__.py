@@ -29,9 +29,9 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "agent_ids", "attach", "engine_cpus", "get_backend", "inspect", "launch",
+    "agent_ids", "attach", "begin", "engine_cpus", "get_backend", "inspect", "launch",
     "list_sandboxes", "log_lines", "logs", "policy_from_config", "read_egress_report",
-    "reclaim", "remove", "stop", "wait",
+    "reclaim", "remove", "remove_sidecar", "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -59,9 +59,20 @@ def engine_cpus() -> int:
         return int(client().info()["NCPU"])
 
 
-def launch(spec: SandboxSpec) -> str:
+def begin(spec: SandboxSpec) -> str:
+    """Start the sandbox's network sidecar while its trees are still being made; return
+    its id for :func:`launch` (see Backend.begin)."""
+    return get_backend().begin(spec)
+
+
+def remove_sidecar(sidecar_id: str) -> None:
+    """Remove a sidecar from :func:`begin` that never got its agent."""
+    get_backend().remove_sidecar(sidecar_id)
+
+
+def launch(spec: SandboxSpec, sidecar_id: str | None = None) -> str:
     """Create and start a sandbox; return its container id (see Backend.launch)."""
-    return get_backend().launch(spec)
+    return get_backend().launch(spec, sidecar_id)
 
 
 def attach(container_id: str) -> Iterator[bytes]:

@@ -16,9 +16,17 @@ from git_iterare.sandbox.spec import ContainerInfo, SandboxSpec
 class Backend(Protocol):
     """A container engine that runs sandboxes (every method may raise OperationFailed)."""
 
-    def launch(self, spec: SandboxSpec) -> str:
-        """Create and start a sandbox (its network sidecar first, then the agent's
-        container); return the agent container's id."""
+    def begin(self, spec: SandboxSpec) -> str:
+        """Start a sandbox's network sidecar before its trees exist; return its id."""
+        ...
+
+    def remove_sidecar(self, sidecar_id: str) -> None:
+        """Remove a sidecar from :meth:`begin` that never got its agent."""
+        ...
+
+    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None) -> str:
+        """Start a sandbox (its network sidecar, unless :meth:`begin` started it, then the
+        agent's container); return the agent container's id."""
         ...
 
     def attach(self, container_id: str) -> Iterator[bytes]:

@@ -231,6 +231,29 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
     return tar.data()
 
 
+def tree_mounts(trees: Sequence[Path]) -> tuple[list[Any], str]:
+    """The sidecar's mounts for ``trees`` and its ``ITERARE_TREES`` value.
+
+    Each tree's parent directory is mounted (at ``/trees/<n>``), so the sidecar can start
+    before the trees exist (they are made while it sets up the firewall); the trees
+    themselves are named relative to ``/trees``.
+
+    Returns:
+        (docker ``Mount`` objects, space-separated paths below ``/trees``).
+    """
+    from docker.types import Mount as DockerMount
+
+    parents: dict[Path, int] = {}
+    names = []
+    for tree in trees:
+        parent = Path(tree).parent.resolve()
+        number = parents.setdefault(parent, len(parents))
+        names.append(f"{number}/{Path(tree).name}")
+    mounts = [DockerMount(f"{TREES_PATH}/{n}", str(p), type="bind", read_only=False)
+              for p, n in parents.items()]
+    return mounts, " ".join(names)
+
+
 def _limits(spec: SandboxSpec) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if spec.limits.cpus:
@@ -240,6 +263,17 @@ def _limits(spec: SandboxSpec) -> dict[str, Any]:
     if spec.limits.pids:
         limits["pids_limit"] = spec.limits.pids
     return limits
+
+
+def _with_dns(spec: SandboxSpec) -> SandboxSpec:
+    """``spec`` with upstream DNS servers: Docker's embedded DNS (user-defined networks)
+    must not be the upstream, so the resolver gets the servers Docker itself would use."""
+    import dataclasses
+
+    if spec.policy.dns:
+        return spec
+    return dataclasses.replace(spec, policy=dataclasses.replace(spec.policy,
+                                                                dns=host_dns_servers()))
 
 
 def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
@@ -285,53 +319,42 @@ def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
 class DockerBackend:
     """Runs sandboxes on the Docker engine named by the environment (``DOCKER_HOST``)."""
 
-    def launch(self, spec: SandboxSpec) -> str:
-        """Create and start the sandbox described by ``spec``; return the id of the agent's
-        container (the sidecar is ``<name>-net``, named in its label).
+    def begin(self, spec: SandboxSpec) -> str:
+        """Create and start the sandbox's network sidecar; return its id.
 
-        With ``spec.tty`` the agent's container is left created, for the caller to start
-        with the terminal attached (``docker start --attach --interactive``), so none of
-        its first output is lost.
+        The sidecar sets up the firewall at once, and waits to give the run's trees
+        (``spec.owned``, which need not exist yet) to the agent until :meth:`launch`
+        says they are ready. A caller that gets no further removes it with
+        :meth:`remove_sidecar`.
 
         Raises:
-            UserError: an image does not exist.
-            OperationFailed: the engine is unreachable, a name is taken, it refused, or the
-                sidecar could not set up the firewall (then nothing is left behind).
+            UserError: the image does not exist.
+            OperationFailed: the engine is unreachable, the name is taken or it refused
+                (then nothing is left behind).
         """
         from docker.types import LogConfig
         from docker.types import Mount as DockerMount
 
-        if not spec.policy.dns:
-            # Docker's embedded DNS (user-defined networks) must not be the upstream: give
-            # the resolver the servers Docker itself would use.
-            import dataclasses
-
-            spec = dataclasses.replace(spec, policy=dataclasses.replace(
-                spec.policy, dns=host_dns_servers()))
+        spec = _with_dns(spec)
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
-        logs = LogConfig(**LOG_CONFIG)
-        labels = spec.all_labels()
-        created: list[Any] = []
+        mounts, trees = tree_mounts(spec.owned)
+        mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
+                                     read_only=False))
+        with docker_errors(f"create the network sidecar of {spec.name}"):
+            sidecar = docker.containers.create(
+                spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
+                entrypoint=[SIDECAR], user="0:0", working_dir="/",
+                labels={**spec.all_labels(), LABEL_ROLE: "sidecar"},
+                environment={"ITERARE_AGENT_UID": str(spec.agent_uid),
+                             "ITERARE_AGENT_GID": str(spec.agent_gid),
+                             "ITERARE_TREES": trees},
+                mounts=mounts, network=spec.network or None,
+                cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
+                security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
+                pids_limit=SIDECAR_PIDS, log_config=LogConfig(**LOG_CONFIG), detach=True)
         try:
-            sidecar_mounts = [DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
-                                          read_only=False)]
-            sidecar_mounts += [DockerMount(f"{TREES_PATH}/{n}", str(Path(p).resolve()),
-                                           type="bind", read_only=False)
-                               for n, p in enumerate(spec.owned)]
-            with docker_errors(f"create the network sidecar of {spec.name}"):
-                sidecar = docker.containers.create(
-                    spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
-                    entrypoint=[SIDECAR], user="0:0", working_dir="/",
-                    labels={**labels, LABEL_ROLE: "sidecar"},
-                    environment={"ITERARE_AGENT_UID": str(spec.agent_uid),
-                                 "ITERARE_AGENT_GID": str(spec.agent_gid)},
-                    mounts=sidecar_mounts, network=spec.network or None,
-                    cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
-                    security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
-                    pids_limit=SIDECAR_PIDS, log_config=logs, detach=True)
-            created.append(sidecar)
             for extra in spec.extra_networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
                     docker.networks.get(extra).connect(sidecar)
@@ -342,6 +365,53 @@ class DockerBackend:
             with docker_errors(f"start the network sidecar of {spec.name}"):
                 sidecar.put_archive("/", policy.data())
                 sidecar.start()
+        except BaseException:
+            with docker_errors(f"remove {sidecar.name}"):
+                sidecar.remove(force=True)
+            raise
+        return str(sidecar.id)
+
+    def remove_sidecar(self, sidecar_id: str) -> None:
+        """Remove a sidecar made by :meth:`begin` that never got its agent."""
+        import docker.errors
+
+        with docker_errors(f"remove the network sidecar {sidecar_id[:12]}"), \
+                contextlib.suppress(docker.errors.NotFound):
+            client().containers.get(sidecar_id).remove(force=True)
+
+    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None) -> str:
+        """Start the sandbox described by ``spec``; return the id of the agent's container.
+
+        Args:
+            spec: the sandbox; its trees (``owned``) and mounts must exist now.
+            sidecar_id: the sidecar :meth:`begin` started for it; None to start it here.
+
+        With ``spec.tty`` the agent's container is left created, for the caller to start
+        with the terminal attached (``docker start --attach --interactive``), so none of
+        its first output is lost.
+
+        Raises:
+            UserError: an image does not exist.
+            OperationFailed: the engine is unreachable, a name is taken, it refused, or the
+                sidecar could not set up the firewall (then nothing is left behind, the
+                sidecar included).
+        """
+        from docker.types import LogConfig
+        from docker.types import Mount as DockerMount
+
+        spec = _with_dns(spec)
+        docker = client()
+        created: list[Any] = []
+        try:
+            if sidecar_id is None:
+                sidecar_id = self.begin(spec)
+            with docker_errors(f"find the network sidecar of {spec.name}"):
+                sidecar = docker.containers.get(sidecar_id)
+            created.append(sidecar)
+            go = _Tar()
+            go.file("go", b"", 0, 0, 0o644)
+            with docker_errors(f"hand the trees of {spec.name} to its sidecar"):
+                sidecar.put_archive("/run/iterare", go.data())
             mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
                                   type="bind", read_only=m.read_only) for m in spec.mounts]
             env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
@@ -353,11 +423,12 @@ class DockerBackend:
                     spec.image, command=list(spec.command), name=spec.name,
                     entrypoint=["/bin/sh", AGENT_START],
                     user=f"{spec.agent_uid}:{spec.agent_gid}", working_dir=spec.workdir,
-                    labels={**labels, LABEL_ROLE: "agent", LABEL_SIDECAR: sidecar.id},
+                    labels={**spec.all_labels(), LABEL_ROLE: "agent",
+                            LABEL_SIDECAR: sidecar.id},
                     environment=env, mounts=mounts, network_mode=f"container:{sidecar.id}",
                     cap_drop=["ALL"], security_opt=["no-new-privileges:true"], init=True,
-                    tty=spec.tty, stdin_open=spec.stdin, log_config=logs, detach=True,
-                    **_limits(spec))
+                    tty=spec.tty, stdin_open=spec.stdin, log_config=LogConfig(**LOG_CONFIG),
+                    detach=True, **_limits(spec))
             created.append(agent)
             with docker_errors(f"prepare the sandbox {spec.name}"):
                 files = agent_files(spec, _read_file(agent, "/etc/passwd"),
@@ -451,7 +522,6 @@ class DockerBackend:
         Raises:
             OperationFailed: the engine refused, or the trees could not be given back.
         """
-        from docker.types import Mount as DockerMount
 
         sidecar = self._sidecar(container_id)
         argv = [SIDECAR, "reclaim", str(uid), str(gid)]
@@ -463,11 +533,10 @@ class DockerBackend:
                 present = [p for p in trees if Path(p).exists()]
                 if not present:
                     return []
-                mounts = [DockerMount(f"{TREES_PATH}/{n}", str(Path(p).resolve()),
-                                      type="bind", read_only=False)
-                          for n, p in enumerate(present)]
+                mounts, names = tree_mounts(present)
                 helper = client().containers.create(
                     image, command=argv[1:], entrypoint=[SIDECAR], user="0:0",
+                    environment={"ITERARE_TREES": names},
                     mounts=mounts, network_mode="none", cap_drop=["ALL"],
                     cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
                     security_opt=["no-new-privileges:true"], labels={LABEL_ROLE: "reclaim"},
