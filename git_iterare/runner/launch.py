@@ -170,7 +170,6 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.image import ensure_image
-    from git_iterare.workspace import resolve_commit
 
     env = os.environ if env is None else env
     _warm_up_docker()
@@ -204,7 +203,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         base_commit, base_branch = previous.head, previous.branch
     else:
         base_branch = request.branch or prompt.branch
-        base_commit = resolve_commit(repo, base_branch or "HEAD")
+        base_commit = resolve_here(repo, base_branch or "HEAD")
         if base_branch is None:
             base_branch = _current_branch(repo)
     from git_iterare.runs.ids import validate_name
@@ -324,9 +323,30 @@ def _relative(repo: Repo, path: Path) -> str:
         return str(path)
 
 
-def _current_branch(repo: Repo) -> str | None:
+def resolve_here(repo: Repo, commitish: str) -> str:
+    """The hex id of ``commitish`` as the worktree the command runs in sees it.
+
+    ``HEAD``, ``@{-1}`` and ``HEAD~2`` are per worktree: in a linked worktree they are its
+    own, not the main worktree's, so git runs on the current worktree's gitdir
+    (``.git/worktrees/<name>``), which shares refs and objects with the others.
+
+    Raises:
+        UserError: it names no commit.
+    """
     from git_iterare import proc
 
-    result = proc.git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo.work_tree or
-                      repo.git_dir, check=False)
+    result = proc.git("--git-dir", str(repo.git_dir), "rev-parse", "--verify", "--quiet",
+                      "--end-of-options", f"{commitish}^{{commit}}", scrub_git_env=True,
+                      check=False)
+    if result.returncode != 0:
+        raise UserError(f"{commitish!r} is not a commit in this repository")
+    return str(result.stdout.strip())
+
+
+def _current_branch(repo: Repo) -> str | None:
+    """The branch checked out in the worktree the command runs in; None when detached."""
+    from git_iterare import proc
+
+    result = proc.git("--git-dir", str(repo.git_dir), "symbolic-ref", "--quiet", "--short",
+                      "HEAD", scrub_git_env=True, check=False)
     return result.stdout.strip() or None
