@@ -30,6 +30,10 @@ LAUNCH_GRACE = 300
 #: notices (the sandbox's own ``timeout`` normally ends it first).
 TIMEOUT_GRACE = 60
 
+#: Exit status of ``timeout --kill-after`` when it had to kill the agent (128 + SIGKILL):
+#: the kill goes to its whole process group, itself included.
+TIMEOUT_KILLED = 137
+
 #: Container states that mean the sandbox has not ended yet.
 LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
 
@@ -45,13 +49,19 @@ def age_seconds(timestamp: str | None) -> float:
     return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
 
 
-def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
-             ) -> tuple[str, str | None]:
+def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool,
+             ran_seconds: float | None = None) -> tuple[str, str | None]:
     """The final status and error line of a run.
 
     ``exit_code`` is the agent container's, which is always the agent's own: the sandbox's
     set-up runs in its sidecar, and a failure there stops the launch before the agent's
-    container starts.
+    container starts. The agent runs under ``timeout --kill-after=10 N``: when the limit
+    is reached it exits :data:`TIMEOUT_EXIT` (the agent stopped on SIGTERM) or
+    :data:`TIMEOUT_KILLED` (SIGKILL 10 s later, which kills ``timeout`` too). Those codes
+    mean a timeout only when the container ran that long (``ran_seconds``, the engine's
+    clock): an agent may exit 124 or be killed on its own, and one that ended in time is
+    judged by its own exit status however late the run is finished, also when processes
+    it left behind (a fork bomb) ended with its container.
     """
     from git_iterare.runs import status as st
 
@@ -60,11 +70,13 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
     if record.extra.get("stop_requested"):
         return st.STOPPED, "stopped by `git iterare stop`"
     timeout = record.extra.get("timeout") or 0
-    # An agent that ignores SIGTERM is killed (137), a fork bomb may end otherwise: the
-    # clock, not the status, says whether the limit was reached.
-    ran_out = bool(timeout) and age_seconds(record.started) >= timeout
-    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or ran_out:
-        return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
+    limit_reached = bool(timeout) and exit_code in (TIMEOUT_EXIT, TIMEOUT_KILLED) and (
+        ran_seconds is None or ran_seconds >= timeout)
+    if record.extra.get("timed_out") or limit_reached:
+        forced = exit_code == TIMEOUT_KILLED and not record.extra.get("timed_out")
+        return st.TIMED_OUT, (f"killed after the {timeout} s timeout"
+                              + (" (it ignored SIGTERM; SIGKILL 10 s later)" if forced
+                                 else ""))
     if exit_code == 0 and not result.is_error:
         return st.SUCCEEDED, None
     if exit_code == 0:
@@ -142,7 +154,8 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
         store.set_log(record.id, log)
     events = (agent.parse_line(line) for line in _split_lines(log))
     result = agent.summarize(events, exit_code=exit_code)
-    status, error = _outcome(record, exit_code, result, vanished)
+    status, error = _outcome(record, exit_code, result, vanished,
+                             None if info is None else info.ran_seconds)
     head = None
     changes = None
     commits: tuple[str, ...] = ()

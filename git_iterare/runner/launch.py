@@ -197,6 +197,10 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
+        if previous.extra.get("unfinished"):
+            raise UserError(f"run {previous.id} has work that was never committed; starting "
+                            "from its result would leave it out",
+                            hint=f"commit it first with `git iterare finish {previous.id}`")
         if not previous.head:
             raise UserError(f"run {previous.id} has no result to start from "
                             f"(status {previous.status})")
@@ -234,7 +238,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
                        limits, ca_bundle, more_mounts, secret_env, credentials, request)
     except BaseException as exc:
-        _record_launch_failure(repo, store, record.id, exc)
+        if not _undo_launch(repo, store, record.id):
+            _record_launch_failure(repo, store, record.id, exc)
         raise
 
 
@@ -290,6 +295,42 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     container = sandbox.launch(spec)
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))
+
+
+def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
+    """Remove every trace of a run whose agent never started: its worktree, run gitdir,
+    branch, host-side state and record, so a launch the engine refused (a name, a
+    network, a mount) leaves the repository as it was.
+
+    Nothing is removed, and False returned, when the agent may have started (a container
+    of the run exists or is recorded, or the engine cannot be asked) or when the run's
+    trees hold anything but its base (:func:`git_iterare.workspace.cleanup_run` refuses);
+    the caller then records the failure instead.
+
+    Returns:
+        Whether the run was removed.
+    """
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+
+    from git_iterare import sandbox
+    from git_iterare.runner.finish import has_worktree
+    from git_iterare.runs.ids import run_ref
+    from git_iterare.workspace import cleanup_run, open_run
+
+    try:
+        snap = store.snapshot(run_id)
+        record = snap.record
+        if record.container or sandbox.inspect(f"iterare-{run_id}") is not None:
+            return False
+        if record.base_commit and has_worktree(repo, record):
+            cleanup_run(repo, open_run(repo, run_id, record.base_commit), merged=True)
+        shutil.rmtree(state_dir(repo, run_id), ignore_errors=True)
+        return bool(store.repo.refs.remove_if_equals(
+            Ref(run_ref(run_id).encode()), ObjectID(snap.commit),
+            message=f"iterare: remove run {run_id}, which never started".encode()))
+    except Exception:  # keep the run and record its failure instead
+        return False
 
 
 def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:
