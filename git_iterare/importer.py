@@ -10,7 +10,7 @@
    The git CLI never runs inside the run gitdir.
 2. *Autocommit*: stage the worktree with :mod:`git_iterare.safegit` (no hooks, filters or
    config from the agent) on top of the imported head, and when the tree differs write a
-   commit (``git commit-tree``, author the agent, committer the user) with trailers.
+   commit (``git commit-tree``, author and committer the agent) with trailers.
 3. *Move the branch*: ``refs/heads/iterare/<id>`` in the main repository, with dulwich
    compare-and-swap and a reflog message; then the host worktree's index is replaced by
    the one just built, so ``git status`` in the run worktree on the host is clean.
@@ -453,16 +453,6 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
     return copied
 
 
-def _committer(repo: Repo) -> dict[str, str]:
-    """The user's committer name/email (as ``git var`` reports them in their repository)."""
-    ident = common_git(repo, "var", "GIT_COMMITTER_IDENT").stdout.strip()
-    match = re.match(r"^(.*) <(.*)> \d+ [+-]\d{4}$", ident)
-    if not match:
-        raise OperationFailed(f"cannot parse committer identity {ident!r}",
-                              hint="set user.name and user.email with git config")
-    return {"GIT_COMMITTER_NAME": match[1], "GIT_COMMITTER_EMAIL": match[2]}
-
-
 def commit_message(message: str, trailers: dict[str, str]) -> str:
     """``message`` followed by a trailer block (``Key: value`` lines).
 
@@ -601,8 +591,10 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             tree = view.snapshot(tip, drop=ws.included)
             nested, skipped = view.nested_repos, view.skipped
             if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
+                # The agent's identity for author and committer: the commit never depends
+                # on the user's (user.useConfigOnly without an email would refuse it).
                 env = {"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
-                       **_committer(repo)}
+                       "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL}
                 new = proc.git("commit-tree", tree, "-p", tip, "-F", "-",
                                cwd=view.scratch, env={**view.env(), **env},
                                scrub_git_env=True,

@@ -21,6 +21,7 @@ merged content is the agent's, and a hook directory inside the tree (``core.hook
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.repo import Repo
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+_HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class MergeResult:
         fast_forward: HEAD simply moved to the branch head.
         squashed: the work was squashed into one commit.
         up_to_date: the branch was already merged; nothing happened.
+        detached: HEAD was detached (no branch records the merge).
     """
 
     branch: str
@@ -51,6 +54,7 @@ class MergeResult:
     fast_forward: bool
     squashed: bool
     up_to_date: bool
+    detached: bool = False
 
 
 def _top(repo: Repo) -> Path:
@@ -101,6 +105,19 @@ def _restore(top: Path, head_before: str) -> None:
     _git(top, "reset", "-q", "--hard", head_before)
 
 
+def detached_head(repo: Repo) -> str | None:
+    """The commit HEAD is at when the current worktree's HEAD is detached, else None
+    (a branch is checked out, or no commit is).
+
+    Raises:
+        UserError: bare repository.
+    """
+    top = _top(repo)
+    if _git(top, "symbolic-ref", "--quiet", "HEAD", check=False).returncode == 0:
+        return None
+    return _rev(top, "HEAD")
+
+
 def _reason(stderr: str) -> str:
     """git's explanation from its stderr: the ``error:``/``fatal:`` lines, joined."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
@@ -114,11 +131,13 @@ def _reason(stderr: str) -> str:
 
 def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = False,
               message: str = "") -> MergeResult:
-    """Merge ``branch`` into the current branch of the user's worktree.
+    """Merge ``branch`` into the current branch of the user's worktree (or its detached
+    HEAD: callers ask first, see :func:`detached_head`).
 
     Args:
         repo: the user's repository; its current worktree receives the merge.
-        branch: the run's branch, ``iterare/<id>``.
+        branch: the run's branch, ``iterare/<id>``; or the run's result commit (40 hex)
+            when that branch is not here (a run fetched from a teammate).
         squash: make one commit of the run's work instead of a merge.
         no_ff: always make a merge commit.
         message: commit message; git's default when empty.
@@ -139,9 +158,15 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     head_before = _rev(top, "HEAD")
     if head_before is None:
         raise UserError("no commit is checked out here; commit something first")
-    target = _rev(top, f"refs/heads/{branch}^{{commit}}")
-    if target is None:
-        raise UserError(f"no branch {branch}")
+    if _HEX40.match(branch):
+        target = _rev(top, f"{branch}^{{commit}}")
+        if target is None:
+            raise UserError(f"commit {branch} is not in this repository",
+                            hint="fetch the run's records first (git iterare fetch)")
+    else:
+        target = _rev(top, f"refs/heads/{branch}^{{commit}}")
+        if target is None:
+            raise UserError(f"no branch {branch}")
     current = _git(top, "symbolic-ref", "--quiet", "HEAD", check=False).stdout.strip()
     if current == f"refs/heads/{branch}":
         raise UserError(f"{branch} is checked out here; switch to the branch to merge into")
@@ -152,7 +177,7 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     if _git(top, "merge-base", "--is-ancestor", target, head_before,
             check=False).returncode == 0:
         return MergeResult(branch, head_before, head_before, fast_forward=False,
-                           squashed=squash, up_to_date=True)
+                           squashed=squash, up_to_date=True, detached=not current)
     msg = ["-m", message] if message else ["--no-edit"]
     if squash:
         steps = [["merge", "--squash", branch], ["commit", "-q", "--no-verify", *msg]]
@@ -176,4 +201,4 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     head_after = _rev(top, "HEAD") or head_before
     return MergeResult(branch, head_before, head_after,
                        fast_forward=not squash and head_after == target,
-                       squashed=squash, up_to_date=False)
+                       squashed=squash, up_to_date=False, detached=not current)

@@ -16,6 +16,10 @@ Frontmatter is optional; when present it starts on the first line with ``---`` a
 at the next line holding only ``---``. iterare files load unchanged (``---`` then ``---``
 is an empty frontmatter). Unlike iterare, broken frontmatter is an error here rather
 than silently ignored, since a dropped ``timeout`` or ``branch`` would change the run.
+
+Line endings are normalized before anything else, for every agent: CRLF and lone CR become
+LF, and a leading byte order mark is dropped (files saved by Windows editors), so a shell
+agent never sees ``\r`` at the end of its lines and frontmatter fences are found.
 """
 
 from __future__ import annotations
@@ -227,13 +231,20 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
     return fields, warnings
 
 
+def normalize_newlines(text: str) -> str:
+    """``text`` with CRLF and lone CR turned into LF and a leading byte order mark dropped."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def parse(text: str, path: Path) -> Prompt:
-    """Parse the text of prompt file ``path``.
+    """Parse the text of prompt file ``path`` (line endings normalized first, see
+    :func:`normalize_newlines`).
 
     Raises:
         UserError: ``file:line: message`` for broken YAML, a value of the wrong type, an
             unclosed frontmatter, a bad file name or an empty body.
     """
+    text = normalize_newlines(text)
     where = str(path)
     name = path.name[:-3] if path.name.endswith(".md") else path.name
     problem = name_problem(name)
@@ -248,7 +259,7 @@ def parse(text: str, path: Path) -> Prompt:
     if not body.strip():
         raise UserError(f"{where}:{body_line}: the prompt is empty",
                         hint="write the task after the frontmatter")
-    body = body.lstrip("\r\n")
+    body = body.lstrip("\n")
     return Prompt(name=name, path=path, body=body, warnings=tuple(warnings), **fields)
 
 

@@ -39,7 +39,10 @@ def test_push_fetch_and_merge(repo: Path, tmp_path: Path) -> None:
 
     other = clone(bare, tmp_path / "other")
     fetched = iterare("fetch", cwd=other)
-    assert (fetched.returncode, fetched.stdout) == (0, "runs from origin: 1 new\nnotes: new\n")
+    assert (fetched.returncode, fetched.stdout) == (
+        0, "runs from origin: 1 new\nnotes: new\n1 run fetched without a branch here (a "
+           "run's branch stays where it ran); diff, merge and --reuse work by run id; to get "
+           f"a branch: git branch iterare/{rec.id} {work}\n")
     assert git("for-each-ref", "refs/iterare-remote", cwd=other).stdout == ""
     assert "\tsucceeded\t" in iterare("list", "--format", "porcelain", cwd=other).stdout
     assert git("cat-file", "-t", work, cwd=other).stdout == "commit\n"

@@ -151,4 +151,20 @@ def test_env_name_problem() -> None:
 
 def test_crlf_frontmatter() -> None:
     prompt = parse("---\r\nbranch: dev\r\n---\r\nbody\r\n", Path("/p/x.md"))
-    assert (prompt.branch, prompt.body) == ("dev", "body\r\n")
+    assert (prompt.branch, prompt.body) == ("dev", "body\n")
+
+
+@pytest.mark.parametrize("text", [
+    "\ufeff---\r\nagent: shell\r\n---\r\n\r\necho a > c.txt\r\necho b\r\n",
+    "---\ragent: shell\r---\r\recho a > c.txt\recho b\r",
+    "---\nagent: shell\n---\n\necho a > c.txt\r\necho b\n",
+])
+def test_line_endings_are_normalized_for_every_agent(text: str) -> None:
+    prompt = parse(text, Path("/p/x.md"))
+    assert (prompt.agent, prompt.body) == ("shell", "echo a > c.txt\necho b\n")
+
+
+def test_load_prompt_normalizes_a_crlf_file(tmp_path: Path) -> None:
+    (tmp_path / "w.md").write_bytes(b"---\r\ntimeout: 5\r\n---\r\ntouch c.txt\r\n")
+    prompt = load_prompt("w", tmp_path, tmp_path)
+    assert (prompt.timeout, prompt.body) == (5, "touch c.txt\n")

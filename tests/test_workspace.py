@@ -148,7 +148,10 @@ def test_agent_work_comes_back_with_trailers(repo: Path) -> None:
     trailers = git("log", "-1", "--format=%(trailers:only)", branch, cwd=repo).stdout
     assert trailers == ("Iterare-Run: demo-0123abcd\nIterare-Agent: shell\n"
                         "Iterare-Prompt: prompts/x.md\n\n")
-    assert git("log", "-1", "--format=%cn", branch, cwd=repo).stdout == "Test Committer\n"
+    # The agent's identity, never the user's: their git may have none (useConfigOnly).
+    assert git("log", "-1", "--format=%an <%ae>|%cn <%ce>", branch, cwd=repo).stdout == (
+        "git-iterare agent <agent@git-iterare.invalid>|"
+        "git-iterare agent <agent@git-iterare.invalid>\n")
     reflog = git("reflog", "-1", "--format=%gs", branch, cwd=repo).stdout
     assert reflog == f"iterare: finish run {RUN}: commit uncommitted work\n"
     # the user can cd into the run worktree and git sees it clean

@@ -33,6 +33,12 @@ def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
     names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
+    from git_iterare.runner.manage import ran_elsewhere
+
     for record in records:
         done = cleanup(repo, record, force=force)
-        click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")
+        if ran_elsewhere(repo, done):
+            click.echo(f"cleaned what is here of {sanitize_line(done.id)} (it ran elsewhere; "
+                       "its shared record is left as it is)")
+        else:
+            click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")

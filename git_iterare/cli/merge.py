@@ -64,6 +64,15 @@ def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
                 f"(marked !); read them with `git iterare diff {record.id} -- PATH`")
         return confirm_or_refuse("Merge anyway?", yes)
 
-    outcome = merge(app().repo, record, squash=squash, no_ff=no_ff, confirm=confirm)
+    def confirm_detached(head: str) -> bool:
+        ui.warn(f"HEAD is detached at {head[:12]}: the merge moves it, and no branch will "
+                "hold the result")
+        return confirm_or_refuse("Merge into the detached HEAD?", yes)
+
+    outcome = merge(app().repo, record, squash=squash, no_ff=no_ff, confirm=confirm,
+                    confirm_detached=confirm_detached)
     how = "squashed into the index" if squash else "merged"
     click.echo(f"run {ui.sanitize_line(outcome.record.id)} {how}")
+    if outcome.result.detached and not outcome.result.up_to_date:
+        ui.warn(f"HEAD is detached, now at {outcome.result.head_after[:12]}; keep it on a "
+                "branch with `git switch -c NAME`")

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("merge", "Merge the result of a run into the current branch"),
     "cleanup": ("cleanup", "Remove a run's worktree, branch and container"),
     "stop": ("stop", "Stop a running run, keeping its work"),
+    "finish": ("finish", "Commit the work a run left on disk when committing it failed"),
     "interactive": ("interactive", "Open a terminal session with the agent in the sandbox"),
     "list": ("list", "List runs: status, agent, age, cost, changes"),
     "show": ("show", "Show a run: its record, prompt, log summary and changes"),

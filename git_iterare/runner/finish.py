@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from git_iterare import ui
+from git_iterare.errors import OperationFailed
 from git_iterare.loglimit import capped
 from git_iterare.repo import Repo
 from git_iterare.runner.launch import TIMEOUT_EXIT
@@ -28,6 +29,10 @@ LAUNCH_GRACE = 300
 #: Seconds past its timeout after which a still-running sandbox is stopped by whoever
 #: notices (the sandbox's own ``timeout`` normally ends it first).
 TIMEOUT_GRACE = 60
+
+#: Exit status of ``timeout --kill-after`` when it had to kill the agent (128 + SIGKILL):
+#: the kill goes to its whole process group, itself included.
+TIMEOUT_KILLED = 137
 
 #: Container states that mean the sandbox has not ended yet.
 LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
@@ -44,13 +49,19 @@ def age_seconds(timestamp: str | None) -> float:
     return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
 
 
-def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
-             ) -> tuple[str, str | None]:
+def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool,
+             ran_seconds: float | None = None) -> tuple[str, str | None]:
     """The final status and error line of a run.
 
     ``exit_code`` is the agent container's, which is always the agent's own: the sandbox's
     set-up runs in its sidecar, and a failure there stops the launch before the agent's
-    container starts.
+    container starts. The agent runs under ``timeout --kill-after=10 N``: when the limit
+    is reached it exits :data:`TIMEOUT_EXIT` (the agent stopped on SIGTERM) or
+    :data:`TIMEOUT_KILLED` (SIGKILL 10 s later, which kills ``timeout`` too). Those codes
+    mean a timeout only when the container ran that long (``ran_seconds``, the engine's
+    clock): an agent may exit 124 or be killed on its own, and one that ended in time is
+    judged by its own exit status however late the run is finished, also when processes
+    it left behind (a fork bomb) ended with its container.
     """
     from git_iterare.runs import status as st
 
@@ -59,11 +70,13 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool
     if record.extra.get("stop_requested"):
         return st.STOPPED, "stopped by `git iterare stop`"
     timeout = record.extra.get("timeout") or 0
-    # An agent that ignores SIGTERM is killed (137), a fork bomb may end otherwise: the
-    # clock, not the status, says whether the limit was reached.
-    ran_out = bool(timeout) and age_seconds(record.started) >= timeout
-    if exit_code == TIMEOUT_EXIT or record.extra.get("timed_out") or ran_out:
-        return st.TIMED_OUT, f"killed after the {record.extra.get('timeout')} s timeout"
+    limit_reached = bool(timeout) and exit_code in (TIMEOUT_EXIT, TIMEOUT_KILLED) and (
+        ran_seconds is None or ran_seconds >= timeout)
+    if record.extra.get("timed_out") or limit_reached:
+        forced = exit_code == TIMEOUT_KILLED and not record.extra.get("timed_out")
+        return st.TIMED_OUT, (f"killed after the {timeout} s timeout"
+                              + (" (it ignored SIGTERM; SIGKILL 10 s later)" if forced
+                                 else ""))
     if exit_code == 0 and not result.is_error:
         return st.SUCCEEDED, None
     if exit_code == 0:
@@ -141,7 +154,8 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
         store.set_log(record.id, log)
     events = (agent.parse_line(line) for line in _split_lines(log))
     result = agent.summarize(events, exit_code=exit_code)
-    status, error = _outcome(record, exit_code, result, vanished)
+    status, error = _outcome(record, exit_code, result, vanished,
+                             None if info is None else info.ran_seconds)
     head = None
     changes = None
     commits: tuple[str, ...] = ()
@@ -163,7 +177,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")
         except Exception as exc:
-            error = f"{error + '; ' if error else ''}its work could not be committed: {exc}"
+            status, error = _unfinished(store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
     if head:
         store.set_head(record.id, head, changes)
@@ -181,6 +195,25 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
     return record
+
+
+def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Exception
+                ) -> tuple[str, str]:
+    """A run whose work could not be committed fails, whatever the agent did; its work
+    stays on disk, and ``extra.unfinished`` (the agent's outcome, its error and why the
+    commit failed) tells ``merge``, ``cleanup`` and ``execute --reuse`` to send the user to
+    ``git iterare finish`` (:func:`finish_later`). Returns the status and error to record.
+    """
+    from git_iterare.errors import IterareError
+    from git_iterare.runs.status import FAILED
+
+    reason = exc.message if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
+    info = {"outcome": status, "error": error, "reason": reason}
+    store.update(record.id, lambda r: r.replace(extra={**r.extra, "unfinished": info}),
+                 f"{record.id} unfinished")
+    return FAILED, (f"{error + '; ' if error else ''}its work could not be committed "
+                    f"({reason}); it is kept in .iterare/worktrees/{record.id}, and "
+                    f"`git iterare finish {record.id}` commits it")
 
 
 def _reclaim(record: Any, sandbox_name: str | None, trees: tuple[Any, ...]) -> None:
@@ -292,3 +325,96 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
         if after.status not in ACTIVE:
             finished.append(after)
     return finished
+
+
+def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
+    """``git iterare finish``: commit the work a run left on disk, after the fact.
+
+    For a run whose work could not be committed when it ended (``extra.unfinished``, see
+    :func:`_unfinished`), or any ended run of this repository whose worktree or gitdir
+    holds work not on its branch: the run's trees are reclaimed again, its commits
+    imported and what is left committed (as at the end of a run), its result recorded and
+    ``extra.unfinished`` cleared. The status stays what it is (``failed`` for a run whose
+    commit failed: its error says the work was committed later). A run still active is
+    finished first when its sandbox has ended.
+
+    Args:
+        repo: the repository.
+        run_id: the run.
+
+    Returns:
+        ``(record afterwards, importer.FinishResult or None when nothing was left)``.
+
+    Raises:
+        OperationFailed: the run is still running, ran on another machine, or its work
+            still cannot be committed (then nothing changed).
+    """
+    from git_iterare.importer import finish_run, unfinished_work
+    from git_iterare.runner.manage import ran_elsewhere
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+    from git_iterare.workspace import open_run
+
+    store = RunStore(repo)
+    record = store.get(run_id)
+    if ran_elsewhere(repo, record):
+        raise OperationFailed(f"run {run_id} ran on another machine or repository",
+                              hint="finish it where it ran")
+    if record.status in ACTIVE:
+        record = finish(repo, run_id)
+        if record.status in ACTIVE:
+            raise OperationFailed(f"run {run_id} is still {record.status}",
+                                  hint=f"wait for it (git iterare log -f {run_id}) or stop it")
+        if not record.extra.get("unfinished"):
+            return record, None
+    if not record.base_commit or not has_worktree(repo, record):
+        if record.extra.get("unfinished"):
+            raise OperationFailed(f"run {run_id}'s worktree is gone; its uncommitted work "
+                                  "cannot be recovered")
+        return record, None
+    with run_lock(repo, run_id):
+        record = store.get(run_id)
+        ws = open_run(repo, record.id, str(record.base_commit))
+        unfinished = record.extra.get("unfinished")
+        head = record.head
+        if not unfinished and head and not unfinished_work(repo, ws, head):
+            return record, None
+        _reclaim(record, None, (ws.worktree, ws.gitdir, ws.gitfile))
+        try:
+            work = finish_run(
+                repo, ws,
+                trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
+                          "Iterare-Prompt": record.prompt_name or ""},
+                message=f"iterare: work left uncommitted by run {record.id}")
+        except Exception as exc:
+            from git_iterare.errors import IterareError
+
+            reason = exc.message if isinstance(exc, IterareError) else str(exc)
+            raise OperationFailed(f"run {run_id}: its work still cannot be committed: "
+                                  f"{reason}") from None
+        changes = {"files": work.changes.files, "insertions": work.changes.insertions,
+                   "deletions": work.changes.deletions}
+        if work.head != record.head:
+            store.set_head(record.id, work.head, changes)
+        if work.skipped:
+            _note_skipped(store, record.id, work.skipped)
+        new = work.commits
+        if head:  # those up to the recorded head were annotated when the run ended
+            from git_iterare.workspace import common_git
+
+            new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
+                                   ).stdout.split())
+        if new:
+            store.add_note(new, {"run": record.id, "prompt": record.prompt_name,
+                                 "agent": record.agent, "status": record.status})
+
+        def settled(r: Any) -> Any:
+            extra = {k: v for k, v in r.extra.items() if k != "unfinished"}
+            if not unfinished:
+                return r.replace(extra=extra)
+            before = unfinished.get("error")
+            return r.replace(extra=extra, error=(f"{before}; " if before else "")
+                             + "its work was committed later by `git iterare finish`")
+
+        return store.update(record.id, settled, f"{record.id} finished later"), work
+

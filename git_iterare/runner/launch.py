@@ -150,7 +150,6 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.image import ensure_image
-    from git_iterare.workspace import resolve_commit
 
     env = os.environ if env is None else env
     _warm_up_docker()
@@ -182,13 +181,17 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
+        if previous.extra.get("unfinished"):
+            raise UserError(f"run {previous.id} has work that was never committed; starting "
+                            "from its result would leave it out",
+                            hint=f"commit it first with `git iterare finish {previous.id}`")
         if not previous.head:
             raise UserError(f"run {previous.id} has no result to start from "
                             f"(status {previous.status})")
         base_commit, base_branch = previous.head, previous.branch
     else:
         base_branch = request.branch or prompt.branch
-        base_commit = resolve_commit(repo, base_branch or "HEAD")
+        base_commit = resolve_here(repo, base_branch or "HEAD")
         if base_branch is None:
             base_branch = _current_branch(repo)
     from git_iterare.runs.ids import validate_name
@@ -220,7 +223,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
                        limits, ca_bundle, more_mounts, secret_env, credentials, request)
     except BaseException as exc:
-        _record_launch_failure(repo, store, record.id, exc)
+        if not _undo_launch(repo, store, record.id):
+            _record_launch_failure(repo, store, record.id, exc)
         raise
 
 
@@ -293,6 +297,42 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
                             worktree=str(ws.worktree))
 
 
+def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
+    """Remove every trace of a run whose agent never started: its worktree, run gitdir,
+    branch, host-side state and record, so a launch the engine refused (a name, a
+    network, a mount) leaves the repository as it was.
+
+    Nothing is removed, and False returned, when the agent may have started (a container
+    of the run exists or is recorded, or the engine cannot be asked) or when the run's
+    trees hold anything but its base (:func:`git_iterare.workspace.cleanup_run` refuses);
+    the caller then records the failure instead.
+
+    Returns:
+        Whether the run was removed.
+    """
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+
+    from git_iterare import sandbox
+    from git_iterare.runner.finish import has_worktree
+    from git_iterare.runs.ids import run_ref
+    from git_iterare.workspace import cleanup_run, open_run
+
+    try:
+        snap = store.snapshot(run_id)
+        record = snap.record
+        if record.container or sandbox.inspect(f"iterare-{run_id}") is not None:
+            return False
+        if record.base_commit and has_worktree(repo, record):
+            cleanup_run(repo, open_run(repo, run_id, record.base_commit), merged=True)
+        shutil.rmtree(state_dir(repo, run_id), ignore_errors=True)
+        return bool(store.repo.refs.remove_if_equals(
+            Ref(run_ref(run_id).encode()), ObjectID(snap.commit),
+            message=f"iterare: remove run {run_id}, which never started".encode()))
+    except Exception:  # keep the run and record its failure instead
+        return False
+
+
 def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:
     """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
     from git_iterare.errors import IterareError
@@ -324,9 +364,30 @@ def _relative(repo: Repo, path: Path) -> str:
         return str(path)
 
 
-def _current_branch(repo: Repo) -> str | None:
+def resolve_here(repo: Repo, commitish: str) -> str:
+    """The hex id of ``commitish`` as the worktree the command runs in sees it.
+
+    ``HEAD``, ``@{-1}`` and ``HEAD~2`` are per worktree: in a linked worktree they are its
+    own, not the main worktree's, so git runs on the current worktree's gitdir
+    (``.git/worktrees/<name>``), which shares refs and objects with the others.
+
+    Raises:
+        UserError: it names no commit.
+    """
     from git_iterare import proc
 
-    result = proc.git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo.work_tree or
-                      repo.git_dir, check=False)
+    result = proc.git("--git-dir", str(repo.git_dir), "rev-parse", "--verify", "--quiet",
+                      "--end-of-options", f"{commitish}^{{commit}}", scrub_git_env=True,
+                      check=False)
+    if result.returncode != 0:
+        raise UserError(f"{commitish!r} is not a commit in this repository")
+    return str(result.stdout.strip())
+
+
+def _current_branch(repo: Repo) -> str | None:
+    """The branch checked out in the worktree the command runs in; None when detached."""
+    from git_iterare import proc
+
+    result = proc.git("--git-dir", str(repo.git_dir), "symbolic-ref", "--quiet", "--short",
+                      "HEAD", scrub_git_env=True, check=False)
     return result.stdout.strip() or None

@@ -79,6 +79,10 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
 
 def _result_commit(record: Any) -> str:
     if not record.head:
+        if (record.extra or {}).get("unfinished"):
+            raise OperationFailed(f"run {record.id} has no result: its work could not be "
+                                  "committed and is kept in its worktree",
+                                  hint=f"commit it with `git iterare finish {record.id}`")
         raise OperationFailed(f"run {record.id} has no result to use (status {record.status})",
                               hint=f"see `git iterare show {record.id}`")
     return str(record.head)
@@ -128,8 +132,13 @@ def changed_files(repo: Repo, record: Any) -> list[Any]:
 
 
 def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
-          confirm: Callable[[list[Any]], bool]) -> MergeOutcome:
-    """Merge a finished run's result into the current branch.
+          confirm: Callable[[list[Any]], bool],
+          confirm_detached: Callable[[str], bool] = lambda head: True) -> MergeOutcome:
+    """Merge a finished run's result into the current branch of the worktree the command
+    runs in.
+
+    The run may have run elsewhere (its record fetched from a teammate): then its branch
+    is not here and its result commit, which the record keeps reachable, is merged.
 
     Args:
         repo: the repository.
@@ -138,12 +147,14 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         confirm: called with every changed file (:class:`git_iterare.hostexec.FileChange`,
             ``reason`` set on those that would execute on the host); returns whether to
             go on.
+        confirm_detached: called with HEAD's commit (hex) when HEAD is detached, before
+            anything else is shown; returns whether to merge into it.
 
     Raises:
         OperationFailed: still active, no result, refused, or a conflict (the user's tree
             and index are left as they were; the conflicting files are named).
     """
-    from git_iterare.merge import merge_run
+    from git_iterare.merge import detached_head, merge_run
     from git_iterare.runs.status import ACTIVE, MERGED
 
     record = settle(repo, record)
@@ -154,6 +165,12 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
                               f"{record.head} with git merge if you still want it")
     head = _result_commit(record)
+    detached = detached_head(repo)
+    if detached is not None and not confirm_detached(detached):
+        raise OperationFailed(f"HEAD is detached at {detached[:12]}: the merge would move "
+                              "it and no branch would hold the result; not merging",
+                              hint="switch to a branch first (git switch NAME), or rerun "
+                                   "with --yes")
     if not confirm(changed_files(repo, record)):
         raise OperationFailed("merge cancelled: the run changes files that run on your "
                               "machine", hint="review them, then rerun with --yes")
@@ -190,6 +207,13 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     record = settle(repo, record)
     if record.status == CLEANED:
         return record
+    if ran_elsewhere(repo, record):
+        return _cleanup_elsewhere(repo, record, force=force)
+    if record.extra.get("unfinished") and not force:
+        raise OperationFailed(f"run {record.id} has work that would be lost: it could not "
+                              "be committed and is kept in its worktree",
+                              hint=f"`git iterare finish {record.id}` first, or "
+                                   f"`git iterare cleanup --force {record.id}`")
     if record.status in ACTIVE:
         if not force:
             raise OperationFailed(f"run {record.id} is still {record.status}",
@@ -211,3 +235,55 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 
+
+
+def ran_elsewhere(repo: Repo, record: Any) -> bool:
+    """Whether the run was started on another machine or in another repository (its
+    record came with ``git iterare fetch``); records without an origin (imported from
+    iterare) count as local."""
+    from git_iterare.runner.ownership import is_local
+
+    return bool((record.extra or {}).get("host")) and not is_local(repo, record)
+
+
+def _cleanup_elsewhere(repo: Repo, record: Any, *, force: bool) -> Any:
+    """Clean up what exists here of a run that ran elsewhere: a local branch
+    ``iterare/<id>`` someone made from its result. The shared record is left as it is:
+    the run's worktree, branch and container are on the machine that ran it, and marking
+    the record ``cleaned`` would make that machine's cleanup skip them once pushed.
+
+    Raises:
+        OperationFailed: the local branch is not merged (without ``force``), or moved
+            while being deleted.
+    """
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo as DulwichRepo
+
+    from git_iterare import proc
+
+    branch = record.branch or f"iterare/{record.id}"
+    ref = f"refs/heads/{branch}"
+    head = proc.git("--git-dir", str(repo.common_dir), "rev-parse", "--verify", "--quiet",
+                    f"{ref}^{{commit}}", scrub_git_env=True, check=False).stdout.strip()
+    if head:
+        if not force and record.status != "merged" and not _reachable_elsewhere(repo, head):
+            raise OperationFailed(f"run {record.id}: {branch} is not merged into any local "
+                                  "branch", hint=f"`git iterare merge {record.id}` first, "
+                                                 f"or `git iterare cleanup --force {record.id}`")
+        with DulwichRepo(str(repo.common_dir)) as main:
+            if not main.refs.remove_if_equals(
+                    Ref(ref.encode()), ObjectID(head.encode()),
+                    message=f"iterare: remove local branch of run {record.id}".encode()):
+                raise OperationFailed(f"{branch} moved while removing it; run cleanup again")
+    shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
+    return record
+
+
+def _reachable_elsewhere(repo: Repo, head: str) -> bool:
+    """True when ``head`` is reachable from a local branch outside ``iterare/``."""
+    from git_iterare import proc
+
+    out = proc.git("--git-dir", str(repo.common_dir), "for-each-ref", f"--contains={head}",
+                   "--format=%(refname)", "refs/heads/", scrub_git_env=True).stdout.split()
+    return any(not ref.startswith("refs/heads/iterare/") for ref in out)

@@ -1,8 +1,14 @@
 """Run names, run ids and the ref names derived from them.
 
 A run id is ``<name>-<8 hex digits>``; its record lives at ``refs/iterare/runs/<id>`` and
-its work on the branch ``iterare/<id>``. Names must be usable as a single ref name
-component, so they follow git-check-ref-format(1) and refuse ``/`` as well.
+its work on the branch ``iterare/<id>``. A name is checked once, before anything exists,
+against every place it ends up: a single ref name component (git-check-ref-format(1), no
+``/``), the sandbox's container names (``iterare-<id>``, ``iterare-<id>-net``: Docker
+accepts only ``[a-zA-Z0-9][a-zA-Z0-9_.-]+``) and file names (``.iterare/worktrees/<id>``),
+so new names use ASCII letters, digits, ``-``, ``_`` and ``.`` only.
+
+Ids of runs that exist already (made by an older version, or fetched from a teammate) are
+read with the ref rule alone (:func:`is_run_id`), so they stay listable and removable.
 """
 
 from __future__ import annotations
@@ -21,10 +27,28 @@ MAX_NAME_LENGTH = 100
 _ID_RE = re.compile(r"^(?P<name>.+)-(?P<suffix>[0-9a-f]{8})$")
 # Characters git-check-ref-format(1) refuses anywhere in a ref name, plus "/" (one component).
 _FORBIDDEN = set(" ~^:?*[\\/")
+#: What Docker accepts in a container name after its first character (ours is ``i``).
+_PORTABLE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
 def name_problem(name: str) -> str | None:
-    """Return why ``name`` cannot be a run name, or None when it can.
+    """Return why ``name`` cannot name a new run, or None when it can.
+
+    The rules are :func:`ref_name_problem`'s, plus those of the other places a name ends
+    up (container names, file names): ASCII letters, digits, ``-``, ``_`` and ``.`` only.
+    """
+    problem = ref_name_problem(name)
+    if problem is not None:
+        return problem
+    if not _PORTABLE.match(name):
+        bad = next(char for char in name if not _PORTABLE.match(char))
+        return (f"it contains {bad!r} (a name becomes a container name and file names, "
+                "which take only ASCII letters, digits, '-', '_' and '.')")
+    return None
+
+
+def ref_name_problem(name: str) -> str | None:
+    """Return why ``name`` cannot be one ref name component, or None when it can.
 
     The rules are git-check-ref-format(1)'s for one component, plus: no ``/``, no
     whitespace, no leading ``-``, at most :data:`MAX_NAME_LENGTH` characters.
@@ -77,10 +101,13 @@ def new_run_id(name: str) -> str:
     return f"{validate_name(name)}-{secrets.token_hex(4)}"
 
 
-def is_run_id(text: str) -> bool:
-    """Whether ``text`` has the shape of a run id with a valid name."""
+def is_run_id(text: str, *, new: bool = False) -> bool:
+    """Whether ``text`` has the shape of a run id: ``<name>-<8 hex>`` whose name passes
+    :func:`ref_name_problem` (ids that exist, wherever they were made), or with ``new``
+    :func:`name_problem` (ids this version makes)."""
     match = _ID_RE.match(text)
-    return match is not None and name_problem(match.group("name")) is None
+    check = name_problem if new else ref_name_problem
+    return match is not None and check(match.group("name")) is None
 
 
 def validate_run_id(run_id: str) -> str:

@@ -95,7 +95,7 @@ def load(path: Path) -> dict[str, dict[str, Any]]:
 def record_id(legacy_name: str) -> str | None:
     """The run id for a legacy run name: itself when it is ``<name>-<8 hex>``, else a
     cleaned-up name with 8 hex digits of its hash; None when nothing usable remains."""
-    if ids.is_run_id(legacy_name):
+    if ids.is_run_id(legacy_name, new=True):
         return legacy_name
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", legacy_name).strip("-.")[:ids.MAX_NAME_LENGTH]
     if ids.name_problem(name) is not None:

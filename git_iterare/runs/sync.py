@@ -47,6 +47,9 @@ class SyncResult:
         notes: ``new``, ``fast-forward``, ``merged``, ``up-to-date`` or None (no notes).
         pushed: whether a push was made.
         skipped: run id -> reason, for remote records that could not be merged (corrupt).
+        branchless: ``(run id, result commit)`` of runs this fetch brought that have a
+            result but no branch here (branches stay where a run ran), newest
+            first.
     """
 
     remote: str
@@ -54,6 +57,7 @@ class SyncResult:
     notes: str | None = None
     pushed: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
+    branchless: list[tuple[str, str]] = field(default_factory=list)
 
 
 def default_remote(store: RunStore, *, for_push: bool = False) -> str:
@@ -129,7 +133,25 @@ def fetch(store: RunStore, remote: str) -> SyncResult:
         elif name == "notes":
             result.notes = merge_notes(store, sha.encode())
         store.repo.refs.remove_if_equals(refname(ns + name), oid(sha.encode()))
+    result.branchless = _branchless(store, [rid for rid, how in result.outcomes.items()
+                                            if how == "new"])
     return result
+
+
+def _branchless(store: RunStore, run_ids: list[str]) -> list[tuple[str, str]]:
+    """``(id, head)`` of those runs with a result and no local branch, newest first."""
+    found = []
+    for run_id in run_ids:
+        try:
+            record = store.get(run_id)
+        except (CorruptRecord, UserError, OperationFailed):
+            continue
+        if not record.head or record.status == "cleaned":
+            continue
+        branch = record.branch or ids.run_branch(run_id)
+        if read_ref(store.repo, f"refs/heads/{branch}".encode()) is None:
+            found.append((record.created or "", run_id, record.head))
+    return [(run_id, head) for _, run_id, head in sorted(found, reverse=True)]
 
 
 def push(store: RunStore, remote: str) -> SyncResult:
@@ -141,6 +163,7 @@ def push(store: RunStore, remote: str) -> SyncResult:
         ExternalError: git push failed for another reason.
     """
     result = fetch(store, remote)
+    result.branchless = []  # what fetch would advise is not what a push is about
     specs = []
     if store.run_ids():
         specs.append(f"{ids.RUNS_PREFIX}*:{ids.RUNS_PREFIX}*")
@@ -293,6 +316,12 @@ def describe(result: SyncResult) -> Iterable[str]:
         yield f"notes: {result.notes}"
     for run_id, problem in sorted(result.skipped.items()):
         yield f"skipped corrupt remote record {run_id}: {problem}"
+    if result.branchless:
+        run_id, head = result.branchless[0]
+        count = len(result.branchless)
+        yield (f"{count} run{'' if count == 1 else 's'} fetched without a branch here (a "
+               "run's branch stays where it ran); diff, merge and --reuse work by run id; "
+               f"to get a branch: git branch {ids.run_branch(run_id)} {head}")
     if result.pushed:
         yield f"pushed run records and notes to {result.remote}"
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
+import re
 import tarfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,29 @@ def _info(container: Any) -> ContainerInfo:
         exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
         labels=dict(config.get("Labels") or {}),
         image=config.get("Image", ""),
+        ran_seconds=_ran_seconds(state) if status in ("exited", "dead") else None,
     )
+
+
+def _ran_seconds(state: Mapping[str, Any]) -> float | None:
+    """``FinishedAt - StartedAt`` of a container's state, in seconds; None when unknown
+    (Docker writes ``0001-01-01T00:00:00Z`` for a time that never was)."""
+    import datetime as dt
+
+    def parse(text: Any) -> dt.datetime | None:
+        if not isinstance(text, str) or text.startswith("0001-"):
+            return None
+        match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
+        if not match:
+            return None
+        fraction = (match[2] or ".0")[:7]  # Docker gives nanoseconds; Python takes micro
+        zone = "+00:00" if match[3] == "Z" else match[3]
+        return dt.datetime.fromisoformat(match[1] + fraction + zone)
+
+    started, finished = parse(state.get("StartedAt")), parse(state.get("FinishedAt"))
+    if started is None or finished is None or finished < started:
+        return None
+    return (finished - started).total_seconds()
 
 
 class _Tar:

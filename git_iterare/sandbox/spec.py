@@ -258,6 +258,8 @@ class ContainerInfo:
         exit_code: exit status once exited, else None.
         labels: all labels.
         image: image name or id it runs.
+        ran_seconds: seconds from its start to its exit (the engine's clock) once it
+            exited, else None.
     """
 
     id: str
@@ -266,3 +268,4 @@ class ContainerInfo:
     exit_code: int | None
     labels: Mapping[str, str]
     image: str
+    ran_seconds: float | None = None

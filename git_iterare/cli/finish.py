@@ -1,0 +1,27 @@
+"""``git iterare finish RUN``."""
+
+from __future__ import annotations
+
+import click
+
+from git_iterare.cli._runs import resolve_run
+from git_iterare.cli.context import app
+
+
+@click.command("finish")
+@click.argument("run")
+def command(run: str) -> None:
+    """Commit the work RUN left in its worktree when committing it at the end failed."""
+    from git_iterare.runner.finish import finish_later
+    from git_iterare.ui import sanitize_line
+
+    record, work = finish_later(app().repo, resolve_run(run).id)
+    if work is None:
+        click.echo(sanitize_line(f"run {record.id}: nothing left to commit; its result is "
+                                 f"{record.head or 'empty'}"))
+        return
+    changes = work.changes
+    click.echo(sanitize_line(
+        f"run {record.id}: work committed on {record.branch} ({changes.files} file"
+        f"{'' if changes.files == 1 else 's'} changed against its base); status "
+        f"{record.status}"))

@@ -1,0 +1,79 @@
+"""Issue 9 without the sandbox: how a run's end is judged (exit codes, timeouts), and merges
+into a detached HEAD or from a recorded commit, through real git."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from git_iterare.agents.base import RunResult
+from git_iterare.errors import UserError
+from git_iterare.merge import detached_head, merge_run
+from git_iterare.repo import discover
+from git_iterare.runner.finish import _outcome
+from git_iterare.sandbox.docker_backend import _ran_seconds
+from tests.conftest import git
+from tests.runs_helpers import commit_on_branch, head_of
+
+
+def _record(timeout: int, **extra: object) -> SimpleNamespace:
+    return SimpleNamespace(extra={"timeout": timeout, **extra}, started="2000-01-01T00:00:00Z")
+
+
+OK, BAD = RunResult(is_error=False), RunResult(is_error=True)
+
+
+@pytest.mark.parametrize(("timeout", "code", "ran", "result", "expected"), [
+    # found: finished long after its timeout (started in 2000), the agent exited 0 in time
+    (3, 0, 0.5, OK, ("succeeded", None)),
+    (3, 124, 3.01, BAD, ("timed-out", "killed after the 3 s timeout")),
+    (3, 137, 13.2, BAD, ("timed-out", "killed after the 3 s timeout (it ignored SIGTERM; "
+                                      "SIGKILL 10 s later)")),
+    (60, 124, 0.2, BAD, ("failed", "the agent exited with status 124")),
+    (60, 137, 2.0, BAD, ("failed", "the agent exited with status 137")),
+    (0, 124, 999.0, BAD, ("failed", "the agent exited with status 124")),
+    (3, 1, 50.0, BAD, ("failed", "the agent exited with status 1")),
+])
+def test_the_outcome_is_the_agents_unless_its_limit_was_reached(
+        timeout: int, code: int, ran: float, result: RunResult, expected: tuple) -> None:
+    assert _outcome(_record(timeout), code, result, False, ran) == expected
+
+
+def test_a_run_stopped_at_its_limit_by_a_later_command_is_timed_out() -> None:
+    assert _outcome(_record(3, timed_out=True), 143, BAD, False, 70.0) == (
+        "timed-out", "killed after the 3 s timeout")
+
+
+def test_container_run_time_from_dockers_timestamps() -> None:
+    ran = _ran_seconds({"StartedAt": "2026-01-01T00:00:00.25Z",
+                        "FinishedAt": "2026-01-01T00:01:00.123456789Z"})
+    assert ran == pytest.approx(59.873456)
+    assert _ran_seconds({"StartedAt": "2026-01-01T01:00:00+01:00",
+                         "FinishedAt": "2026-01-01T00:00:02Z"}) == 2.0
+    assert _ran_seconds({"StartedAt": "0001-01-01T00:00:00Z",
+                         "FinishedAt": "2026-01-01T00:00:02Z"}) is None
+    assert _ran_seconds({}) is None
+
+
+def test_merge_from_a_recorded_commit_without_the_branch(repo: Path) -> None:
+    work = commit_on_branch(repo, "iterare/gone-0123abcd", "w.txt", "w\n")
+    git("branch", "-D", "iterare/gone-0123abcd", cwd=repo)
+    result = merge_run(discover(repo), work, message="Merge run gone-0123abcd")
+    assert (result.head_after, result.fast_forward, result.detached) == (work, True, False)
+    assert head_of(repo, "main") == work
+    with pytest.raises(UserError) as info:
+        merge_run(discover(repo), "0" * 40)
+    assert info.value.message == f"commit {'0' * 40} is not in this repository"
+
+
+def test_a_detached_head_is_seen_and_reported(repo: Path) -> None:
+    work = commit_on_branch(repo, "iterare/det-0123abcd", "d.txt", "d\n")
+    assert detached_head(discover(repo)) is None
+    before = head_of(repo, "main")
+    git("checkout", "-q", "--detach", cwd=repo)
+    assert detached_head(discover(repo)) == before
+    result = merge_run(discover(repo), "iterare/det-0123abcd")
+    assert (result.detached, result.head_after) == (True, work)
+    assert head_of(repo, "main") == before
