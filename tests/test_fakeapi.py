@@ -247,7 +247,7 @@ def test_real_claude_names_looked_up_behind_a_gateway(
     claude = agents.get_agent("claude")
     gateway = f"http://127.0.0.1:{API_PORT}"
     cfg = config.load(None, {"claude.base_url": gateway}, env={}, git_entries=[])
-    assert claude.required_domains(cfg) == ["127.0.0.1"]
+    assert claude.required_domains(cfg) == [f"127.0.0.1:{API_PORT}"]
     env = {"HOME": str(shared_dir / "home"), "PATH": f"{claude_bin.parent}:/usr/bin:/bin",
            **claude.environment(cfg), **claude.credentials(cfg, {"ANTHROPIC_API_KEY": "k"}).env}
     if not quiet:

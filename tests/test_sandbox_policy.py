@@ -134,8 +134,8 @@ def test_read_egress_report(tmp_path: Path) -> None:
     assert (empty.allowed, empty.blocked, empty.refused_connections.recorded) == ({}, {}, False)
 
 
-def test_entrypoint_exit_codes_match_the_script() -> None:
-    script = (Path(__file__).parents[1] / "container" / "entrypoint").read_text()
+def test_sidecar_exit_codes_match_the_script() -> None:
+    script = (Path(__file__).parents[1] / "container" / "sidecar").read_text()
     codes = {int(c) for c in __import__("re").findall(r"\bfail (\d+) ", script)}
     assert codes == {int(c) for c in SandboxExit}
     assert describe(93) == "the firewall could not be set up (NET_ADMIN missing?)"
@@ -143,7 +143,10 @@ def test_entrypoint_exit_codes_match_the_script() -> None:
 
 
 def test_spec_refuses_root_and_bad_names(tmp_path: Path) -> None:
-    base = dict(image="i", name="n", command=("true",), policy=EgressPolicy(), out_dir=tmp_path)
+    base = dict(image="i", sidecar_image="s", name="n", command=("true",),
+                policy=EgressPolicy(), out_dir=tmp_path)
+    with pytest.raises(UserError, match="own image for its sidecar"):
+        SandboxSpec(**{**base, "sidecar_image": ""})  # type: ignore[arg-type]
     with pytest.raises(UserError, match="must not run as root"):
         SandboxSpec(**base, agent_uid=0)  # type: ignore[arg-type]
     with pytest.raises(UserError, match="bad environment variable name 'A-B'"):
