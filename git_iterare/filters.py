@@ -168,6 +168,6 @@ def filter_config(common_dir: Path) -> str:
     if storage and not os.path.isabs(storage):
         storage = str(common_dir / storage)
     text.append(f"[lfs]\n\tstorage = {_quote(storage or str(common_dir / 'lfs'))}\n"
-                f"\turl = {_quote(OFFLINE_LFS_URL)}\n\tskipdownloaderrors = false\n"
+                f"\turl = {_quote(OFFLINE_LFS_URL)}\n\tskipdownloaderrors = true\n"
                 "[lfs \"transfer\"]\n\tmaxretries = 0\n")
     return "".join(text)

@@ -8,10 +8,12 @@ run gitdir's index, to commit what the agent left uncommitted, to tell whether a
 is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never discovery:
 
 * ``GIT_DIR`` is a fresh directory under ``<common dir>/iterare/tmp`` holding only a
-  minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``, no
-  filters; the user's ``core.autocrlf``/``core.eol`` carried over), ``info/attributes``
-  that unsets ``filter`` for every path (``$GIT_DIR/info/attributes`` beats every
-  ``.gitattributes`` in the tree), and ``info/exclude`` listing nested repositories.
+  minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``; the
+  user's ``core.autocrlf``/``core.eol`` carried over; filter drivers only when the caller
+  passes the user's, see :mod:`git_iterare.filters`), ``info/attributes`` that unsets
+  ``filter`` for every path or, when the caller passes one, the text built from a trusted
+  commit's attributes (``$GIT_DIR/info/attributes`` beats every ``.gitattributes`` in the
+  tree), and ``info/exclude`` listing nested repositories.
   Line-ending and encoding attributes (``text``, ``eol``, ``working-tree-encoding``,
   ``ident``) stay in force: they run no program, and without them a CRLF checkout would
   be committed as a rewrite of every line;

@@ -259,3 +259,18 @@ def test_uninitialized_submodule_keeps_the_agents_files(repo: Path, tmp_path: Pa
     with pytest.raises(OperationFailed, match="submodule vendor/lib"):
         workspace.cleanup_run(repo_mod.discover(repo), ws, merged=True)
     assert (sub / "made.c").read_text() == "int made;\n"
+
+
+def test_git_lfs_on_the_host_never_downloads(lfs_repo: Path) -> None:
+    repo = lfs_repo
+    # the agent's (or a repository's) .lfsconfig names a server: it is not asked
+    (repo / ".lfsconfig").write_text('[lfs]\n\turl = "http://127.0.0.1:1/evil"\n')
+    git("add", ".lfsconfig", cwd=repo)
+    git("commit", "-qm", "lfs server", cwd=repo)
+    shutil.rmtree(repo / ".git" / "lfs" / "objects")
+    ws = prepare(repo)
+    pointer = blob(repo, "HEAD:big.bin")
+    assert (ws.worktree / "big.bin").read_bytes() == pointer
+    (ws.worktree / "x.txt").write_text("x\n")
+    result = finish(repo, ws)
+    assert blob(repo, f"{result.head}:big.bin") == pointer
