@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, proc, safegit
+from git_iterare import boundedfs, checkout, proc, safegit
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.repo import Repo
@@ -35,6 +35,7 @@ from git_iterare.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
     RunWorkspace,
+    checkout_map_path,
     chown_tree,
     common_git,
     worktree_admin_dir,
@@ -495,8 +496,13 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
     if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink():
-        with safegit.safe_git(repo.common_dir, ws.worktree) as view:
-            tree = view.snapshot(head, drop=ws.included)
+        plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
+                                      checkout_map_path(ws), ws.ref, commit=False)
+        problems.extend(plan.pending)
+        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
+                              filters=plan.filter_text) as view:
+            tree = view.snapshot(head, drop=ws.included, unchanged=plan.unchanged,
+                                 gitlinks=plan.gitlinks)
         if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
             problems.append("the worktree has uncommitted changes")
     return "; ".join(problems) or None
@@ -587,9 +593,18 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     admin = worktree_admin_dir(repo, ws.worktree)
     if ws.worktree.is_dir() and not ws.worktree.is_symlink():
         _return_ownership(repo, ws.worktree)
-        with safegit.safe_git(repo.common_dir, ws.worktree) as view:
-            tree = view.snapshot(tip, drop=ws.included)
-            nested, skipped = view.nested_repos, view.skipped
+        text = commit_message(message, trailers)
+        plan = checkout.plan_snapshot(
+            repo.common_dir, ws.worktree, ws.base_commit, checkout_map_path(ws), ws.ref,
+            commit=True, message=text,
+            env={"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
+                 "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
+        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
+                              filters=plan.filter_text) as view:
+            tree = view.snapshot(tip, drop=ws.included, unchanged=plan.unchanged,
+                                 gitlinks=plan.gitlinks)
+            nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
+            skipped = tuple(sorted(view.skipped + plan.skipped, key=lambda s: s.path))
             if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
                 # The agent's identity for author and committer: the commit never depends
                 # on the user's (user.useConfigOnly without an email would refuse it).
@@ -598,7 +613,7 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                 new = proc.git("commit-tree", tree, "-p", tip, "-F", "-",
                                cwd=view.scratch, env={**view.env(), **env},
                                scrub_git_env=True,
-                               input=commit_message(message, trailers)).stdout.strip()
+                               input=text).stdout.strip()
                 autocommitted = True
             if new != current:
                 reason = "commit uncommitted work" if autocommitted else "import commits"

@@ -8,10 +8,12 @@ run gitdir's index, to commit what the agent left uncommitted, to tell whether a
 is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never discovery:
 
 * ``GIT_DIR`` is a fresh directory under ``<common dir>/iterare/tmp`` holding only a
-  minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``, no
-  filters; the user's ``core.autocrlf``/``core.eol`` carried over), ``info/attributes``
-  that unsets ``filter`` for every path (``$GIT_DIR/info/attributes`` beats every
-  ``.gitattributes`` in the tree), and ``info/exclude`` listing nested repositories.
+  minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``; the
+  user's ``core.autocrlf``/``core.eol`` carried over; filter drivers only when the caller
+  passes the user's, see :mod:`git_iterare.filters`), ``info/attributes`` that unsets
+  ``filter`` for every path or, when the caller passes one, the text built from a trusted
+  commit's attributes (``$GIT_DIR/info/attributes`` beats every ``.gitattributes`` in the
+  tree), and ``info/exclude`` listing nested repositories.
   Line-ending and encoding attributes (``text``, ``eol``, ``working-tree-encoding``,
   ``ident``) stay in force: they run no program, and without them a CRLF checkout would
   be committed as a rewrite of every line;
@@ -182,7 +184,7 @@ def scan_worktree(worktree: Path) -> TreeScan:
             nested.append(rel_here)
             continue
         for entry in entries:
-            if not rel_here and entry.name == ".git":
+            if not rel_here and entry.name in (".git", DISABLED_GIT):
                 continue
             rel = f"{rel_here}/{entry.name}" if rel_here else entry.name
             try:
@@ -296,7 +298,9 @@ class SafeGit:
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)
 
-    def snapshot(self, parent_tree: str, *, drop: Sequence[str] = ()) -> str:
+    def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
+                 unchanged: Sequence[tuple[str, str, str]] = (),
+                 gitlinks: Sequence[tuple[str, str]] = ()) -> str:
         """Stage the whole worktree on top of ``parent_tree`` and return the tree id.
 
         Args:
@@ -304,6 +308,11 @@ class SafeGit:
                 longer has are recorded as deleted.
             drop: paths removed from the index afterwards (files copied in by
                 ``.iterare/include`` that the base did not track).
+            unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
+                host checked out from ``blob id``: recorded as that blob, never read
+                again (no clean filter runs on them; see
+                :func:`git_iterare.checkout.unchanged_entries`).
+            gitlinks: ``(commit id, path)`` of submodules whose recorded commit changes.
 
         Returns:
             The hex id of the written tree (its objects are in :attr:`objects`).
@@ -317,14 +326,29 @@ class SafeGit:
                      "--pathspec-from-file=-", "--pathspec-file-nul",
                      text=False, input=b"".join(b":(literal)" + os.fsencode(s.path) + b"\0"
                                                 for s in self.skipped))
+        paths = b"".join(os.fsencode(path) + b"\0" for _, _, path in unchanged)
+        if unchanged:  # git add -A trusts these entries: assume-unchanged
+            self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
+                f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
+                for mode, sha, path in unchanged))
+            self.git("update-index", "-z", "--assume-unchanged", "--stdin", text=False,
+                     input=paths)
         self.git("add", "-A", "--", ".")
+        if unchanged:
+            self.git("update-index", "-z", "--no-assume-unchanged", "--stdin", text=False,
+                     input=paths)
+        if gitlinks:
+            self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
+                f"160000 {sha}\t".encode() + os.fsencode(path) + b"\0"
+                for sha, path in gitlinks))
         if drop:
             self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch", "--", *drop)
         return str(self.git("write-tree").stdout.strip())
 
 
 @contextmanager
-def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
+def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *,
+             attributes: str | None = None, filters: str = "", objects: Path | None = None
              ) -> Iterator[SafeGit]:
     """Create a scratch gitdir for ``worktree`` and yield a :class:`SafeGit` over it.
 
@@ -333,6 +357,13 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
             scratch dir is made under ``iterare/tmp``).
         worktree: the worktree to look at.
         index_file: the index to use; a fresh one inside the scratch dir when None.
+        attributes: the scratch gitdir's ``info/attributes`` (it beats every
+            ``.gitattributes`` in the worktree); None: :data:`SCRATCH_ATTRIBUTES`, no
+            filter for any path. See :func:`git_iterare.filters.attributes_text`.
+        filters: config text appended to the scratch config: the user's filter drivers
+            (:func:`git_iterare.filters.filter_config`), never the agent's.
+        objects: the object directory to read and write; ``common_dir/objects`` when
+            None (a submodule's, under ``.git/modules``, for its files).
 
     Yields:
         The view; the scratch dir is removed afterwards.
@@ -344,17 +375,20 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None
         for sub in ("refs", "info"):
             (scratch / sub).mkdir()
         (scratch / "HEAD").write_text("ref: refs/heads/scratch\n")
-        (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir))
-        (scratch / "info" / "attributes").write_text(SCRATCH_ATTRIBUTES)
+        (scratch / "config").write_text(SCRATCH_CONFIG + line_ending_config(common_dir)
+                                        + filters)
+        (scratch / "info" / "attributes").write_text(
+            SCRATCH_ATTRIBUTES if attributes is None else attributes)
         scan = scan_worktree(worktree)
         nested = list(scan.nested)
         disable_nested_repos(worktree, nested)
         (scratch / "info" / "exclude").write_bytes(os.fsencode(
-            "".join(_exclude_pattern(p) + "\n" for p in nested)
+            f"/{DISABLED_GIT}/\n"  # the top's own .git, when it was a nested repository
+            + "".join(_exclude_pattern(p) + "\n" for p in nested)
             + "".join(_exclude_file(s.path) + "\n" for s in scan.skipped if s.excluded)))
         yield SafeGit(scratch=scratch, worktree=worktree,
                       index_file=index_file or scratch / "index",
-                      objects=common_dir / "objects", nested_repos=tuple(nested),
+                      objects=objects or common_dir / "objects", nested_repos=tuple(nested),
                       skipped=scan.skipped)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

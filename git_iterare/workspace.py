@@ -32,7 +32,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, proc, safegit
+from git_iterare import boundedfs, checkout, proc, safegit, ui
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.repo import Repo
 
@@ -54,6 +54,8 @@ RUN_GITDIR_CONFIG = f"""\
 \tbare = false
 \tlogallrefupdates = true
 \thooksPath = /dev/null
+\tcheckStat = minimal
+\ttrustctime = false
 [user]
 \tname = {AGENT_NAME}
 \temail = {AGENT_EMAIL}
@@ -339,30 +341,61 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     ensure_excluded(repo)
     make_run_dirs(repo)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
-    # user's (npm install, direnv...) would run it on the host.
+    # user's (npm install, direnv...) would run it on the host. No checkout: git would
+    # copy the user's sparse-checkout patterns and take attributes from the base's tree;
+    # the host checks out the full tree itself (git_iterare.checkout).
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
-               "--no-track", "-b", branch, str(worktree), base_commit, cwd=_top(repo))
+               "--no-checkout", "--no-track", "-b", branch, str(worktree), base_commit,
+               cwd=_top(repo))
     ws = RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
         base_commit=base_commit,
         mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
         agent_uid=uid, agent_gid=gid, included=included)
     try:
+        admin = worktree_admin_dir(repo, worktree)
+        if admin is None:
+            raise OperationFailed(f"git worktree add did not register {worktree}")
+        _not_sparse(admin)
+        warnings: list[str] = []
+        checkout.write_map(checkout_map_path(ws), checkout.populate(
+            repo.common_dir, worktree, base_commit, admin / "index", warnings))
+        for line in warnings:
+            ui.warn(line)
         copy_includes(repo, worktree, included)
         _write_run_gitdir(repo, ws, alternates)
         # The stat data in the index is current, so git inside need not rehash every
         # file (the run gitdir's config tells it to ignore the owner and ctime changes
-        # the sandbox makes).
-        index = gitdir / "index"
-        with safegit.safe_git(repo.common_dir, worktree, index) as view:
-            view.git("read-tree", base_commit)
-            view.git("update-index", "-q", "--refresh", check=False)
+        # the sandbox makes, and filtered files are never rehashed without their filter).
+        shutil.copyfile(admin / "index", gitdir / "index")
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)
             _delete_branch(repo, ws, base_commit)
         raise
     return ws
+
+
+def checkout_map_path(ws: RunWorkspace) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.checkout``: what the host checked out for the
+    run (:mod:`git_iterare.checkout`); host-only, never mounted."""
+    return ws.gitdir.with_name(ws.run_id + ".checkout")
+
+
+def _not_sparse(admin: Path) -> None:
+    """Make a new run worktree a full checkout whatever the user's sparse settings.
+
+    ``git worktree add`` copies the current worktree's sparse-checkout patterns and its
+    ``core.sparseCheckout`` (per-worktree config) to the new one; the run worktree holds
+    the whole tree, so the user's git in it must not treat it as sparse either.
+    """
+    patterns = admin / "info" / "sparse-checkout"
+    if patterns.exists():
+        patterns.unlink()
+    config = admin / "config.worktree"
+    if config.is_file():
+        proc.git("config", "--file", str(config), "core.sparseCheckout", "false",
+                 scrub_git_env=True)
 
 
 def open_run(repo: Repo, run_id: str, base_commit: str, *,
@@ -515,8 +548,9 @@ def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     removed_gitdir = os.path.lexists(ws.gitdir)
     if removed_gitdir:
         boundedfs.remove_tree(ws.gitdir)
-    if os.path.lexists(ws.gitfile):
-        ws.gitfile.unlink()
+    for path in (ws.gitfile, checkout_map_path(ws)):
+        if os.path.lexists(path):
+            path.unlink()
     return removed_worktree, removed_gitdir
 
 

@@ -260,6 +260,9 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
     # control: the traps are armed; plain git in the agent's view or the nested repo
     # springs them (that is the agent's own business inside its container)
     (ws.worktree / "work.txt").write_text("again\n")
+    # (the agent's git needs the shared objects back: with whole-second stat checks it
+    # no longer rehashes, and so re-stores, every file the sandbox chowned)
+    (ws.gitdir / "objects/info/alternates").write_text(f"{repo / '.git' / 'objects'}\n")
     agent(ws, "commit", "-qam", "x")
     subprocess.run(["git", "status"], cwd=nested, capture_output=True, check=True,
                    env={**os.environ, "GIT_DIR": str(nested / DISABLED_GIT),
