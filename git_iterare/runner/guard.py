@@ -126,3 +126,46 @@ def check_network_on_engine(network: str) -> None:
     if problem:
         raise UserError(f"docker.network: {problem}",
                         hint="leave docker.network unset or name a user-defined Docker network")
+
+
+def workspace_mounts(repo: Repo, mounts: Sequence[Any], base_commit: str) -> tuple[str, ...]:
+    """Mount targets below ``/workspace`` that the base commit does not track, relative to
+    the worktree: what is mounted there is not the agent's work.
+
+    The run's git (in the sandbox) ignores them, and the automatic commit at finish leaves
+    them out (Docker may leave an empty mount point in the worktree). Targets over paths
+    the base tracks keep the base's content on the host, so nothing of the mount reaches
+    the automatic commit there either.
+
+    Args:
+        repo: the repository.
+        mounts: admitted mounts (:class:`git_iterare.sandbox.Mount`).
+        base_commit: the run's base commit (hex).
+    """
+    from git_iterare import proc
+    from git_iterare.sandbox.safety import workspace_targets
+
+    rels = workspace_targets(m.container_path for m in mounts)
+    if not rels:
+        return ()
+    tracked = proc.git("ls-tree", "--name-only", base_commit, "--", *rels,
+                       cwd=repo.common_dir).stdout.split("\n")
+    return tuple(r for r in rels if r not in tracked)
+
+
+def exclude_in_run(gitdir: Path, mounts: Sequence[Any]) -> None:
+    """Add the targets of ``mounts`` below ``/workspace`` to the run gitdir's
+    ``info/exclude``, so git inside the sandbox does not take them as the agent's work."""
+    from git_iterare.sandbox.safety import workspace_targets
+
+    rels = workspace_targets(m.container_path for m in mounts)
+    if not rels:
+        return
+    exclude = gitdir / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a", encoding="utf-8") as out:
+        out.write("# mounted by [mounts] volumes, not the agent's work\n")
+        for rel in rels:
+            escaped = "".join("\\" + c if c in "*?[\\ #!" else c for c in rel)
+            out.write(f"/{escaped}\n")
+

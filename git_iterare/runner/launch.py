@@ -19,7 +19,12 @@ from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
 from git_iterare.repo import Repo
-from git_iterare.runner.guard import admit, check_network_on_engine
+from git_iterare.runner.guard import (
+    admit,
+    check_network_on_engine,
+    exclude_in_run,
+    workspace_mounts,
+)
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
 
@@ -213,6 +218,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image_digest=image.id,
         policy=_policy_dict(policy),
         extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
+               "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
                "sidecar_image": image.sidecar, **origin(repo)},
     )
     try:
@@ -237,6 +243,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
 
     remember_secrets(repo, record.id, secret_env.values())  # for whoever finishes the run
     ws = prepare_run(repo, record.id, record.base_commit)
+    exclude_in_run(ws.gitdir, more_mounts)  # [mounts] below /workspace: not the agent's work
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)
     prompt_file = state / "prompt.md"
