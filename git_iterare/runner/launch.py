@@ -23,6 +23,8 @@ from git_iterare.runner.guard import (
     admit,
     check_network_on_engine,
     exclude_in_run,
+    network_cidrs,
+    requested_networks,
     workspace_mounts,
 )
 from git_iterare.runner.ownership import origin
@@ -52,6 +54,9 @@ class ExecuteRequest:
         timeout: wall-clock limit in seconds overriding frontmatter and ``run.timeout``.
         tty: give the agent a terminal (``interactive``).
         command: argv to run instead of the agent's own (``interactive --shell``).
+        networks: Docker networks to attach to besides the sandbox's own
+            (``--docker-network``); their subnets are let through the firewall.
+        compose: also attach the compose project's default network (``--docker-compose``).
     """
 
     prompt: str | None
@@ -63,6 +68,8 @@ class ExecuteRequest:
     timeout: int | None = None
     tty: bool = False
     command: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()
+    compose: bool = False
 
 
 def _warm_up_docker() -> None:
@@ -172,6 +179,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # anything else is looked at: the engine is not contacted before this.
     admitted = admit(repo, config,
                      prompt_env=[n for n in prompt.env if n not in request.env_names])
+    networks = requested_networks(repo, request.networks, request.compose, env)
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
@@ -205,6 +213,11 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
+    if networks:  # only the subnets of the networks asked for get through the firewall
+        import dataclasses
+
+        policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
+            (*policy.cidrs, *network_cidrs(networks)))))
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,
@@ -218,6 +231,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image_digest=image.id,
         policy=_policy_dict(policy),
         extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
+               "networks": list(networks),
                "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
                "sidecar_image": image.sidecar, **origin(repo)},
     )
@@ -273,6 +287,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         owned=(ws.worktree, ws.gitdir, ws.gitfile),
         limits=limits,
         network=config["docker.network"],
+        networks=tuple(record.extra.get("networks") or ()),
         agent_uid=ws.agent_uid,
         agent_gid=ws.agent_gid,
         tty=request.tty,

@@ -336,6 +336,9 @@ class DockerBackend:
             policy.dir("run", 0, 0, 0o755)
             policy.dir("run/iterare", 0, 0, 0o755)
             policy.file(POLICY_PATH, spec.policy.to_json().encode(), 0, 0, 0o644)
+            for extra in spec.networks:
+                with docker_errors(f"attach {spec.name} to the network {extra}"):
+                    docker.networks.get(extra).connect(sidecar)
             with docker_errors(f"start the network sidecar of {spec.name}"):
                 sidecar.put_archive("/", policy.data())
                 sidecar.start()

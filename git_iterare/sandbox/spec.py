@@ -192,6 +192,8 @@ class SandboxSpec:
         workdir: the agent's working directory.
         limits: CPU, memory and process limits.
         network: Docker network to attach to; empty for the default bridge.
+        networks: more Docker networks the sidecar joins (``--docker-network``); the
+            policy should let their subnets through.
         agent_uid: uid of the agent (not 0); see :func:`agent_ids`.
         agent_gid: gid of the agent (not 0).
         tty: allocate a terminal.
@@ -216,6 +218,7 @@ class SandboxSpec:
     workdir: str = "/workspace"
     limits: Limits = field(default_factory=Limits)
     network: str = ""
+    networks: tuple[str, ...] = ()
     agent_uid: int = AGENT_ID_BASE
     agent_gid: int = AGENT_ID_BASE
     tty: bool = False
