@@ -240,6 +240,8 @@ def test_iterare_project_runs_unchanged(repo: Path, legacy: Legacy | None,
     commit_all(repo, "iterare init")
     (repo / "data").mkdir()
     (repo / "data" / "input.txt").write_text("input\n")
+    # The agent's uid is no host account's: a writable mount must let others write.
+    (repo / "data").chmod(0o777)
     key = Path(os.environ["XDG_CONFIG_HOME"]) / "iterare" / "anthropic-api-key"
     key.write_text("sk-ant-api03-unused\n")
     key.chmod(0o644)
@@ -297,6 +299,7 @@ def test_docker_compose_network_reached(repo: Path, sandbox_user: None) -> None:
             ["docker", "network", "inspect", network], capture_output=True, text=True,
             check=True).stdout)[0]["IPAM"]["Config"][0]["Subnet"]
         (repo / "db-address").write_text(address + "\n")
+        (repo / "data").mkdir()  # the user's [mounts] (see sandbox_user)
         commit_all(repo, "compose project")
         started = iterare("execute", "reach", "--dc", "--follow", cwd=repo)
         assert started.returncode == 0, started.stdout + started.stderr
