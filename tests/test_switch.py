@@ -317,3 +317,25 @@ def test_docker_compose_network_reached(repo: Path, sandbox_user: None) -> None:
         _remove_containers(repo)
         subprocess.run(["docker-compose", "down", "-v"], cwd=repo, capture_output=True,
                        check=False)
+
+
+@pytest.mark.docker
+def test_missing_session_shell_falls_back_to_bash(repo: Path, sandbox_user: None) -> None:
+    """iterare's `[session] shell = "/bin/zsh"`, which the image lacks: bash starts with one
+    warning naming the key (item 7)."""
+    from tests.terminal import in_terminal
+
+    (repo / "data").mkdir()
+    user_config(Path(os.environ["XDG_CONFIG_HOME"], "iterare", "config.toml").read_text()
+                + '[session]\nshell = "/bin/zsh"\n')
+    try:
+        code, out = in_terminal(["git", "iterare", "interactive", "--worktree", "--shell"],
+                                repo, b"echo shell-is-$0; exit 3\n",
+                                b"starting bash instead", timeout=120)
+        text = out.decode("utf-8", "replace")
+        assert "warning: session.shell /bin/zsh is not in the sandbox image; starting bash " \
+               "instead" in text
+        assert "shell-is-bash" in text
+        assert code == 3, text
+    finally:
+        _remove_containers(repo)
