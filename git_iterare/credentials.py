@@ -69,11 +69,36 @@ def credentials_dir(config: Config) -> Path:
 
 
 def _check_private(path: Path) -> None:
-    """Refuse a file others can read: its secret may already have leaked, say so."""
-    mode = path.stat().st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UserError(f"{path}: readable by other users (mode {stat.S_IMODE(mode):04o})",
-                        hint=f"chmod 600 {path}, and replace the credential if it leaked")
+    """Make a credential file others can read private again, or refuse it.
+
+    iterare (iterare-llm) copied its credential files with mode 0644: a file owned by the
+    user running git iterare is fixed (``chmod 600``) with a one-line warning, since its
+    secret may have been read meanwhile. A file of another user cannot be fixed.
+
+    Raises:
+        UserError: the file is readable by others and is not the user's own, or the mode
+            cannot be changed.
+    """
+    from git_iterare import ui
+
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return
+    if info.st_uid == os.geteuid():
+        try:
+            os.chmod(path, mode & 0o700)
+        except OSError as exc:
+            raise UserError(f"{path}: readable by other users (mode {mode:04o}) and "
+                            f"cannot be fixed: {exc.strerror}",
+                            hint=f"chmod 600 {path}") from None
+        ui.warn(f"{path} was readable by other users (mode {mode:04o}); made it 0600 "
+                f"(replace the credential if it may have leaked)")
+        return
+    raise UserError(f"{path}: readable by other users (mode {mode:04o}) and owned by "
+                    f"uid {info.st_uid}, not you",
+                    hint=f"have its owner run chmod 600 {path}, or store your own with "
+                         f"`git iterare credentials --force`")
 
 
 def _read_secret(path: Path) -> bytes | None:

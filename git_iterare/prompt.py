@@ -186,6 +186,16 @@ def _parse_yaml(
     return data, lines
 
 
+def _scalar_text(value: Any) -> Any:
+    """A number or date where text is wanted, as text (iterare used ``workspace: 123`` as
+    the name "123"); other values are returned as they are, for the caller to refuse."""
+    import datetime
+
+    if isinstance(value, (int, float, datetime.date)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
            ) -> tuple[dict[str, Any], list[str]]:
     """Check each frontmatter value; return the typed fields and warnings."""
@@ -219,6 +229,8 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
                     raise fail(key, problem)
             fields[key] = tuple(dict.fromkeys(names))
         else:
+            if key in ("workspace", "branch"):
+                value = _scalar_text(value)
             if not isinstance(value, str):
                 raise fail(key, f"must be a string, got {value!r}")
             if key == "branch":

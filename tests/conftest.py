@@ -19,7 +19,7 @@ import pytest
 BIN_DIR = Path(sys.executable).parent
 
 #: The sandbox image and the local test internet (session fixtures).
-pytest_plugins = ["tests.sandbox_fixtures"]
+pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare"]
 
 
 @pytest.fixture(autouse=True)

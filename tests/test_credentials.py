@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,11 +121,30 @@ def test_verbose_never_echoes_secret(tmp_path: Path) -> None:
     assert "hush" not in done.stdout + done.stderr
 
 
-def test_group_readable_file_refused(store: Path) -> None:
+def test_readable_file_fixed_with_warning(store: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    # iterare copied its credential files 0644: the user's own files are made 0600.
     credentials.store_token(store, "sk-ant-api03-z")
-    (store / "anthropic-api-key").chmod(0o640)
-    with pytest.raises(UserError, match=r"readable by other users \(mode 0640\)"):
+    path = store / "anthropic-api-key"
+    path.chmod(0o644)
+    loaded = credentials.load(cfg())
+    assert loaded is not None and loaded.env == {"ANTHROPIC_API_KEY": "sk-ant-api03-z"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert capsys.readouterr().err == (
+        f"warning: {path} was readable by other users (mode 0644); made it 0600 (replace "
+        "the credential if it may have leaked)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_readable_file_of_another_user_refused(store: Path) -> None:
+    credentials.store_token(store, "sk-ant-api03-z")
+    path = store / "anthropic-api-key"
+    path.chmod(0o640)
+    os.chown(path, 54321, 54321)
+    with pytest.raises(UserError, match=r"readable by other users \(mode 0640\) and owned "
+                                        r"by uid 54321, not you"):
         credentials.load(cfg())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 def test_loaded_secret_is_redacted(store: Path) -> None:

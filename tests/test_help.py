@@ -79,7 +79,7 @@ def test_without_man_the_same_text_is_printed(repo: Path) -> None:
     assert result.stdout.splitlines()[:5] == [
         "GIT-ITERARE-INIT(1)", "", "", "NAME",
         "       git-iterare-init - set up .iterare/ in a repository"]
-    assert ("\n       --force\n           Overwrite the files above when they exist, also a "
+    assert ("\n       --force, -f\n           Overwrite the files above when they exist, also a "
             "configuration file\n           that no longer parses.\n") in result.stdout
 
 

@@ -168,3 +168,20 @@ def test_load_prompt_normalizes_a_crlf_file(tmp_path: Path) -> None:
     (tmp_path / "w.md").write_bytes(b"---\r\ntimeout: 5\r\n---\r\ntouch c.txt\r\n")
     prompt = load_prompt("w", tmp_path, tmp_path)
     assert (prompt.timeout, prompt.body) == (5, "touch c.txt\n")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("123", "123"), ("1.5", "1.5"), ("2024-01-01", "2024-01-01"), ("'007'", "007")])
+def test_scalar_workspace_and_branch_taken_as_text(prompts: Path, value: str,
+                                                   expected: str) -> None:
+    # iterare (iterare-llm 0.2.3) named the run after `workspace: 123` as "123-<hash>".
+    write(prompts, "task.md", f"---\nworkspace: {value}\nbranch: {value}\n---\nx\n")
+    prompt = load_prompt("task", prompts, prompts)
+    assert (prompt.workspace, prompt.run_name, prompt.branch) == (expected, expected, expected)
+
+
+@pytest.mark.parametrize("value, shown", [("[a]", "['a']"), ("true", "True"),
+                                          ("{a: 1}", "{'a': 1}")])
+def test_non_scalar_workspace_still_refused(prompts: Path, value: str, shown: str) -> None:
+    assert error_of(f"---\nworkspace: {value}\n---\nx\n", prompts) == (
+        f"FILE:2: workspace must be a string, got {shown}")

@@ -82,7 +82,7 @@ def _spec(name: str, image: str, sidecar_image: str, network: str, repo: Path, o
     return SandboxSpec(
         image=image, sidecar_image=sidecar_image, name=name, command=tuple(command),
         policy=_policy(port), out_dir=out, secret_env={"ESCAPE_SECRET": "s3cr3t-marker"},
-        extra_networks=(network.replace(
+        networks=(network.replace(
             "_internet", "_intranet"),),
         run_id=name, repo_path=str(repo), network=network,
         env={**NET, "HOST_PORT": str(port), "HOST_GIT": "/run/host-git"},

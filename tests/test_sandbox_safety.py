@@ -17,6 +17,7 @@ from git_iterare.sandbox.safety import (
     known_sockets,
     network_driver_problem,
     normalize_target,
+    workspace_targets,
 )
 
 NETWORK_HINT = " (leave docker.network unset or name a user-defined Docker network)"
@@ -70,7 +71,7 @@ def test_network_drivers() -> None:
                   "sandbox's own programs)"),
     ("/workspace", "/workspace is reserved for the sandbox"),
     ("/workspace/.git", "/workspace/.git is reserved for the sandbox"),
-    ("/workspace/sub", "/workspace/sub is reserved for the sandbox"),
+    ("/workspace/.git/hooks", "/workspace/.git/hooks is reserved for the sandbox"),
     ("/git", "/git is reserved for the sandbox"),
     ("/git/objects", "/git/objects is reserved for the sandbox"),
     ("/run/iterare", "/run/iterare is reserved for the sandbox"),
@@ -84,9 +85,15 @@ def test_refused_targets(target: str, message: str) -> None:
 
 
 @pytest.mark.parametrize("target", ["/data", "/github", "/home/agent/.gitconfig", "/opt/cache",
-                                    "/srv/x", "/var/cache/apt", "/gitlab"])
+                                    "/srv/x", "/var/cache/apt", "/gitlab", "/workspace/data",
+                                    "/workspace/sub/dir", "/workspace/.gitignore-cache"])
 def test_accepted_targets(target: str) -> None:
     assert check_target(target) == normalize_target(target)
+
+
+def test_workspace_targets() -> None:
+    assert workspace_targets(["/data", "/workspace/data", "/workspace/a/b", "/workspaces/x"]
+                             ) == ["data", "a/b"]
 
 
 @pytest.fixture

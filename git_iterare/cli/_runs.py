@@ -17,10 +17,12 @@ def resolve_run(arg: str | None) -> Any:
         UserError: ambiguous (exit 2). OperationFailed: unknown (exit 1).
     """
     from git_iterare.runner.manage import settle
+    from git_iterare.runs.legacy import follow
     from git_iterare.runs.store import RunStore
 
     repo = app().repo
-    return settle(repo, RunStore(repo).resolve(arg))
+    store = RunStore(repo)
+    return settle(repo, follow(store, store.resolve(arg)))
 
 
 def confirm_or_refuse(question: str, assume_yes: bool) -> bool:

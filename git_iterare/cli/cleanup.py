@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from git_iterare.cli._runs import confirm_or_refuse, resolve_run
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 
 @click.command("cleanup")
@@ -14,6 +14,7 @@ from git_iterare.cli.context import app
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True,
               help="Also drop unmerged work and stop runs that are still active.")
+@project_option()
 def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
     """Remove the worktree, branch and container of RUN (default: the most recent run);
     the record and commits are kept."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from git_iterare import ui
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from git_iterare.config import Config
@@ -76,3 +79,26 @@ def app() -> AppContext:
         root.obj = AppContext()
     obj: AppContext = root.obj
     return obj
+
+
+def _set_project(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from git_iterare.errors import UserError
+    from git_iterare.repo import discover
+
+    if not value.is_dir():
+        raise UserError(f"--project {value}: no such directory")
+    app()._repo = discover(value)
+
+
+def project_option() -> Callable[[F], F]:
+    """``-p/--project DIR`` (iterare's): work on the repository at DIR, not the current
+    one."""
+    from pathlib import Path
+
+    return click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
+                        metavar="DIR", expose_value=False, is_eager=True,
+                        callback=_set_project,
+                        help="Work on the repository at DIR (default: the current one).")
+

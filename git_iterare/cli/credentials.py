@@ -9,14 +9,18 @@ from git_iterare.cli.context import app
 
 
 @click.command("credentials")
-@click.option("--force", is_flag=True, help="Replace credentials already stored.")
+@click.option("--force", "-f", is_flag=True, help="Replace credentials already stored.")
 @click.option("--api-key-env", is_flag=True,
               help="Store the API key in the ANTHROPIC_API_KEY environment variable.")
 @click.option("--token-file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Read an API key or `claude setup-token` token from FILE (- for stdin).")
 @click.option("--login", is_flag=True,
               help="Log in to Claude with Claude Code inside the sandbox (needs a terminal).")
-def command(force: bool, api_key_env: bool, token_file: str | None, login: bool) -> None:
+@click.option("--image", "-i", metavar="IMAGE",
+              help="Log in (as --login) in the sandbox image IMAGE; iterare's image "
+                   "stands for git-iterare's own.")
+def command(force: bool, api_key_env: bool, token_file: str | None, login: bool,
+            image: str | None) -> None:
     """Store Claude credentials (0600) for runs to use.
 
     Without options: copy the Claude Code login in ~/.claude/.credentials.json when there
@@ -29,6 +33,9 @@ def command(force: bool, api_key_env: bool, token_file: str | None, login: bool)
     from git_iterare import credentials
     from git_iterare.errors import UserError
 
+    if image is not None:  # iterare's `credentials --image` logged in inside that image
+        login = True
+        app().overrides["docker.image"] = image
     if sum((api_key_env, token_file is not None, login)) > 1:
         raise UserError("give one of --api-key-env, --token-file and --login")
     repo = app().optional_repo()

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 
 @click.command("execute")
 @click.argument("prompt")
 @click.option("--follow", "-f", is_flag=True,
               help="Stream the agent's log and exit 0 if the run succeeded, 1 if not.")
-@click.option("--env", "env_names", multiple=True, metavar="NAME",
+@click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
-@click.option("--reuse", metavar="RUN", help="Start from the result of run RUN.")
+@click.option("--reuse", "-r", metavar="RUN", help="Start from the result of run RUN.")
 @click.option("--agent", help="Agent to run: claude or shell (default: run.agent).")
 @click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
 @click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
@@ -21,9 +21,16 @@ from git_iterare.cli.context import app
               help="Wall-clock limit in seconds; 0 for none (default: run.timeout).")
 @click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
+@click.option("--docker-network", "--dn", "networks", multiple=True, metavar="NET",
+              help="Attach the run to the Docker network NET and let its subnets through "
+                   "the firewall (repeatable).")
+@click.option("--docker-compose", "--dc", "compose", is_flag=True,
+              help="Also attach the default network of the compose project in the "
+                   "repository.")
+@project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,
-            verbosity: int) -> None:
+            verbosity: int, networks: tuple[str, ...], compose: bool) -> None:
     """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
     import sys
 
@@ -32,7 +39,8 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
 
     ctx = app()
     request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,
-                             branch=branch, name=name, timeout=timeout)
+                             branch=branch, name=name, timeout=timeout,
+                             networks=networks, compose=compose)
     record = execute(ctx.repo, ctx.config, request,
                      progress=ui.progress)
     click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")

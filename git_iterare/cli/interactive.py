@@ -5,21 +5,31 @@ from __future__ import annotations
 import click
 
 from git_iterare import ui
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 
 @click.command("interactive")
-@click.option("--worktree", is_flag=True,
+@click.option("--worktree/--no-worktree", default=False,
               help="Work in a run of its own (branch, worktree, record), finished like any "
-                   "run when the session ends.")
-@click.option("--workspace", metavar="NAME", help="Run name with --worktree.")
-@click.option("--branch", help="Base branch or commit with --worktree (default: HEAD).")
-@click.option("--reuse", metavar="RUN", help="With --worktree: start from the result of RUN.")
-@click.option("--env", "env_names", multiple=True, metavar="NAME",
+                   "run when the session ends; --no-worktree (the default) works on your "
+                   "checkout.")
+@click.option("--workspace", "-w", metavar="NAME", help="Run name with --worktree.")
+@click.option("--branch", "-b", help="Base branch or commit with --worktree (default: HEAD).")
+@click.option("--reuse", "-r", metavar="RUN",
+              help="With --worktree: start from the result of RUN.")
+@click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
 @click.option("--shell", is_flag=True, help="Start a shell (session.shell) instead of Claude.")
+@click.option("--docker-network", "--dn", "networks", multiple=True, metavar="NET",
+              help="Attach the session to the Docker network NET and let its subnets "
+                   "through the firewall (repeatable).")
+@click.option("--docker-compose", "--dc", "compose", is_flag=True,
+              help="Also attach the default network of the compose project in the "
+                   "repository.")
+@project_option()
 def command(worktree: bool, workspace: str | None, branch: str | None, reuse: str | None,
-            env_names: tuple[str, ...], shell: bool) -> None:
+            env_names: tuple[str, ...], shell: bool, networks: tuple[str, ...],
+            compose: bool) -> None:
     """Open a terminal session with the agent (or a shell) in the sandbox."""
     import sys
 
@@ -33,6 +43,7 @@ def command(worktree: bool, workspace: str | None, branch: str | None, reuse: st
                         "unattended runs")
     ctx = app()
     request = InteractiveRequest(worktree=worktree, name=workspace, branch=branch,
-                                 reuse=reuse, env_names=env_names, shell=shell)
+                                 reuse=reuse, env_names=env_names, shell=shell,
+                                 networks=networks, compose=compose)
     sys.exit(interactive(ctx.repo, ctx.config, request,
                          progress=ui.progress))

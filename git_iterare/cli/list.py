@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stopped",
                   "timed-out", "lost", "merged", "cleaned", "corrupt")
@@ -16,6 +16,7 @@ STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stop
               help="Only runs with this status (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "porcelain"]),
               default="table", show_default=True, help="Output format.")
+@project_option()
 def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
     """List runs: active and finished ones, cleaned ones too with --all."""
     import datetime as dt

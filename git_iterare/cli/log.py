@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 
 def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True) -> None:
@@ -45,6 +45,7 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
 @click.option("--raw", is_flag=True, help="Print the agent's output lines untouched.")
 @click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
               help="0 what the agent says, 1 tool calls, 2 everything.")
+@project_option()
 def command(run: str | None, follow: bool, raw: bool, verbosity: int) -> None:
     """Show the log of RUN (default: the most recent run)."""
     from git_iterare.runs.store import RunStore

@@ -93,11 +93,21 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def group_options() -> list[click.Parameter]:
+    """:func:`common_options`, with iterare's ``-v`` for ``--verbose`` before the command
+    (``git iterare -v execute ...``); after it, ``-v`` is a command's own."""
+    options = common_options()
+    for option in options:
+        if option.name == "verbose" and isinstance(option, click.Option):
+            option.opts.append("-v")
+    return options
+
+
 @click.group(
     cls=LazyGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h"]},
-    params=common_options(),
+    params=group_options(),
 )
 @click.version_option(__version__, "--version", prog_name="git iterare",
                       message="%(prog)s version %(version)s")

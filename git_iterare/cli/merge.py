@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from git_iterare.cli._runs import confirm_or_refuse, resolve_run
-from git_iterare.cli.context import app
+from git_iterare.cli.context import app, project_option
 
 
 def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
@@ -44,6 +44,7 @@ def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
 @click.option("--no-ff", "no_ff", is_flag=True, help="Always create a merge commit.")
 @click.option("--yes", "-y", is_flag=True,
               help="Merge without asking when files that run on the host changed.")
+@project_option()
 def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
     """Merge the result of RUN (default: the most recent run) into the current branch."""
     import sys

@@ -19,7 +19,9 @@ def command(run: str | None) -> None:
     from git_iterare.runs.store import RunStore
 
     store = RunStore(app().repo)
-    record = settle(app().repo, store.resolve(run), tolerant=True)
+    from git_iterare.runs.legacy import follow
+
+    record = settle(app().repo, follow(store, store.resolve(run)), tolerant=True)
     prompt = store.read_prompt(record.id)
     log = store.read_log(record.id)
     diffstat = None

@@ -161,7 +161,10 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     commits: tuple[str, ...] = ()
     if record.base_commit and has_worktree(repo, record):
         try:
-            ws = open_run(repo, record.id, record.base_commit)
+            # Mount points below /workspace (see runner.guard.workspace_mounts) are no work.
+            ws = open_run(repo, record.id, record.base_commit,
+                          included=tuple(p for p in record.extra.get("workspace_mounts") or ()
+                                         if isinstance(p, str)))
             _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile))
             work = finish_run(
                 repo, ws,

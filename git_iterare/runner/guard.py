@@ -10,7 +10,7 @@ of the Docker engine; :func:`check_network_on_engine` does the one check that ne
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,3 +126,99 @@ def check_network_on_engine(network: str) -> None:
     if problem:
         raise UserError(f"docker.network: {problem}",
                         hint="leave docker.network unset or name a user-defined Docker network")
+
+
+def workspace_mounts(repo: Repo, mounts: Sequence[Any], base_commit: str) -> tuple[str, ...]:
+    """Mount targets below ``/workspace`` that the base commit does not track, relative to
+    the worktree: what is mounted there is not the agent's work.
+
+    The run's git (in the sandbox) ignores them, and the automatic commit at finish leaves
+    them out (Docker may leave an empty mount point in the worktree). Targets over paths
+    the base tracks keep the base's content on the host, so nothing of the mount reaches
+    the automatic commit there either.
+
+    Args:
+        repo: the repository.
+        mounts: admitted mounts (:class:`git_iterare.sandbox.Mount`).
+        base_commit: the run's base commit (hex).
+    """
+    from git_iterare import proc
+    from git_iterare.sandbox.safety import workspace_targets
+
+    rels = workspace_targets(m.container_path for m in mounts)
+    if not rels:
+        return ()
+    tracked = proc.git("ls-tree", "--name-only", base_commit, "--", *rels,
+                       cwd=repo.common_dir).stdout.split("\n")
+    return tuple(r for r in rels if r not in tracked)
+
+
+def exclude_in_run(gitdir: Path, mounts: Sequence[Any]) -> None:
+    """Add the targets of ``mounts`` below ``/workspace`` to the run gitdir's
+    ``info/exclude``, so git inside the sandbox does not take them as the agent's work."""
+    from git_iterare.sandbox.safety import workspace_targets
+
+    rels = workspace_targets(m.container_path for m in mounts)
+    if not rels:
+        return
+    exclude = gitdir / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a", encoding="utf-8") as out:
+        out.write("# mounted by [mounts] volumes, not the agent's work\n")
+        for rel in rels:
+            escaped = "".join("\\" + c if c in "*?[\\ #!" else c for c in rel)
+            out.write(f"/{escaped}\n")
+
+
+def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
+                       env: Mapping[str, str]) -> tuple[str, ...]:
+    """The networks ``--docker-network`` and ``--docker-compose`` attach the run to (the
+    user's own request: no approval), each refused when it would leave the sandbox's
+    namespace (:func:`git_iterare.sandbox.safety.check_network`).
+
+    Args:
+        repo: the repository; its main worktree holds the compose project.
+        names: ``--docker-network`` values.
+        compose: ``--docker-compose``: add the compose project's default network (with a
+            warning, and nothing added, when there is no compose file).
+        env: the environment (``COMPOSE_PROJECT_NAME``).
+
+    Raises:
+        UserError: a refused network name.
+    """
+    from git_iterare import ui
+    from git_iterare.sandbox.networks import compose_network
+    from git_iterare.sandbox.safety import check_network
+
+    found = [check_network(n, f"--docker-network {n}") for n in names]
+    if compose:
+        top = repo.main_work_tree if repo is not None else None
+        name = compose_network(Path(top), env) if top is not None else None
+        if name is None:
+            ui.warn("--docker-compose: no compose file in the project; no network added")
+        else:
+            found.append(check_network(name, f"--docker-compose network {name}"))
+    return tuple(dict.fromkeys(n for n in found if n))
+
+
+def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:
+    """The subnets of ``networks``, each network checked on the engine first (not its
+    ``host`` or ``null`` network).
+
+    Raises:
+        UserError: a network the engine does not have, or of a refused driver.
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.networks import network_subnets
+    from git_iterare.sandbox.safety import engine_network_driver, network_driver_problem
+
+    cidrs: list[str] = []
+    for name in networks:
+        driver = engine_network_driver(name)
+        problem = network_driver_problem(name, driver) if driver is not None else None
+        if problem:
+            raise UserError(f"--docker-network {name}: {problem}",
+                            hint="name a user-defined Docker network")
+        cidrs += network_subnets(name)
+    return tuple(dict.fromkeys(cidrs))
+

@@ -38,6 +38,8 @@ class InteractiveRequest:
         reuse: start from this run's result, with ``worktree``.
         env_names: host variables to pass through.
         shell: start ``session.shell`` instead of the agent.
+        networks: Docker networks to attach to (``--docker-network``).
+        compose: also the compose project's default network (``--docker-compose``).
     """
 
     worktree: bool = False
@@ -46,13 +48,31 @@ class InteractiveRequest:
     reuse: str | None = None
     env_names: tuple[str, ...] = ()
     shell: bool = False
+    networks: tuple[str, ...] = ()
+    compose: bool = False
+
+
+#: Starts ``session.shell`` ($1) when the image has it, else bash (or sh) with a warning
+#: naming the key: iterare's users may have set a shell (/bin/zsh) the image lacks.
+SHELL_FALLBACK = (
+    'if command -v "$1" >/dev/null 2>&1; then exec "$@"; fi; '
+    'for s in bash sh; do if command -v "$s" >/dev/null 2>&1; then '
+    'echo "warning: session.shell $1 is not in the sandbox image; starting $s instead" >&2; '
+    'exec "$s"; fi; done; '
+    'echo "error: session.shell $1 is not in the sandbox image" >&2; exit 127')
+
+
+def shell_command(shell: str) -> tuple[str, ...]:
+    """The argv that starts ``shell`` in the sandbox, or bash with a one-line warning
+    naming ``session.shell`` when the image has no such program."""
+    return ("/bin/sh", "-c", SHELL_FALLBACK, "sh", shell)
 
 
 def _command(config: Config, shell: bool) -> tuple[str, ...]:
     from git_iterare.agents import get_agent
 
     if shell:
-        return (config["session.shell"],)
+        return shell_command(config["session.shell"])
     argv = get_agent(config["run.agent"]).interactive_command(config)
     if argv is None:
         raise UserError(f"agent {config['run.agent']} has no interactive mode",
@@ -96,7 +116,8 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
         record = execute(repo, config, ExecuteRequest(
             prompt=None, env_names=request.env_names, reuse=request.reuse,
             agent="shell" if request.shell else None, branch=request.branch,
-            name=request.name, tty=True, command=command), progress=progress)
+            name=request.name, tty=True, command=command, networks=request.networks,
+            compose=request.compose), progress=progress)
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
         code = _attach(record.container)
         if code is None:
@@ -115,7 +136,12 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
 
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.guard import admit, check_network_on_engine
+    from git_iterare.runner.guard import (
+        admit,
+        check_network_on_engine,
+        network_cidrs,
+        requested_networks,
+    )
     from git_iterare.runner.launch import ca_bundle_path, passthrough_env, sandbox_limits
     from git_iterare.sandbox.image import ensure_image
 
@@ -123,6 +149,7 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
     admitted = admit(repo, config)
+    networks = requested_networks(repo, request.networks, request.compose, os.environ)
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:
         raise UserError("as root, the agent (never root) could not write your files",
@@ -132,6 +159,11 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     policy = sandbox.policy_from_config(config, agent.required_domains(config))
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
+    if networks:
+        import dataclasses
+
+        policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
+            (*policy.cidrs, *network_cidrs(networks)))))
     image = ensure_image(config, repo, progress)
     scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
     empty = scratch / "empty"
@@ -156,8 +188,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         mounts=(sandbox.Mount(top, "/workspace", False),
                 sandbox.Mount(hide, "/workspace/.git", True), *admitted.mounts),
         limits=limits,
-        network=config["docker.network"], agent_uid=uid, agent_gid=gid, tty=True, stdin=True,
-        ca_bundle=ca_bundle_path(config))
+        network=config["docker.network"], networks=networks, agent_uid=uid, agent_gid=gid,
+        tty=True, stdin=True, ca_bundle=ca_bundle_path(config))
     return _throwaway_session(spec, scratch, detached_status=0)
 
 

@@ -20,7 +20,14 @@ from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
 from git_iterare.repo import Repo
-from git_iterare.runner.guard import admit, check_network_on_engine
+from git_iterare.runner.guard import (
+    admit,
+    check_network_on_engine,
+    exclude_in_run,
+    network_cidrs,
+    requested_networks,
+    workspace_mounts,
+)
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
 
@@ -48,6 +55,9 @@ class ExecuteRequest:
         timeout: wall-clock limit in seconds overriding frontmatter and ``run.timeout``.
         tty: give the agent a terminal (``interactive``).
         command: argv to run instead of the agent's own (``interactive --shell``).
+        networks: Docker networks to attach to besides the sandbox's own
+            (``--docker-network``); their subnets are let through the firewall.
+        compose: also attach the compose project's default network (``--docker-compose``).
     """
 
     prompt: str | None
@@ -59,6 +69,8 @@ class ExecuteRequest:
     timeout: int | None = None
     tty: bool = False
     command: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()
+    compose: bool = False
 
 
 def _warm_up_docker() -> None:
@@ -167,6 +179,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # anything else is looked at: the engine is not contacted before this.
     admitted = admit(repo, config,
                      prompt_env=[n for n in prompt.env if n not in request.env_names])
+    networks = requested_networks(repo, request.networks, request.compose, env)
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
@@ -204,6 +217,11 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
+    if networks:  # only the subnets of the networks asked for get through the firewall
+        import dataclasses
+
+        policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
+            (*policy.cidrs, *network_cidrs(networks)))))
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,
@@ -217,6 +235,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image_digest=image.id,
         policy=_policy_dict(policy),
         extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
+               "networks": list(networks),
+               "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
                "sidecar_image": image.sidecar, **origin(repo)},
     )
     try:
@@ -278,6 +298,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         owned=(worktree, gitdir, gitfile),
         limits=limits,
         network=config["docker.network"],
+        networks=tuple(record.extra.get("networks") or ()),
         agent_uid=uid,
         agent_gid=gid,
         tty=request.tty,
@@ -288,6 +309,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         sidecar = pool.submit(sandbox.begin, spec)
         try:
             ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
+            exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
         except BaseException:
             with contextlib.suppress(Exception):
                 sandbox.remove_sidecar(sidecar.result())

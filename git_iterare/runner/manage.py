@@ -77,6 +77,16 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
 
 
+def _base_commit(record: Any, what: str) -> str:
+    """The run's base commit; imported runs may not know it."""
+    if not record.base_commit:
+        branch = record.branch or record.head or "its branch"
+        raise OperationFailed(f"run {record.id} has no known base commit (it was imported "
+                              f"from iterare and its branch's start was not found)",
+                              hint=f"{what} its branch yourself: git {what} {branch}")
+    return str(record.base_commit)
+
+
 def _result_commit(record: Any) -> str:
     if not record.head:
         if (record.extra or {}).get("unfinished"):
@@ -105,7 +115,8 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
         raise OperationFailed(f"run {record.id} is still {record.status}",
                               hint=f"its diff is ready when it ends: git iterare log -f "
                                    f"{record.id}")
-    return diff_run(repo, record.base_commit, _result_commit(record), git_args)
+    base = _base_commit(record, "diff")
+    return diff_run(repo, base, _result_commit(record), git_args)
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
                               "it and no branch would hold the result; not merging",
                               hint="switch to a branch first (git switch NAME), or rerun "
                                    "with --yes")
+    _base_commit(record, "merge")
     if not confirm(changed_files(repo, record)):
         raise OperationFailed("merge cancelled: the run changes files that run on your "
                               "machine", hint="review them, then rerun with --yes")
@@ -221,8 +233,11 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
                                        f"use --force")
         record = stop(repo, record.id)
     from git_iterare.runner.finish import has_worktree
+    from git_iterare.runs import legacy
 
-    if record.base_commit and has_worktree(repo, record):
+    if legacy.is_legacy(record):  # iterare's worktree (workspaces/<name>) and branch
+        legacy.cleanup(repo, record, force=force or record.status == "merged")
+    elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.

@@ -6,7 +6,8 @@ defaults acts only once the user approved its exact content:
 * the project config keys in :data:`GATED_KEYS`, when their effective value comes from
   ``.iterare/config.toml`` (a value from the user's global file, git config,
   ``ITERARE_*`` variables or flags is the user's own);
-* ``.iterare/Dockerfile``, unless it is exactly what ``git iterare init`` writes;
+* ``.iterare/Dockerfile``, unless it is exactly what ``git iterare init`` writes, or
+  names nothing but iterare's image (what ``iterare init`` writes, comments aside);
 * ``.iterare/include`` (files of the main worktree, untracked ones such as ``.env``
   included, copied into every run's worktree), as the item ``.iterare/include``;
 * the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
@@ -98,6 +99,7 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
     """The :data:`GATED_KEYS` whose effective value comes from the project file and is not
     the default; for ``firewall.allowed_domains`` only entries beyond the built-in ones."""
     from git_iterare.config import KEYS
+    from git_iterare.sandbox.image import is_legacy_image
     from git_iterare.sandbox.policy import BASE_DOMAINS
 
     project = _project_file(repo)
@@ -108,6 +110,8 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
         value = config[key]
         if key == "firewall.allowed_domains":
             value = [d for d in value if d.lower() not in BASE_DOMAINS]
+        if key == "docker.image" and is_legacy_image(value):
+            continue  # iterare's image stands for git-iterare's own: asks for nothing
         if value != KEYS[key].default:
             out[key] = value
     return out
@@ -162,7 +166,13 @@ def requested_dockerfile(repo: Repo, config: Config) -> str | None:
     if not path.is_file():
         return None
     text = _read_bounded(path).decode("utf-8", "surrogateescape")
-    return None if text in scaffold_dockerfiles(config) else text
+    if text in scaffold_dockerfiles(config):
+        return None
+    from git_iterare.sandbox.image import legacy_dockerfile
+
+    legacy = legacy_dockerfile(text, config["docker.image"])
+    # iterare's scaffold (its image and comments) builds nothing: git-iterare's image runs.
+    return None if legacy is not None and legacy.names_only else text
 
 
 def prompts_env(repo: Repo, extra: Iterable[str] = ()) -> tuple[str, ...]:

@@ -5,12 +5,24 @@ platformdirs' user cache dir for ``iterare`` (on Linux ``$XDG_CACHE_HOME/iterare
 default ``~/.cache/iterare``) and ``<hash>`` is the first 16 hex digits of the SHA-256 of
 the resolved project path. The file maps a run name to
 ``{"prompt_name": str, "timestamp": float (Unix seconds), "project_dir": str}``; the run's
-work was on the branch ``<run name>`` in the worktree ``<project>/workspaces/<run name>``.
+work was on the branch ``<run name>`` in the worktree ``<project>/workspaces/<run name>``,
+made by ``git worktree add -b <run name> <worktree> <base branch>``, and Claude Code's
+stream-json output went to ``<data>/logs/<run name>.log`` (platformdirs' user data dir,
+``$XDG_DATA_HOME/iterare``, by default ``~/.local/share/iterare``).
 
-iterare did not record how a run ended, so an imported run gets status ``lost`` while its
-branch still exists (the branch tip becomes the record's ``head``, so that work stays
-reachable), and ``cleaned`` once its branch is gone. Its prompt text was not kept either:
-``prompt.md`` is empty. Re-importing skips runs that already have a record.
+An imported run:
+
+* gets the base commit the branch was created from (the first entry of its reflog,
+  "branch: Created from X"), else the merge base of the branch and ``HEAD``; when neither
+  is known it stays None and ``diff``/``merge`` say so (see :func:`base_of`);
+* gets iterare's log as its ``log.jsonl`` (at most :data:`MAX_LEGACY_LOG_BYTES`);
+* has status ``lost`` while its branch exists (iterare did not record how a run ended)
+  and ``cleaned`` once it is gone; its ``head`` follows the branch until cleanup
+  (:func:`follow`), and ``cleanup`` removes iterare's worktree and branch
+  (:func:`cleanup`).
+
+Its prompt text was not kept: ``prompt.md`` is empty. Re-importing skips runs that
+already have a record.
 """
 
 from __future__ import annotations
@@ -24,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from git_iterare.errors import UserError
+from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import read_ref
-from git_iterare.runs.record import CLEANED, LOST
+from git_iterare.runs.record import CLEANED, LOST, RunRecord
 from git_iterare.runs.store import RunStore
+
+#: Largest iterare log imported, in bytes (the first part of a longer one is kept).
+MAX_LEGACY_LOG_BYTES = 10 * 1024 * 1024
 
 #: Length of the project hash in the file name (iterare's PROJECT_HASH_LENGTH).
 PROJECT_HASH_LENGTH = 16
@@ -59,6 +74,145 @@ def cache_dir() -> Path:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
         return Path(base) / "iterare"
     return Path(user_cache_dir("iterare", ensure_exists=False))
+
+
+def data_dir() -> Path:
+    """iterare's data directory (platformdirs' ``user_data_dir("iterare")``), which holds
+    ``logs/<run name>.log``."""
+    try:
+        from platformdirs import user_data_dir
+    except ImportError:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+        return Path(base) / "iterare"
+    return Path(user_data_dir("iterare", ensure_exists=False))
+
+
+def log_file(legacy_name: str) -> Path:
+    """Where iterare wrote the log of run ``legacy_name``."""
+    return data_dir() / "logs" / f"{legacy_name}.log"
+
+
+def read_log(path: Path) -> bytes | None:
+    """The log at ``path`` (at most :data:`MAX_LEGACY_LOG_BYTES`), or None when there is
+    none or it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(MAX_LEGACY_LOG_BYTES)
+    except OSError:
+        return None
+
+
+def base_of(common_dir: Path, branch: str, project: Path) -> tuple[str | None, str | None]:
+    """The commit (and branch name) iterare created ``branch`` from.
+
+    The first line of the branch's reflog (``logs/refs/heads/<branch>``) holds the commit
+    it was created at and, from ``git worktree add -b``, "branch: Created from <base>".
+    Without a reflog, the merge base of the branch and the project's ``HEAD``.
+
+    Returns:
+        ``(commit, base branch)``; either may be None when unknown.
+    """
+    from git_iterare import proc
+
+    reflog = common_dir / "logs" / "refs" / "heads" / branch
+    try:
+        with reflog.open("rb") as handle:
+            first = handle.readline(4096).decode("utf-8", "replace")
+    except OSError:
+        first = ""
+    fields = first.split(" ", 2)
+    if len(fields) >= 2 and re.fullmatch(r"0{40}", fields[0]) and re.fullmatch(
+            r"[0-9a-f]{40}", fields[1]):
+        message = first.split("\t", 1)[1].strip() if "\t" in first else ""
+        created = re.fullmatch(r"branch: Created from (\S+)", message)
+        name = created.group(1) if created and created.group(1) != "HEAD" else None
+        return fields[1], name
+    done = proc.git("merge-base", "--", f"refs/heads/{branch}", "HEAD", cwd=project,
+                    check=False)
+    found = done.stdout.strip()
+    return (found if re.fullmatch(r"[0-9a-f]{40}", found) else None), None
+
+
+def is_legacy(record: RunRecord) -> bool:
+    """Whether ``record`` was imported from iterare."""
+    return isinstance(record.extra.get("legacy"), dict)
+
+
+def follow(store: RunStore, record: RunRecord) -> RunRecord:
+    """Move an imported run's ``head`` to its branch's tip, which iterare's worktree may
+    have moved since; other records are returned as they are.
+
+    Until cleanup the record follows the branch; a branch gone leaves the record as it is.
+    """
+    if not is_legacy(record) or record.status == CLEANED or not record.branch:
+        return record
+    if ids.name_problem(record.branch) is not None and not ids.is_run_id(record.branch):
+        return record
+    tip = read_ref(store.repo, f"refs/heads/{record.branch}".encode())
+    if tip is None or tip.decode() == record.head:
+        return record
+    return store.set_head(record.id, tip.decode())
+
+
+def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
+    """Remove iterare's worktree (``workspaces/<name>``) and branch of an imported run.
+
+    Refuses, unless ``force``, when that would drop work: the branch is not merged into
+    any other local branch, or the worktree has changes not committed. The commits stay
+    reachable from the record.
+
+    Args:
+        repo: a :class:`git_iterare.repo.Repo`.
+        record: an imported run (see :func:`is_legacy`).
+        force: drop unmerged and uncommitted work.
+
+    Raises:
+        OperationFailed: work would be lost and not ``force``.
+    """
+    from git_iterare import proc
+
+    top = Path(repo.main_work_tree)
+    # Only iterare's own layout is touched: the branch is the run id (iterare's run name
+    # <name>-<8 hex>), checked out in <main worktree>/workspaces/<run id>. A record that
+    # says otherwise (fetched from elsewhere, say) has its record cleaned only.
+    branch = record.branch or ""
+    if branch != record.id or not ids.is_run_id(branch):
+        return
+    worktree = top / "workspaces" / branch
+    ref = f"refs/heads/{branch}"
+    exists = bool(branch) and proc.git("show-ref", "--verify", "--quiet", ref, cwd=top,
+                                       check=False).returncode == 0
+    registered = _registered_worktree(top, worktree)
+    if not force:
+        problems = []
+        if exists:
+            holders = proc.git("for-each-ref", f"--contains={ref}", "--format=%(refname)",
+                               "refs/heads/", cwd=top).stdout.split()
+            if not [h for h in holders if h != ref and not h.startswith("refs/heads/iterare/")]:
+                problems.append(f"branch {branch} is not merged into any local branch")
+        if registered and worktree.is_dir():
+            status = proc.git("-C", str(worktree), "status", "--porcelain",
+                              "--untracked-files=normal", cwd=top, check=False)
+            if status.returncode != 0 or status.stdout.strip():
+                problems.append(f"{worktree} has uncommitted changes")
+        if problems:
+            raise OperationFailed(
+                f"run {record.id} has work that would be lost: {'; '.join(problems)}",
+                hint=f"`git iterare merge {record.id}` first, or "
+                     f"`git iterare cleanup --force {record.id}`")
+    if registered:
+        proc.git("worktree", "remove", "--force", "--force", str(worktree), cwd=top,
+                 check=False)
+    if exists:
+        proc.git("branch", "-D", "--", branch, cwd=top, check=False)
+
+
+def _registered_worktree(top: Path, worktree: Path) -> bool:
+    from git_iterare import proc
+
+    listed = proc.git("worktree", "list", "--porcelain", "-z", cwd=top, check=False).stdout
+    want = str(worktree.resolve()) if worktree.exists() else str(worktree)
+    return any(item == f"worktree {want}" for item in listed.split("\0"))
 
 
 def project_hash(project_dir: Path) -> str:
@@ -142,8 +296,10 @@ def import_runs(store: RunStore, project_dir: Path, path: Path | None = None) ->
         project = Path(str(info.get("project_dir") or project_dir))
         worktree = project / "workspaces" / legacy_name
         head = read_ref(store.repo, f"refs/heads/{legacy_name}".encode()) \
-            if ids.name_problem(legacy_name) is None else None
+            if ids.name_problem(legacy_name) is None or ids.is_run_id(legacy_name) else None
         status = LOST if head else CLEANED
+        base_commit, base_branch = (base_of(store.common_dir, legacy_name, project_dir)
+                                    if head else (None, None))
         created = _iso(info.get("timestamp"))
         prompt_name = info.get("prompt_name") if isinstance(info.get("prompt_name"), str) \
             else None
@@ -151,13 +307,18 @@ def import_runs(store: RunStore, project_dir: Path, path: Path | None = None) ->
         store.create(
             ids.validate_name(run_id.rsplit("-", 1)[0]), run_id=run_id,
             prompt_name=prompt_name, prompt_path=None, prompt_text="",
-            base_commit=None, base_branch=None, agent="claude", status=status,
+            base_commit=base_commit, base_branch=base_branch, agent="claude", status=status,
             branch=legacy_name, head=head.decode() if head else None,
             worktree=str(worktree) if head and worktree.is_dir() else None,
             extra={"legacy": {"run_name": legacy_name, "timestamp": info.get("timestamp"),
                               "project_dir": info.get("project_dir"), "file": str(source)}},
             **times,
         )
+        log = read_log(log_file(legacy_name))
+        if log:
+            store.set_log(run_id, log)
+        if head and base_commit:
+            store.set_head(run_id, head.decode())  # its changes against the base
         existing.add(run_id)
         results.append(Imported(legacy_name, run_id, "created", status))
     return results

@@ -378,7 +378,7 @@ class DockerBackend:
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
                 pids_limit=SIDECAR_PIDS, log_config=LogConfig(**LOG_CONFIG), detach=True)
         try:
-            for extra in spec.extra_networks:
+            for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
                     docker.networks.get(extra).connect(sidecar)
             policy = _Tar()

@@ -11,6 +11,13 @@ A project's ``.iterare/Dockerfile`` (``FROM`` the sandbox image; its build conte
 that file alone) is built on top into
 ``<image repository>:project-<hash>``, where the hash covers the Dockerfile and the id of
 the image it builds on; it is rebuilt when either changes.
+
+iterare's image (``sohonet/iterare-llm``, see :func:`is_legacy_image`) is never used: as
+``docker.image`` it stands for git-iterare's own image, and a project Dockerfile ``FROM``
+it is built from git-iterare's image instead (or, when it adds nothing, not built at
+all), each with a one-line note. The sandbox's own parts (start script, firewall,
+resolver) never come from the agent's image, so an image needs only ``/bin/sh`` and the
+agent's program.
 """
 
 from __future__ import annotations
@@ -43,6 +50,67 @@ Progress = Callable[[str], None]
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 #: The classic builder's bookkeeping lines, left out of error context.
 _NOISE = re.compile(r"^ ?---> |^Removing intermediate container |^Successfully (built|tagged) ")
+
+
+#: iterare's (iterare-llm's) sandbox image, as its ``init`` and config name it:
+#: ``sohonet/iterare-llm`` with an optional registry prefix, tag and digest.
+LEGACY_IMAGE = re.compile(r"^(?:(?:docker\.io|index\.docker\.io|registry-1\.docker\.io)/)?"
+                          r"sohonet/iterare-llm(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                          r"(?:@sha256:[0-9a-f]{64})?$", re.IGNORECASE)
+
+#: A ``FROM`` line (with optional ``--platform`` and ``AS name``).
+_FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(\s+AS\s+\S+)?(\s*)$", re.IGNORECASE)
+
+
+def is_legacy_image(name: str) -> bool:
+    """Whether ``name`` is iterare's image (``sohonet/iterare-llm[:tag]``), which holds
+    nothing git-iterare needs: git-iterare runs its own image in its place."""
+    return bool(LEGACY_IMAGE.match(name.strip()))
+
+
+@dataclass(frozen=True)
+class LegacyDockerfile:
+    """A project Dockerfile that names iterare's image.
+
+    Attributes:
+        text: the Dockerfile with each ``FROM`` iterare's image replaced by the image
+            given to :func:`legacy_dockerfile`.
+        names_only: it holds nothing but that ``FROM`` line, comments and blank lines
+            (iterare's ``init`` scaffold): it asks for nothing and needs no build.
+        legacy: the image reference it named.
+    """
+
+    text: str
+    names_only: bool
+    legacy: str
+
+
+def legacy_dockerfile(text: str, image: str) -> LegacyDockerfile | None:
+    """Recognize a Dockerfile ``FROM`` iterare's image; None when it names no such image.
+
+    Args:
+        text: the Dockerfile.
+        image: git-iterare's image to build from instead.
+    """
+    lines = text.splitlines(keepends=True)
+    found = ""
+    out = []
+    others = False
+    for line in lines:
+        body = line.rstrip("\r\n")
+        match = _FROM.match(body)
+        if match and is_legacy_image(match.group(2)):
+            found = found or match.group(2)
+            out.append(match.group(1) + image + (match.group(3) or "") + match.group(4)
+                       + line[len(body):])
+            continue
+        stripped = body.strip()
+        if stripped and not stripped.startswith("#"):
+            others = True
+        out.append(line)
+    if not found:
+        return None
+    return LegacyDockerfile("".join(out), not others, found)
 
 
 @dataclass(frozen=True)
@@ -225,6 +293,10 @@ def ensure_image(config: Any, repo: Any = None,
         OperationFailed: the engine is unreachable or a build failed.
     """
     name = config["docker.image"]
+    if is_legacy_image(name):
+        progress(f"note: docker.image {name} is iterare's image; running git-iterare's own "
+                 f"image {DEFAULT_IMAGE_NAME} instead")
+        name = DEFAULT_IMAGE_NAME
     status = image_status(name)
     if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
         # Not built by git iterare (a user's own image): the agent runs in it as it is,
@@ -241,6 +313,15 @@ def ensure_image(config: Any, repo: Any = None,
         content = dockerfile.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {dockerfile}: {exc.strerror}") from None
+    legacy = legacy_dockerfile(content.decode("utf-8", "surrogateescape"), name)
+    if legacy is not None:
+        if legacy.names_only:
+            progress(f"note: {dockerfile} only names iterare's image {legacy.legacy}; "
+                     f"running git-iterare's image {name} (`git iterare init` rewrites it)")
+            return base
+        progress(f"note: {dockerfile} builds on iterare's image {legacy.legacy}; building "
+                 f"it on git-iterare's image {name} instead")
+        content = legacy.text.encode("utf-8", "surrogateescape")
     digest = _hash(content, base.id.encode())
     project = project_image_name(name, digest)
     existing = image_status(project)

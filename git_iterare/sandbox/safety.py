@@ -14,7 +14,8 @@ acceptable:
   below them, and those in :data:`SYSTEM_SOURCE_DIRS` themselves; and the repository's
   git directory, anything in it or above it (the agent must never write ``.git``).
 * mount targets: ``/``, the system paths in :data:`SYSTEM_TARGET_TREES` and anything
-  below them, and the sandbox's own paths in :data:`SANDBOX_TARGET_TREES`.
+  below them, the sandbox's own paths in :data:`SANDBOX_TARGET_TREES` and anything below
+  them, and ``/workspace`` itself (a folder below it may be mounted, as in iterare).
 """
 
 from __future__ import annotations
@@ -54,9 +55,17 @@ SYSTEM_TARGET_TREES: tuple[str, ...] = (
     "/root", "/run", "/sbin", "/sys", "/usr", "/var/run",
 )
 
-#: The sandbox's own paths, refused with everything below them: the worktree (its
-#: ``.git`` and what is mounted into it), the run's gitdir and the sandbox's control files.
-SANDBOX_TARGET_TREES: tuple[str, ...] = ("/workspace", "/git", "/run/iterare")
+#: The sandbox's own paths, refused with everything below them: the worktree's git
+#: file (``/workspace/.git``), the run's gitdir and the sandbox's control files.
+SANDBOX_TARGET_TREES: tuple[str, ...] = ("/workspace/.git", "/git", "/run/iterare")
+
+#: The sandbox's paths refused themselves: the worktree. A folder below it may be a
+#: target (``./data:/workspace/data``, as in iterare): what is mounted there is kept out
+#: of the agent's work (see :func:`workspace_targets`).
+SANDBOX_TARGET_DIRS: tuple[str, ...] = ("/workspace",)
+
+#: Where the run's worktree is mounted in the agent's container.
+WORKSPACE = "/workspace"
 
 
 def _where(where: str) -> str:
@@ -133,7 +142,7 @@ def check_target(target: str, where: str = "mounts.volumes") -> str:
         raise UserError(f"{_where(where)}mounting over / is refused",
                         hint="mount to a folder of its own such as /data")
     for top in SANDBOX_TARGET_TREES:
-        if _under(norm, top):
+        if _under(norm, top) or norm in SANDBOX_TARGET_DIRS:
             raise UserError(f"{_where(where)}{norm} is reserved for the sandbox",
                             hint="mount to a folder of its own such as /data")
     for top in SYSTEM_TARGET_TREES:
@@ -142,6 +151,16 @@ def check_target(target: str, where: str = "mounts.volumes") -> str:
                             f"(it could replace the sandbox's own programs)",
                             hint="mount to a folder of its own such as /data")
     return norm
+
+
+def workspace_targets(targets: Iterable[str]) -> list[str]:
+    """The mount targets below the worktree, as paths relative to it (``data/cache``).
+
+    Args:
+        targets: normalized container paths (see :func:`check_target`).
+    """
+    prefix = WORKSPACE + "/"
+    return [t[len(prefix):] for t in targets if t.startswith(prefix)]
 
 
 def known_sockets(env: Mapping[str, str] | None = None) -> list[Path]:

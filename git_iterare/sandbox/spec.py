@@ -192,9 +192,8 @@ class SandboxSpec:
         workdir: the agent's working directory.
         limits: CPU, memory and process limits.
         network: Docker network to attach to; empty for the default bridge.
-        extra_networks: more Docker networks the sandbox is attached to (the sidecar is
-            connected to them before it starts); what the agent may reach on them is
-            still only what the policy allows.
+        networks: more Docker networks the sidecar joins (``--docker-network``); the
+            policy should let their subnets through.
         agent_uid: uid of the agent (not 0); see :func:`agent_ids`.
         agent_gid: gid of the agent (not 0).
         tty: allocate a terminal.
@@ -219,7 +218,7 @@ class SandboxSpec:
     workdir: str = "/workspace"
     limits: Limits = field(default_factory=Limits)
     network: str = ""
-    extra_networks: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()
     agent_uid: int = AGENT_ID_BASE
     agent_gid: int = AGENT_ID_BASE
     tty: bool = False

@@ -1,0 +1,102 @@
+"""Docker networks a run is attached to at the user's request (``--docker-network``,
+``--docker-compose``), as iterare (iterare-llm) attached them.
+
+The sandbox's network sidecar joins each network besides its own, and the firewall lets
+through only those networks' subnets (CIDR entries of the run's policy), so an agent can
+reach a project's compose services (a database, a cache) while the rest stays closed.
+
+Compose's default network is ``<project>_default``, the project name being what Docker
+Compose takes: ``COMPOSE_PROJECT_NAME`` from the environment, else from the project's
+``.env`` file, else the compose file's top-level ``name:``, else the directory's name;
+lower-cased, keeping ``a-z``, ``0-9``, ``_`` and ``-``, leading ``_``/``-`` dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from git_iterare.errors import UserError
+
+#: Compose files looked for, in this order (as iterare and Compose do).
+COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
+
+#: Largest compose or ``.env`` file read, in bytes.
+MAX_FILE_BYTES = 1024 * 1024
+
+
+def normalize_project_name(raw: str) -> str:
+    """Compose's project-name normalization: lower case, only ``[a-z0-9_-]``, no leading
+    ``_`` or ``-``."""
+    return re.sub(r"[^a-z0-9_-]+", "", raw.lower()).lstrip("_-")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def compose_file(directory: Path) -> Path | None:
+    """The compose file in ``directory``, or None."""
+    for name in COMPOSE_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def _dotenv_name(directory: Path) -> str | None:
+    text = _read(directory / ".env")
+    for line in (text or "").splitlines():
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and key.strip() == "COMPOSE_PROJECT_NAME":
+            value = value.strip().strip("'\"")
+            return normalize_project_name(value) or None
+    return None
+
+
+def _file_name(path: Path) -> str | None:
+    import yaml
+
+    try:
+        data = yaml.safe_load(_read(path) or "")
+    except yaml.YAMLError:
+        return None
+    name = data.get("name") if isinstance(data, dict) else None
+    return normalize_project_name(name) or None if isinstance(name, str) else None
+
+
+def compose_network(directory: Path, env: Mapping[str, str]) -> str | None:
+    """The default network a compose project in ``directory`` has, or None when there is
+    no compose file (see the module docstring for the name)."""
+    path = compose_file(directory)
+    if path is None:
+        return None
+    from_env = normalize_project_name(env.get("COMPOSE_PROJECT_NAME", "").strip())
+    name = (from_env or _dotenv_name(directory) or _file_name(path)
+            or normalize_project_name(directory.name))
+    return f"{name}_default" if name else None
+
+
+def network_subnets(name: str) -> tuple[str, ...]:
+    """The subnets (CIDR) of the engine's network ``name``.
+
+    Raises:
+        UserError: the engine has no such network.
+        OperationFailed: the engine cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"inspect the network {name}"):
+        try:
+            network = client().networks.get(name)
+        except docker.errors.NotFound:
+            raise UserError(f"--docker-network {name}: no such Docker network",
+                            hint="list them with `docker network ls`") from None
+        configs = (network.attrs.get("IPAM") or {}).get("Config") or []
+    return tuple(str(c["Subnet"]) for c in configs if isinstance(c, dict) and c.get("Subnet"))
