@@ -82,14 +82,14 @@ def _ssh_failure(engine_label: str, exc: BaseException) -> OperationFailed | Non
         return None
     if isinstance(exc, paramiko.AuthenticationException):
         return OperationFailed(f"cannot log in to the Docker engine at {engine_label}: ssh "
-                               f"authentication failed ({_explanation(exc)})",
-                               hint="check your ssh key or agent (`ssh HOST docker info` "
-                                    "must work)")
+                               "authentication failed",
+                               hint="check your ssh key or agent: `ssh USER@HOST docker "
+                                    "info` must work")
     if isinstance(exc, paramiko.SSHException):
         return OperationFailed(f"cannot connect to the Docker engine at {engine_label} over "
                                f"ssh: {_explanation(exc)}",
-                               hint="check the host key in ~/.ssh/known_hosts and "
-                                    "`ssh HOST docker info`")
+                               hint="check the host key in ~/.ssh/known_hosts; "
+                                    "`ssh USER@HOST docker info` must work")
     return None
 
 
