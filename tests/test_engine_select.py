@@ -240,3 +240,53 @@ def test_cli_env_reaches_the_same_engine() -> None:
     assert tls.cli_env() == {"DOCKER_HOST": "tcp://h:2376", "DOCKER_CONTEXT": "",
                              "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": "/c"}
     assert os.path.basename(DEFAULT_URL) == "docker.sock"
+
+
+def _running_run(repo: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> str:
+    """A run record in state running whose origin was taken with ``env`` set."""
+    from git_iterare.repo import discover
+    from git_iterare.runner.ownership import origin
+    from git_iterare.runs.status import RUNNING
+    from git_iterare.runs.store import RunStore
+    from tests.runs_helpers import make_run
+
+    monkeypatch.chdir(repo)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    eng.reset()
+    record = make_run(repo, extra=origin(discover()))
+    RunStore(repo).transition(record.id, RUNNING, container="c0ffee")
+    for name in env:
+        monkeypatch.delenv(name)
+    eng.reset()
+    return record.id
+
+
+def test_a_run_records_its_engine_and_commands_go_there(
+        repo: Path, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = f"unix://{tmp_path}/box.sock"
+    make_context(home, "box", box)
+    run_id = _running_run(repo, monkeypatch, {"DOCKER_CONTEXT": "box"})
+    from git_iterare.runs.store import RunStore
+
+    assert RunStore(repo).get(run_id).extra["engine"] == {"name": "box", "url": box}
+    # Now nothing selects "box": show and stop still talk to the run's engine.
+    shown = iterare("show", run_id, cwd=repo, env={"DOCKER_HOST": "", "DOCKER_CONTEXT": ""})
+    assert shown.returncode == 0, shown.stderr
+    assert f"engine:    {box} (context box)\n" in shown.stdout
+    assert shown.stderr == (f"warning: run {run_id} may have ended; its status could not be "
+                            f"checked: cannot reach the Docker engine at {box} (context box) "
+                            "(is dockerd running?)\n")
+    stopped = iterare("stop", run_id, cwd=repo, env={"DOCKER_HOST": "", "DOCKER_CONTEXT": ""})
+    assert (stopped.returncode, stopped.stderr) == (
+        1, f"error: cannot reach the Docker engine at {box} (context box) "
+           "(is dockerd running?)\n")
+
+
+def test_a_run_on_an_engine_no_longer_selected_says_what_to_set(
+        repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = _running_run(repo, monkeypatch, {"DOCKER_HOST": "ssh://me@build-box"})
+    stopped = iterare("stop", run_id, cwd=repo, env={"DOCKER_HOST": "", "DOCKER_CONTEXT": ""})
+    assert (stopped.returncode, stopped.stderr) == (
+        1, "error: the run is on the Docker engine at ssh://me@build-box, which your settings "
+           "do not select now (set DOCKER_HOST=ssh://me@build-box)\n")
