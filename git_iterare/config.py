@@ -71,6 +71,9 @@ KEYS: dict[str, Key] = {
     for k in (
         Key("docker.image", "str", DEFAULT_IMAGE,
             "Sandbox image; built by `git iterare image build` when missing."),
+        Key("docker.context", "str", "",
+            "Docker context to run on, between DOCKER_CONTEXT and the docker CLI's current "
+            "context; read only from your own configuration, never the repository's."),
         Key("docker.base_image", "str", "node:20-bookworm-slim",
             "Debian bookworm based image `git iterare image build` starts from."),
         Key("docker.claude_version", "str", "latest",
@@ -105,6 +108,11 @@ KEYS: dict[str, Key] = {
             "Extra bind mounts, SOURCE:TARGET[:ro|rw], as in iterare."),
     )
 }
+
+#: Keys only the user's own layers may set (global file, git config, environment,
+#: flags): a value in the repository's ``.iterare/config.toml`` is ignored with a warning.
+#: ``docker.context`` chooses which engine (and so which machine) gets the run.
+USER_ONLY_KEYS = frozenset({"docker.context"})
 
 _TYPE_NAMES = {
     "str": "a string",
@@ -262,7 +270,7 @@ def parse_toml_file(path: Path) -> dict[str, Any]:
 
 
 def _file_layer(
-    path: Path, settings: dict[str, Setting], warnings: list[str]
+    path: Path, settings: dict[str, Setting], warnings: list[str], project: bool = False
 ) -> None:
     doc = parse_toml_file(path)
     for section, table in doc.items():
@@ -274,6 +282,11 @@ def _file_layer(
             key = KEYS.get(full)
             if key is None:
                 warnings.append(f"{path}: unknown key {full}{_suggest(full)}")
+                continue
+            if project and full in USER_ONLY_KEYS:
+                warnings.append(f"{path}: {full} ignored: a repository cannot choose it "
+                                f"(set it in your own config: "
+                                f"git config --global iterare.{full} ...)")
                 continue
             settings[full] = Setting(full, _convert(key, value, str(path)), f"file:{path}")
 
@@ -353,7 +366,7 @@ def load(
     _file_layer(legacy_global_config(env), settings, warnings)
     _file_layer(global_config_dir(env) / "config.toml", settings, warnings)
     if repo is not None and repo.main_work_tree is not None:
-        _file_layer(repo.iterare_dir / "config.toml", settings, warnings)
+        _file_layer(repo.iterare_dir / "config.toml", settings, warnings, project=True)
     if git_entries is None:
         from git_iterare.repo import read_git_config
 

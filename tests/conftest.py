@@ -18,8 +18,9 @@ import pytest
 
 BIN_DIR = Path(sys.executable).parent
 
-#: The sandbox image and the local test internet (session fixtures).
-pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare"]
+#: The sandbox image and the local test internet, the predecessor iterare, and the second
+#: (DinD) engine (session fixtures).
+pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare", "tests.engines"]
 
 
 @pytest.fixture(autouse=True)

@@ -64,10 +64,12 @@ class AppContext:
         """
         if self._config is None:
             from git_iterare import config
+            from git_iterare.sandbox import engine
 
             self._config = config.load(self.optional_repo(), self.overrides)
             for line in self._config.warnings:
                 ui.warn(line)
+            engine.configure(self._config)  # its docker.context chooses the engine
         return self._config
 
 

@@ -70,15 +70,19 @@ def status(fmt: str) -> None:
     import json
 
     from git_iterare.errors import OperationFailed
+    from git_iterare.sandbox.engine import current
     from git_iterare.sandbox.image import image_status
+    from git_iterare.ui import sanitize
 
     name = app().config["docker.image"]
+    engine = current()
     info = image_status(name)
     if fmt == "json":
         click.echo(json.dumps({"name": info.name, "present": info.present, "id": info.id,
-                               "created": info.created, "labels": dict(info.labels)},
-                              indent=2))
+                               "created": info.created, "labels": dict(info.labels),
+                               "engine": engine.describe()}, indent=2))
     else:
+        click.echo(f"engine: {sanitize(engine.label)}")
         click.echo(f"image: {info.name}")
         click.echo(f"present: {'yes' if info.present else 'no'}")
         if info.present:

@@ -33,6 +33,13 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> Non
         proc.VERBOSE = True
 
 
+def _set_context(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from git_iterare.cli.context import app
+
+        app().overrides["docker.context"] = value
+
+
 def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
@@ -107,7 +114,11 @@ def group_options() -> list[click.Parameter]:
     cls=LazyGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h"]},
-    params=group_options(),
+    params=[*group_options(),
+            click.Option(["--context"], metavar="NAME", default=None, expose_value=False,
+                         callback=_set_context,
+                         help="Docker context to use ([docker] context); DOCKER_HOST and "
+                              "DOCKER_CONTEXT still come first.")],
 )
 @click.version_option(__version__, "--version", prog_name="git iterare",
                       message="%(prog)s version %(version)s")

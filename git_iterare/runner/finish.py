@@ -19,7 +19,7 @@ from git_iterare.errors import OperationFailed
 from git_iterare.loglimit import capped
 from git_iterare.repo import Repo
 from git_iterare.runner.launch import TIMEOUT_EXIT
-from git_iterare.runner.ownership import container_of, is_local
+from git_iterare.runner.ownership import container_of, engine_of, is_local
 from git_iterare.runner.paths import run_lock, state_dir
 
 #: Seconds a run may stay ``created``/``starting`` without a container before it is
@@ -107,7 +107,6 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
     Raises:
         OperationFailed / ExternalError: the records or git failed.
     """
-    from git_iterare import sandbox
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 
@@ -115,6 +114,17 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
     record = store.get(run_id)
     if record.status not in ACTIVE or not is_local(repo, record):
         return record  # ended, or running on another machine: not ours to finish
+    from git_iterare.sandbox.engine import using
+
+    with using(engine_of(record)):  # every sandbox call below goes to the run's engine
+        return _finish_active(repo, store, record, wait)
+
+
+def _finish_active(repo: Repo, store: Any, record: Any, wait: bool) -> Any:
+    from git_iterare import sandbox
+    from git_iterare.runs.status import ACTIVE
+
+    run_id = record.id
     info = container_of(repo, record)
     if info is not None and info.state in LIVE_STATES:
         if not wait:
@@ -309,6 +319,7 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
     from git_iterare import sandbox
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.engine import using
 
     store = RunStore(repo)
     active = [r for r in (records if records is not None else store.list(statuses=ACTIVE))
@@ -323,7 +334,8 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
             if info is not None and info.state in LIVE_STATES:
                 store.update(record.id, lambda r: r.replace(
                     extra={**r.extra, "timed_out": True}), "timed out")
-                sandbox.stop(info.id)
+                with using(engine_of(record)):
+                    sandbox.stop(info.id)
         after = finish(repo, record.id)
         if after.status not in ACTIVE:
             finished.append(after)

@@ -67,9 +67,10 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     from git_iterare.agents import get_agent
     from git_iterare.logrender import format_summary
     from git_iterare.runner.finish import finish
-    from git_iterare.runner.ownership import container_of
+    from git_iterare.runner.ownership import container_of, engine_of
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.engine import using
 
     store = RunStore(repo)
     record = store.get(run_id)
@@ -82,14 +83,12 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)
         if info is not None:
-            if follow:
-                _render(_decode(sandbox.log_lines(info.id, follow=True)), agent, verbosity,
-                        raw, emit, events)
-                record = finish(repo, run_id, wait=True)
-            else:
-                _render(_decode(sandbox.log_lines(info.id)), agent, verbosity, raw, emit,
-                        events)
+            with using(engine_of(record)):
+                lines = sandbox.log_lines(info.id, follow=follow)
+                _render(_decode(lines), agent, verbosity, raw, emit, events)
+            if not follow:
                 return record
+            record = finish(repo, run_id, wait=True)
         else:
             record = finish(repo, run_id)
         if record.status in ACTIVE:

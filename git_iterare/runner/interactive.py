@@ -92,7 +92,12 @@ def _attach(container: str) -> int | None:
     before = sandbox.inspect(container)
     verb = ["start", "--attach", "--interactive"] if before and before.state == "created" \
         else ["attach"]
-    proc.run(["docker", *verb, container], capture=False, check=False)
+    from git_iterare.sandbox.engine import current
+
+    # The docker command reaches the same engine (a context of the user's configuration
+    # is not known to it otherwise).
+    proc.run(["docker", *verb, container], capture=False, check=False,
+             env=current().cli_env())
     info = sandbox.inspect(container)
     if info is not None and info.state in LIVE_STATES:
         return None

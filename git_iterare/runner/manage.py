@@ -56,7 +56,8 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     record = settle(repo, store.get(run_id))
     if record.status not in ACTIVE:
         raise OperationFailed(f"run {run_id} is not running (status {record.status})")
-    from git_iterare.runner.ownership import container_of, is_local
+    from git_iterare.runner.ownership import container_of, engine_of, is_local
+    from git_iterare.sandbox.engine import using
 
     if not is_local(repo, record):
         raise OperationFailed(f"run {run_id} runs on another machine or repository",
@@ -65,7 +66,8 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     if info is not None:
         store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
                      "stop requested")
-        sandbox.stop(info.id, grace_seconds)
+        with using(engine_of(record)):
+            sandbox.stop(info.id, grace_seconds)
         return finish(repo, run_id, wait=True)
     if record.container:
         return finish(repo, run_id)  # its sandbox is gone: finished as lost
@@ -242,11 +244,13 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
         cleanup_run(repo, ws, force=force, merged=record.status == "merged")
-    from git_iterare.runner.ownership import container_of
+    from git_iterare.runner.ownership import container_of, engine_of
+    from git_iterare.sandbox.engine import using
 
     info = container_of(repo, record)
     if info is not None:
-        sandbox.remove(info.id)
+        with using(engine_of(record)):
+            sandbox.remove(info.id)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 

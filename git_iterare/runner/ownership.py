@@ -24,9 +24,31 @@ def machine_id() -> str:
     return value or socket.gethostname()
 
 
-def origin(repo: Repo) -> dict[str, str]:
-    """What a new record stores to say where its run executes: ``{"host", "repo"}``."""
-    return {"host": machine_id(), "repo": str(repo.main_work_tree)}
+def origin(repo: Repo) -> dict[str, Any]:
+    """What a new record stores to say where its run executes: ``{"host", "repo",
+    "engine"}``, the engine as ``{"name", "url"}`` (its docker context and endpoint, no
+    secrets; see :meth:`git_iterare.sandbox.engine.Engine.describe`).
+
+    Raises:
+        UserError: the engine settings name a context that does not exist.
+    """
+    from git_iterare.sandbox.engine import current
+
+    return {"host": machine_id(), "repo": str(repo.main_work_tree),
+            "engine": current().describe()}
+
+
+def engine_of(record: Any) -> Any:
+    """The :class:`~git_iterare.sandbox.engine.Engine` the run's sandbox is on (see
+    :func:`git_iterare.sandbox.engine.engine_for`): wrap calls about the run in
+    ``with engine.using(engine_of(record)):``.
+
+    Raises:
+        OperationFailed: the user's settings no longer name that engine.
+    """
+    from git_iterare.sandbox.engine import engine_for
+
+    return engine_for((record.extra or {}).get("engine"))
 
 
 def is_local(repo: Repo, record: Any) -> bool:
@@ -47,7 +69,10 @@ def container_of(repo: Repo, record: Any) -> Any:
 
     if not record.container or not is_local(repo, record):
         return None
-    info = sandbox.inspect(record.container)
+    from git_iterare.sandbox.engine import using
+
+    with using(engine_of(record)):
+        info = sandbox.inspect(record.container)
     if info is None:
         return None
     labels = info.labels or {}

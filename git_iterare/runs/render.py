@@ -253,6 +253,19 @@ def log_summary(log: bytes) -> tuple[int, str | None]:
     return count, last
 
 
+def engine_text(extra: Any) -> str | None:
+    """The run's Docker engine as ``show`` prints it (``URL`` or ``URL (context NAME)``),
+    from ``extra["engine"]`` (see :func:`git_iterare.runner.ownership.origin`); None when
+    the record has none."""
+    engine = extra.get("engine") if isinstance(extra, dict) else None
+    if not isinstance(engine, dict) or not isinstance(engine.get("url"), str):
+        return None
+    name = engine.get("name")
+    if isinstance(name, str) and name and name != "default":
+        return f"{engine['url']} (context {name})"
+    return str(engine["url"])
+
+
 def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
               now: _dt.datetime, paint: Any) -> str:
     """The text of ``git iterare show``.
@@ -288,6 +301,7 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     field("cost", cost_text(rec.cost_usd) if rec.cost_usd is not None else None, note=reported)
     field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()), note=reported)
     field("turns", rec.turns, note=reported)
+    field("engine", engine_text(rec.extra))
     field("container", rec.container)
     field("worktree", rec.worktree)
     field("changes", changes_text(rec.changes) if rec.changes else None)

@@ -1,18 +1,29 @@
-"""Turn docker SDK exceptions into one-line git-iterare errors."""
+"""Docker clients per engine, and docker SDK exceptions as one-line git-iterare errors.
+
+The engine is chosen by :mod:`git_iterare.sandbox.engine` (``DOCKER_HOST``,
+``DOCKER_CONTEXT``, ``[docker] context``, the CLI's current context); every message about
+an unreachable engine names the endpoint actually used.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from git_iterare.errors import OperationFailed, UserError
+from git_iterare.sandbox.engine import Engine, current
 
 
 def engine_url() -> str:
-    """Where the engine is expected (``DOCKER_HOST`` or the default socket)."""
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    """Where the engine in use is (its endpoint, with the context's name when there is
+    one), for messages."""
+    try:
+        return current().label
+    except UserError:
+        return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
 def _explanation(exc: Any) -> str:
@@ -20,20 +31,87 @@ def _explanation(exc: Any) -> str:
     return str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
 
 
+def _ssl_reason(exc: BaseException) -> str | None:
+    """A short reason when ``exc`` (or what caused it) is a TLS failure, else None."""
+    import ssl
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ssl.SSLCertVerificationError):
+            return (f"the engine's TLS certificate is not trusted "
+                    f"({item.verify_message or 'verification failed'})")
+        if isinstance(item, ssl.SSLError):
+            reason = item.reason or str(item)
+            return f"TLS handshake failed ({str(reason).lower().replace('_', ' ')})"
+        todo += [item.__cause__, item.__context__, *[a for a in item.args
+                                                    if isinstance(a, BaseException)]]
+        wrapped = getattr(item, "reason", None)
+        if isinstance(wrapped, BaseException):
+            todo.append(wrapped)
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "the engine's TLS certificate is not trusted"
+    if "SSLError" in text or "TLSV1_ALERT" in text or "SSLV3_ALERT" in text:
+        return "TLS handshake failed"
+    return None
+
+
+def _unreachable(engine_label: str, exc: BaseException) -> OperationFailed:
+    """The one line for an engine that cannot be reached or refused us."""
+    reason = _ssl_reason(exc)
+    if reason is not None:
+        return OperationFailed(f"cannot connect to the Docker engine at {engine_label}: "
+                               f"{reason}",
+                               hint="check the context's or DOCKER_CERT_PATH's CA and "
+                                    "client certificate")
+    return OperationFailed(f"cannot reach the Docker engine at {engine_label} "
+                           "(is dockerd running?)")
+
+
+def _ssh_failure(engine_label: str, exc: BaseException) -> OperationFailed | None:
+    """The one line for an ssh failure (paramiko's exceptions), or None when ``exc`` is
+    not one."""
+    try:
+        import paramiko
+    except ImportError:  # pragma: no cover - docker[ssh] depends on it
+        return None
+    if isinstance(exc, paramiko.AuthenticationException):
+        return OperationFailed(f"cannot log in to the Docker engine at {engine_label}: ssh "
+                               "authentication failed",
+                               hint="check your ssh key or agent: `ssh USER@HOST docker "
+                                    "info` must work")
+    if isinstance(exc, paramiko.SSHException):
+        return OperationFailed(f"cannot connect to the Docker engine at {engine_label} over "
+                               f"ssh: {_explanation(exc)}",
+                               hint="check the host key in ~/.ssh/known_hosts; "
+                                    "`ssh USER@HOST docker info` must work")
+    return None
+
+
 @contextlib.contextmanager
-def docker_errors(what: str) -> Iterator[None]:
+def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
     """Convert docker SDK errors raised inside the block.
 
     Args:
         what: what was being done ("start the sandbox itr-x"), for the message.
+        engine: the engine talked to, for messages; the current one when None.
 
     Raises:
         UserError: a missing image (the hint names ``git iterare image build``).
-        OperationFailed: engine unreachable, a name already taken, any other API error;
-            the daemon's explanation is kept.
+        OperationFailed: engine unreachable, ssh or TLS authentication failed (naming the
+            endpoint), a name already taken, any other API error; the daemon's
+            explanation is kept.
     """
     import docker.errors
     import requests.exceptions
+
+    def where() -> str:
+        return engine.label if engine is not None else engine_url()
 
     try:
         yield
@@ -48,26 +126,101 @@ def docker_errors(what: str) -> Iterator[None]:
                                   f"({_explanation(exc)})") from None
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        if "Connection" in str(exc) or "FileNotFound" in str(exc) or isinstance(
-                exc, requests.exceptions.ConnectionError):
-            raise OperationFailed(f"cannot reach the Docker engine at {engine_url()} "
-                                  "(is dockerd running?)") from None
+        if (isinstance(exc, requests.exceptions.ConnectionError) or "Connection" in str(exc)
+                or "FileNotFound" in str(exc) or _ssl_reason(exc) is not None):
+            raise _unreachable(where(), exc) from None
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
+    except Exception as exc:
+        ssh = _ssh_failure(where(), exc)
+        if ssh is not None:
+            raise ssh from None
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            raise _unreachable(where(), exc) from None
+        raise
 
 
-_CLIENT: Any = None
+_CLIENTS: dict[Engine, Any] = {}
+_LOCK = threading.Lock()
+_API_CLASS: Any = None
 
 
-def client() -> Any:
-    """A shared ``docker.DockerClient`` from the environment (API version negotiated).
+def _api_class() -> Any:
+    """``docker.APIClient`` whose TLS verification always uses the engine's own CA.
 
-    Raises:
-        OperationFailed: the engine cannot be reached.
+    requests replaces a session's ``verify`` by ``REQUESTS_CA_BUNDLE`` or
+    ``CURL_CA_BUNDLE`` when those are set (docker-py issue #2433); for this session only,
+    the engine's CA (or its skip-verify choice) wins. Proxies and everything else from
+    the environment still apply.
     """
-    global _CLIENT
-    if _CLIENT is None:
+    global _API_CLASS
+    if _API_CLASS is None:
         import docker
 
-        with docker_errors("connect to the Docker engine"):
-            _CLIENT = docker.from_env(version="auto", timeout=300)
-    return _CLIENT
+        class EngineAPIClient(docker.APIClient):
+            def merge_environment_settings(self, url: Any, proxies: Any, stream: Any,
+                                           verify: Any, cert: Any) -> Any:
+                settings = super().merge_environment_settings(url, proxies, stream, verify,
+                                                              cert)
+                if getattr(self, "engine_verify", None) is not None:
+                    settings["verify"] = self.engine_verify
+                return settings
+
+        _API_CLASS = EngineAPIClient
+    return _API_CLASS
+
+
+def _tls_config(engine: Engine) -> Any:
+    from docker.tls import TLSConfig
+
+    tls = engine.tls
+    assert tls is not None
+    client_cert = (tls.cert, tls.key) if tls.cert and tls.key else None
+    return TLSConfig(client_cert=client_cert, ca_cert=tls.ca, verify=tls.verify)
+
+
+def _connect(engine: Engine) -> Any:
+    """A new ``docker.DockerClient`` for ``engine`` (API version negotiated; ssh through
+    paramiko with ``~/.ssh/config`` and known hosts)."""
+    import docker
+
+    kwargs: dict[str, Any] = {"base_url": engine.url, "version": "auto", "timeout": 300}
+    if engine.tls is not None:
+        kwargs["tls"] = _tls_config(engine)
+    api_class = _api_class()
+
+    class EngineClient(docker.DockerClient):
+        def __init__(self) -> None:  # docker.DockerClient only makes its APIClient
+            api = api_class.__new__(api_class)
+            if engine.tls is not None:
+                # Set before __init__, which already asks the engine for its version.
+                # Its own CA, or no verification; verified against the system's CAs
+                # (no CA file), the environment's bundle may stand for those.
+                api.engine_verify = (engine.tls.ca if engine.tls.verify and engine.tls.ca
+                                     else None if engine.tls.verify else False)
+            api.__init__(**kwargs)
+            self.api = api
+
+    return EngineClient()
+
+
+def client(engine: Engine | None = None) -> Any:
+    """A shared ``docker.DockerClient`` for ``engine`` (the current one when None; see
+    :func:`git_iterare.sandbox.engine.current`), made once per engine.
+
+    Args:
+        engine: the engine to talk to, or None.
+
+    Raises:
+        OperationFailed: the engine cannot be reached, or ssh/TLS authentication failed
+            (one line naming the endpoint).
+        UserError: the engine settings are wrong (a context that does not exist).
+    """
+    engine = engine if engine is not None else current()
+    with _LOCK:
+        found = _CLIENTS.get(engine)
+    if found is not None:
+        return found
+    with docker_errors("connect to the Docker engine", engine):
+        made = _connect(engine)
+    with _LOCK:
+        return _CLIENTS.setdefault(engine, made)

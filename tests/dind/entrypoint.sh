@@ -1,0 +1,22 @@
+#!/bin/sh
+# Start sshd and dockerd in a container without --privileged: /sys and the cgroup
+# hierarchies are remounted read-write (the container has CAP_SYS_ADMIN), the keys and
+# certificates come from /seed (authorized_keys, ssh_host_ed25519_key, ca.pem,
+# server-cert.pem, server-key.pem).
+set -eu
+mount -o remount,rw /sys 2>/dev/null || echo "dind: /sys stays read-only" >&2
+if [ -d /sys/fs/cgroup ]; then
+    mount -o remount,rw /sys/fs/cgroup 2>/dev/null || true
+    # cgroup v1: each hierarchy is a read-only bind mount of this container's cgroup.
+    for d in /sys/fs/cgroup/*; do
+        [ -d "$d" ] && ! [ -L "$d" ] && mount -o remount,bind,rw "$d" 2>/dev/null || true
+    done
+fi
+install -m 600 /seed/authorized_keys /root/.ssh/authorized_keys
+install -m 600 /seed/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
+/usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password \
+    -o HostKey=/etc/ssh/ssh_host_ed25519_key
+driver=${DIND_STORAGE_DRIVER:-overlay2}
+exec dockerd --host unix:///var/run/docker.sock --host tcp://0.0.0.0:2376 \
+    --tlsverify --tlscacert /seed/ca.pem --tlscert /seed/server-cert.pem \
+    --tlskey /seed/server-key.pem --storage-driver "$driver" --log-level warn
