@@ -297,6 +297,9 @@ def test_a_run_fetched_from_a_teammate_works_by_its_record(project: Path, tmp_pa
 
     (mate / ".iterare" / "prompts").mkdir(parents=True, exist_ok=True)
     prompt(mate, "more", "cat shared.txt > again.txt\n")
+    # A clone's settings are the teammate's to approve, like any repository's.
+    assert "not approved" in iterare("execute", "more", "--reuse", rid, cwd=mate).stderr
+    assert iterare("trust", "--yes", cwd=mate).returncode == 0
     reused = iterare("execute", "more", "--reuse", rid, "-f", cwd=mate)
     try:
         assert reused.returncode == 0, reused.stderr
