@@ -187,6 +187,21 @@ def classify(path: str, new_mode: str, hooks_prefix: str | None = None) -> str |
     return None
 
 
+#: Why files of a repository committed inside the tree are flagged.
+EMBEDDED_REPO_REASON = ("part of a git repository inside the tree: git reads its config, "
+                        "which can run programs (core.pager, core.fsmonitor), when used there")
+
+
+def _embedded_repositories(paths: list[str]) -> set[str]:
+    """Directories among ``paths`` that hold both ``HEAD`` and ``config``: a bare
+    repository (or a gitdir) committed as plain files."""
+    def folders(name: str) -> set[str]:
+        return {p.rsplit("/", 1)[0] if "/" in p else "" for p in paths
+                if p.rsplit("/", 1)[-1] == name}
+
+    return (folders("HEAD") & folders("config")) - {""}
+
+
 def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
     """Every file changed between ``base`` and ``head``, with why it would run on the host.
 
@@ -205,13 +220,17 @@ def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
     out = common_git(repo, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
                      "--no-textconv", "--no-abbrev", base, head, text=False).stdout
     fields = out.decode("utf-8", "surrogateescape").split("\0")
+    pairs = list(zip(fields[0::2], fields[1::2], strict=False))
+    repos = _embedded_repositories([path for _, path in pairs])
     found = []
-    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+    for meta, path in pairs:
         parts = meta.split()
         if len(parts) < 5:
             continue
         status = parts[4][:1]
         reason = None if status == "D" else classify(path, parts[1], hooks_prefix)
+        if status != "D" and any(path.startswith(r + "/") for r in repos):
+            reason = EMBEDDED_REPO_REASON
         found.append(FileChange(status=status, path=path, reason=reason))
     return sorted(found, key=lambda c: c.path)
 

@@ -70,6 +70,8 @@ MAX_DNS_NAME_CHARS = 253
 MAX_EGRESS_NAMES = 200
 #: Largest ``refused.json`` / ``status.json`` read.
 MAX_REPORT_BYTES = 1 * MiB
+#: Largest prompt file read (the repository writes them).
+MAX_PROMPT_BYTES = 1 * MiB
 
 #: Every limit above, name -> value (documented in git-iterare-execute(1), LIMITS).
 ALL = {name: value for name, value in dict(globals()).items()

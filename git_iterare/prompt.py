@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from git_iterare.errors import UserError
+from git_iterare.errors import OperationFailed, UserError
 
 #: Keys iterare defines, then ours.
 FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env")
@@ -126,6 +126,14 @@ def resolve(arg: str, prompts_dir: Path, cwd: Path) -> Path:
         candidates.append(prompts_dir / f"{stem}.md")
     candidates.append(Path(arg) if Path(arg).is_absolute() else cwd / arg)
     for candidate in candidates:
+        # A repository could point a prompt (or its folder) anywhere: at a key, at
+        # /proc/self/environ. Its content goes into the sandbox and the run record.
+        links = [p for p in (candidate, candidate.parent, candidate.parent.parent)
+                 if p.is_symlink()] if candidate.parent == prompts_dir else (
+            [candidate] if candidate.is_symlink() else [])
+        if links and (candidate.exists() or candidate.is_symlink()):
+            raise UserError(f"{links[0]} is a symlink; git iterare reads prompts only from "
+                            "regular files", hint="give the file it points to, if you trust it")
         if candidate.is_file():
             return candidate.resolve()
     if candidates[-1].exists():
@@ -289,11 +297,20 @@ def load_prompt(arg: str, prompts_dir: Path, cwd: Path) -> Prompt:
     Raises:
         UserError: no such prompt, unreadable or not UTF-8, or bad content.
     """
+    from git_iterare.boundedfs import TooLarge, read_regular
+    from git_iterare.limits import MAX_PROMPT_BYTES
+
     path = resolve(arg, prompts_dir, cwd)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path, MAX_PROMPT_BYTES, limit_name="MAX_PROMPT_BYTES").decode(
+            "utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except TooLarge:
+        raise UserError(f"{path}: larger than {MAX_PROMPT_BYTES // 1024} KiB "
+                        "(MAX_PROMPT_BYTES)", hint="shorten the prompt") from None
+    except OperationFailed as exc:  # a FIFO or other special file
+        raise UserError(f"{path}: {exc.message}") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return parse(text, path)

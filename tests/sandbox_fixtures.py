@@ -56,6 +56,7 @@ NET = {
     "BLOCKED_V4": f"198.18.{SUBNET}.21",
     "CDN_V4": f"198.18.{SUBNET}.22",
     "WILD_V4": f"198.18.{SUBNET}.23",
+    "HOSTALIKE_V4": f"198.18.{SUBNET}.25",
     "BLOCKED_V6": f"2001:db8:{SUBNET}::21",
     "INTRANET_V4": f"10.231.{SUBNET}.30",
     "INTRANET2_V4": f"10.231.{SUBNET}.31",
@@ -113,7 +114,8 @@ def test_network(docker_services, docker_compose_project_name: str) -> str:
     docker_services.wait_until_responsive(
         timeout=60, pause=0.5,
         check=lambda: all(_tcp_open(NET[k], 80) for k in (
-            "ALLOWED_V4", "BLOCKED_V4", "CDN_V4", "WILD_V4", "INTRANET_V4", "INTRANET2_V4")))
+            "ALLOWED_V4", "BLOCKED_V4", "CDN_V4", "WILD_V4", "HOSTALIKE_V4", "INTRANET_V4",
+            "INTRANET2_V4")))
     return f"{docker_compose_project_name}_internet"
 
 

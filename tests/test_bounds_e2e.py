@@ -94,3 +94,22 @@ def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path:
     assert "Traceback" not in cleaned.stderr
     assert not (project / ".iterare" / "worktrees" / rid).exists()
     assert not os.path.lexists(project / ".iterare" / "worktrees" / rid)
+
+
+def test_cleanup_keeps_a_file_too_big_to_commit(project: Path) -> None:  # noqa: F811
+    """A file over MAX_OBJECT_BYTES is not committed; cleanup must not then delete it
+    silently (found by an adversarial test)."""
+    prompt(project, "huge", "head -c 105000000 /dev/zero > big.dat\necho small > small.txt\n")
+    done = iterare("execute", "huge", "--follow", cwd=project)
+    assert done.returncode == 0, done.stderr
+    rid = done.stdout.split()[2]
+    assert "big.dat" in done.stderr and "not committed" in done.stderr
+    assert iterare("merge", "--yes", rid, cwd=project).returncode == 0
+    refused = iterare("cleanup", "-y", rid, cwd=project)
+    assert refused.returncode == 1
+    assert (f"run {rid} left files that could not be committed and would be deleted: "
+            "big.dat") in refused.stderr
+    worktree = project / ".iterare" / "worktrees" / rid
+    assert (worktree / "big.dat").stat().st_size == 105_000_000
+    assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
+    assert not worktree.exists()

@@ -29,7 +29,9 @@ def test_status_of_a_missing_image(tmp_path: Path) -> None:
     result = iterare("image", "status", cwd=tmp_path,
                      env={"ITERARE_DOCKER_IMAGE": "itr-sandbox-missing:1"})
     assert result.returncode == 1
-    assert result.stdout == "image: itr-sandbox-missing:1\npresent: no\n"
+    # The engine it asked comes first (DOCKER_HOST, a context, or the default socket).
+    assert result.stdout == ("engine: unix:///var/run/docker.sock\n"
+                             "image: itr-sandbox-missing:1\npresent: no\n")
     assert result.stderr == ("error: image itr-sandbox-missing:1 is missing "
                              "(run `git iterare image build`)\n")
 
@@ -39,7 +41,7 @@ def test_status_of_the_image(tmp_path: Path, sandbox_image: str) -> None:  # noq
     result = iterare("image", "status", "--format", "json", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert sorted(data) == ["created", "id", "labels", "name", "present"]
+    assert sorted(data) == ["created", "engine", "id", "labels", "name", "present"]
     assert data["present"] is True and data["id"].startswith("sha256:")
     assert data["labels"]["dev.iterare.image"] == "sandbox"
     assert {"dev.iterare.base", "dev.iterare.claude-version",

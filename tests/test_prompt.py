@@ -185,3 +185,34 @@ def test_scalar_workspace_and_branch_taken_as_text(prompts: Path, value: str,
 def test_non_scalar_workspace_still_refused(prompts: Path, value: str, shown: str) -> None:
     assert error_of(f"---\nworkspace: {value}\n---\nx\n", prompts) == (
         f"FILE:2: workspace must be a string, got {shown}")
+
+
+def test_prompts_are_read_only_from_regular_files(tmp_path: Path) -> None:
+    """A repository could point a prompt at any file of the user's (found by an
+    adversarial test: /proc/self/environ ended up in the run record)."""
+    import os
+
+    prompts = tmp_path / ".iterare" / "prompts"
+    prompts.mkdir(parents=True)
+    secret = tmp_path / "secret"
+    secret.write_text("TOKEN=1\n")
+    (prompts / "env.md").symlink_to(secret)
+    with pytest.raises(UserError, match=r"env\.md is a symlink; git iterare reads prompts "
+                                        "only from regular files"):
+        load_prompt("env", prompts, tmp_path)
+    with pytest.raises(UserError, match="is a symlink"):
+        load_prompt(str(prompts / "env.md"), prompts, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.md").write_text("x\n")
+    linked = tmp_path / "linked" / ".iterare"
+    linked.mkdir(parents=True)
+    (linked / "prompts").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="prompts is a symlink"):
+        load_prompt("x", linked / "prompts", tmp_path)
+    os.mkfifo(prompts / "fifo.md")
+    with pytest.raises(UserError, match="no prompt 'fifo'"):  # not a regular file
+        load_prompt("fifo", prompts, tmp_path)
+    (prompts / "big.md").write_bytes(b"x" * (1024 * 1024 + 1))
+    with pytest.raises(UserError, match="larger than 1024 KiB"):
+        load_prompt("big", prompts, tmp_path)

@@ -62,10 +62,13 @@ ENV PATH=/opt/real:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 
 def _policy(host_port: int) -> EgressPolicy:
-    return EgressPolicy.build(
+    import dataclasses
+
+    return dataclasses.replace(EgressPolicy.build(
         ["allowed.test", "*.wild.test", "cdn.test", "port.test:8080", "private.test",
-         "ns.test", f"gw.test:{host_port}"], cidrs=[f"{NET['INTRANET2_V4']}/32"],
-        dns=[NET["DNS_V4"]])
+         "ns.test", f"gw.test:{host_port}", "hostalike.test"],
+        cidrs=[f"{NET['INTRANET2_V4']}/32"], dns=[NET["DNS_V4"]]),
+        hosts=(NET["HOSTALIKE_V4"],))
 
 
 def _parse(output: str) -> dict[str, dict[str, Any]]:
@@ -203,7 +206,7 @@ def test_escape_count_is_zero(escape_runs: dict[str, Any]) -> None:
 
 def test_agent_script_exit_and_host_repo_untouched(escape_runs: dict[str, Any]) -> None:
     assert escape_runs["agent_exit"] == 0
-    assert "iterare-sandbox: firewall up: 7 domains, 1 CIDRs" in escape_runs["sidecar_output"]
+    assert "iterare-sandbox: firewall up: 8 domains, 1 CIDRs" in escape_runs["sidecar_output"]
     assert "iterare-sandbox" not in escape_runs["agent_output"]
     assert escape_runs["git_status"] == ""
 
@@ -223,6 +226,6 @@ def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) ->
     assert report.refused_connections.ipv6 > 0
     addresses = report.refused_connections.addresses
     for target in ("BLOCKED_V4", "DNS_V4", "GATEWAY_V4", "BLOCKED_V6", "INTRANET_V4",
-                   "ALLOWED_V4"):
+                   "ALLOWED_V4", "HOSTALIKE_V4"):
         assert addresses.get(NET[target], 0) > 0, (target, addresses)
     assert "198.51.100.7" not in addresses  # the self-check's own probe

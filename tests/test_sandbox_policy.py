@@ -66,7 +66,8 @@ def test_policy_from_config_orders_and_dedups(tmp_path: Path) -> None:
     assert policy == EgressPolicy(("api.anthropic.com", *BASE_DOMAINS, "example.com"),
                                   ("10.1.0.0/16",), ("10.0.0.2",))
     assert json.loads(policy.to_json()) == {"v": 1, "domains": list(policy.domains),
-                                            "cidrs": ["10.1.0.0/16"], "dns": ["10.0.0.2"]}
+                                            "cidrs": ["10.1.0.0/16"], "dns": ["10.0.0.2"],
+                                            "hosts": []}
 
 
 def test_policy_from_config_names_the_file(tmp_path: Path) -> None:
@@ -218,3 +219,19 @@ def test_more_cpus_than_the_engine_has_is_refused() -> None:
     with pytest.raises(UserError, match=r"docker\.cpus is 1000 but the Docker engine has only "
                                         r"2 CPUs"):
         Limits(cpus=1000).check_engine_cpus(2)
+
+
+def test_host_addresses_from_the_kernels_tables(tmp_path: Path) -> None:
+    from git_iterare.sandbox.docker_backend import host_addresses
+
+    fib = tmp_path / "fib_trie"
+    fib.write_text("Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 127.0.0.1\n        /32 host LOCAL\n"
+                   "     |-- 192.0.2.2\n        /32 host LOCAL\n     |-- 192.0.2.0\n"
+                   "        /24 link UNICAST\nLocal:\n     |-- 192.0.2.2\n"
+                   "        /32 host LOCAL\n")
+    inet6 = tmp_path / "if_inet6"
+    inet6.write_text("00000000000000000000000000000001 01 80 10 80       lo\n"
+                     "fd000000000000000000000000000002 02 40 00 80     eth0\n"
+                     "fe8000000000000000fc00fffe000001 02 40 20 80     eth0\n")
+    assert host_addresses(fib, inet6) == ("192.0.2.2", "fd00::2")
+    assert host_addresses(tmp_path / "none", tmp_path / "none") == ()

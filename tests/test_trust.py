@@ -201,6 +201,12 @@ def test_the_users_own_settings_need_no_trust(repo: Path) -> None:
     ('[mounts]\nvolumes = ["/usr/share/doc:/docs"]\n', "mounts.volumes"),
     ('[claude]\nbase_url = "https://evil.example"\n', "claude.base_url"),
     ('[claude]\ncredentials_path = "~/.ssh"\n', "claude.credentials_path"),
+    # Limits above the built-in ones (found by an adversarial test).
+    ('[docker]\nmemory = "100000g"\n', "docker.memory"),
+    ('[docker]\npids = 4194304\n', "docker.pids"),
+    ('[docker]\ncpus = 2.5\n', "docker.cpus"),
+    ('[run]\ntimeout = 0\n', "run.timeout"),
+    ('[run]\ntimeout = 999999\n', "run.timeout"),
 ])
 def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) -> None:
     (repo / ".iterare" / "prompts").mkdir(parents=True)
@@ -210,6 +216,15 @@ def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) ->
     assert (result.returncode, result.stderr) == (
         2, f"{REFUSED} ({item}); review them with 'git iterare trust'\n")
     nothing_created(repo)
+
+
+def test_narrower_limits_need_no_approval(repo: Path) -> None:
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
+    (repo / ".iterare" / "config.toml").write_text(
+        '[docker]\nmemory = "1g"\npids = 64\ncpus = 1\n[run]\ntimeout = 60\n')
+    # Past the gate, at the (missing) engine.
+    assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
 
 
 def test_include_needs_approval(repo: Path) -> None:

@@ -168,6 +168,13 @@ def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passw
         assert not (Path(user.pw_dir) / "pwned").exists()
         shown = as_user(user, "git", "show", f"refs/iterare/runs/{rid}:run.json", cwd=repo)
         assert '"status": "stopped"' in shown.stdout, shown.stdout + shown.stderr
+        # Nothing in the user's repository is left to root or another account (the
+        # sidecar's status and DNS log included, found by an adversarial test).
+        foreign = [p for p in (repo / ".git").rglob("*") if p.lstat().st_uid != user.pw_uid]
+        assert foreign == []
+        cleaned = as_user(user, "git", "iterare", "cleanup", "--force", "-y", rid, cwd=repo)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert not (repo / ".git" / "iterare" / "state" / rid).exists()
     finally:
         subprocess.run(["docker", "rm", "-f", *subprocess.run(
             ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],

@@ -575,6 +575,28 @@ def test_classify_host_executables(path: str, mode: str, reason: str | None) -> 
     assert classify(path, mode, "hooks/") == reason
 
 
+def test_a_committed_git_repository_is_flagged(repo: Path) -> None:
+    """A bare repository committed as plain files: its config runs programs when the
+    user uses git in there (found by an adversarial test: core.pager)."""
+    from git_iterare.hostexec import EMBEDDED_REPO_REASON, changed_files
+
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    bare = repo / "docs" / "vendor.git"
+    (bare / "refs").mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    (bare / "config").write_text("[core]\n\tpager = touch /tmp/pwned; cat\n")
+    (bare / "description").write_text("x\n")
+    (repo / "docs" / "config").write_text("not a repository: no HEAD beside it\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "vendor", cwd=repo)
+    r = repo_mod.discover(repo)
+    reasons = {c.path: c.reason for c in changed_files(r, base, "HEAD")}
+    assert reasons == {"docs/config": None,
+                       "docs/vendor.git/HEAD": EMBEDDED_REPO_REASON,
+                       "docs/vendor.git/config": EMBEDDED_REPO_REASON,
+                       "docs/vendor.git/description": EMBEDDED_REPO_REASON}
+
+
 def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -175,7 +175,8 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             ws = open_run(repo, record.id, record.base_commit,
                           included=tuple(p for p in record.extra.get("workspace_mounts") or ()
                                          if isinstance(p, str)))
-            _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile))
+            _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile,
+                                            state_dir(repo, record.id) / "out"))
             work = finish_run(
                 repo, ws,
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",

@@ -310,11 +310,13 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         try:
             ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
+            container = sandbox.launch(spec, sidecar.result())
         except BaseException:
-            with contextlib.suppress(Exception):
+            # Also on Ctrl-C while the sidecar is still being made: wait for it, then
+            # remove it (launch removes what it made itself; twice is harmless).
+            with contextlib.suppress(BaseException):
                 sandbox.remove_sidecar(sidecar.result())
             raise
-        container = sandbox.launch(spec, sidecar.result())
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from git_iterare import ui
@@ -207,6 +209,16 @@ def _merge_ref(repo: Repo, record: Any, head: str) -> str:
     return branch if found == head else head
 
 
+def _left_uncommitted(record: Any, worktree: Path) -> list[str]:
+    """The paths the automatic commit skipped (``extra.skipped``: over the limits, special
+    files) that are still in the run's worktree."""
+    skipped = (record.extra or {}).get("skipped") or {}
+    paths = [item.get("path", "") for item in skipped.get("paths", [])
+             if isinstance(item, dict)]
+    return [p for p in paths if p and not p.startswith("/") and ".." not in p.split("/")
+            and os.path.lexists(worktree / p)]
+
+
 def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     """Remove a run's worktree, branch and container; keep its record and commits.
 
@@ -241,6 +253,14 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
         legacy.cleanup(repo, record, force=force or record.status == "merged")
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
+        left = _left_uncommitted(record, ws.worktree)
+        if left and not force:
+            raise OperationFailed(
+                f"run {record.id} left files that could not be committed and would be "
+                f"deleted: {', '.join(left[:5])}" + (f" and {len(left) - 5} more"
+                                                     if len(left) > 5 else ""),
+                hint=f"copy them out of {ws.worktree}, or `git iterare cleanup --force "
+                     f"{record.id}`")
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
         cleanup_run(repo, ws, force=force, merged=record.status == "merged")

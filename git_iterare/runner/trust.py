@@ -40,12 +40,30 @@ from git_iterare.sandbox.trust import (
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,
 #: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, the Claude
-#: gateway (its host is allowlisted) and the credentials directory (read into runs).
+#: gateway (its host is allowlisted), the credentials directory (read into runs), and the
+#: resource limits and timeout when they are above the built-in ones.
 GATED_KEYS: tuple[str, ...] = (
     "docker.image", "docker.base_image", "docker.claude_version", "docker.network",
     "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
     "mounts.volumes", "claude.base_url", "claude.credentials_path",
+    "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
 )
+
+
+def _narrows(key: str, value: object, default: object) -> bool:
+    """Whether a project's limit only narrows the built-in one (needs no approval)."""
+    from git_iterare.sandbox.spec import memory_bytes
+
+    try:
+        if key == "docker.memory":
+            return memory_bytes(str(value)) <= memory_bytes(str(default))
+        if key == "run.timeout":
+            return 0 < int(value) <= int(default)  # type: ignore[call-overload]
+        if key in ("docker.cpus", "docker.pids"):
+            return float(value) <= float(default)  # type: ignore[arg-type]
+    except (TypeError, ValueError, UserError):
+        return False
+    return False
 
 #: Largest project Dockerfile (or ``.iterare/include``) read, in bytes.
 MAX_DOCKERFILE_BYTES = 1024 * 1024
@@ -112,7 +130,7 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
             value = [d for d in value if d.lower() not in BASE_DOMAINS]
         if key == "docker.image" and is_legacy_image(value):
             continue  # iterare's image stands for git-iterare's own: asks for nothing
-        if value != KEYS[key].default:
+        if value != KEYS[key].default and not _narrows(key, value, KEYS[key].default):
             out[key] = value
     return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
+import itertools
 import re
 import tarfile
 import threading
@@ -288,15 +289,53 @@ def _limits(spec: SandboxSpec) -> dict[str, Any]:
     return limits
 
 
+def host_addresses(fib_trie: Path = Path("/proc/net/fib_trie"),
+                   if_inet6: Path = Path("/proc/net/if_inet6")) -> tuple[str, ...]:
+    """This machine's own IPv4 and IPv6 addresses (loopback left out), from the kernel's
+    tables: the local routes of ``fib_trie`` (``/32 host LOCAL``) and ``if_inet6``.
+
+    Returns:
+        Addresses, IPv4 first; empty when the tables cannot be read.
+    """
+    found: list[str] = []
+    try:
+        lines = fib_trie.read_text().splitlines()
+    except OSError:
+        lines = []
+    for previous, line in itertools.pairwise(lines):
+        if line.strip() == "/32 host LOCAL":
+            try:
+                local = ipaddress.ip_address(previous.split()[-1])
+            except ValueError:
+                continue
+            if not (local.is_loopback or local in ipaddress.ip_network("0.0.0.0/8")):
+                found.append(str(local))
+    try:
+        for line in if_inet6.read_text().splitlines():
+            raw = line.split()[0] if line.split() else ""
+            if len(raw) == 32:
+                address = ipaddress.IPv6Address(int(raw, 16))
+                if not address.is_loopback and not address.is_link_local:
+                    found.append(str(address))
+    except (OSError, ValueError):
+        pass
+    return tuple(dict.fromkeys(found))
+
+
 def _with_dns(spec: SandboxSpec) -> SandboxSpec:
-    """``spec`` with upstream DNS servers: Docker's embedded DNS (user-defined networks)
-    must not be the upstream, so the resolver gets the servers Docker itself would use."""
+    """``spec`` with upstream DNS servers (Docker's embedded DNS on user-defined networks
+    must not be the upstream, so the resolver gets the servers Docker itself would use)
+    and, for an engine on this machine, this machine's addresses to close."""
     import dataclasses
 
-    if spec.policy.dns:
-        return spec
-    return dataclasses.replace(spec, policy=dataclasses.replace(spec.policy,
-                                                                dns=host_dns_servers()))
+    from git_iterare.sandbox.engine import current
+
+    policy = spec.policy
+    if not policy.dns:
+        policy = dataclasses.replace(policy, dns=host_dns_servers())
+    if not policy.hosts and current().url.startswith("unix://"):
+        policy = dataclasses.replace(policy, hosts=host_addresses())
+    return dataclasses.replace(spec, policy=policy)
 
 
 def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:

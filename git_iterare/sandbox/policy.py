@@ -117,16 +117,19 @@ class EgressPolicy:
         cidrs: allowed networks, normalized (``10.1.0.0/16``).
         dns: upstream DNS servers the sandbox's resolver forwards allowed names to; empty
             means the servers Docker gives the container (never its embedded server).
+        hosts: the Docker host's own addresses, closed to the sandbox like its gateway
+            (an allowed name that answers one is DNS rebinding) unless a CIDR opens them.
     """
 
     domains: tuple[str, ...] = ()
     cidrs: tuple[str, ...] = ()
     dns: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         """The policy file the entrypoint reads (``/run/iterare/policy.json``)."""
         return json.dumps({"v": 1, "domains": list(self.domains), "cidrs": list(self.cidrs),
-                           "dns": list(self.dns)}, indent=2) + "\n"
+                           "dns": list(self.dns), "hosts": list(self.hosts)}, indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> EgressPolicy:

@@ -6,7 +6,8 @@
 # means "it worked". Targets come from the environment (see test_sandbox_escape.py):
 # ALLOWED_V4 BLOCKED_V4 BLOCKED_V6 DNS_V4 DNS_V6 GATEWAY_V4 INTRANET_V4 INTRANET2_V4
 # HOST_PORT HOST_GIT. The policy allows allowed.test, *.wild.test, cdn.test, port.test:8080,
-# private.test, ns.test, gw.test:$HOST_PORT and the network $INTRANET2_V4/32.
+# private.test, ns.test, gw.test:$HOST_PORT, hostalike.test and the network $INTRANET2_V4/32;
+# it names $HOSTALIKE_V4 as one of the Docker host's addresses.
 set -u
 T=3
 
@@ -89,6 +90,8 @@ attempt named-port-entry-other-port http http://port.test/
 attempt rebind-private-name http http://private.test/
 attempt rebind-gateway-name bash -c "exec 3<>/dev/tcp/gw.test/$HOST_PORT"
 attempt private-address-direct http "http://$INTRANET_V4/"
+# An address the policy names as one of the Docker host's own (its other interfaces).
+attempt rebind-host-address-name http http://hostalike.test/
 # A DNS server on an allowed address must not answer blocked names over TCP.
 attempt dns-tcp-on-allowed-address bash -c "getent hosts ns.test >/dev/null; resolves blocked.test +tcp @$DNS_V4"
 
