@@ -19,8 +19,9 @@ import pytest
 BIN_DIR = Path(sys.executable).parent
 
 #: The sandbox image and the local test internet, the predecessor iterare, and the second
-#: (DinD) engine (session fixtures).
-pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare", "tests.engines"]
+#: (DinD) engine, and Podman (session fixtures).
+pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare", "tests.engines",
+                  "tests.podman_engine"]
 
 
 @pytest.fixture(autouse=True)
