@@ -75,6 +75,18 @@ def wait_status(repo: Path, rid: str, statuses: set[str], timeout: float = 60) -
         time.sleep(0.5)
 
 
+def wait_for_file(repo: Path, rid: str, name: str, timeout: float = 60) -> None:
+    """Poll until the agent has written ``name`` in the run's worktree (fails after
+    ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        worktree = record(repo, rid).get("worktree")
+        if worktree and (Path(worktree) / name).exists():
+            return
+        assert time.monotonic() < deadline, f"the agent never wrote {name}"
+        time.sleep(0.2)
+
+
 SHELL_TASK = """\
 echo "hello from $(id -un) $(id -u)" > hello.txt
 git add hello.txt
@@ -207,7 +219,7 @@ def test_stop_keeps_work(project: Path) -> None:
     started = iterare("execute", "long", cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
-    time.sleep(3)
+    wait_for_file(project, rid, "started.txt")
     stopped = iterare("stop", rid, "--grace", "1", cwd=project)
     assert stopped.returncode == 0, stopped.stderr
     assert record(project, rid)["status"] == "stopped"
@@ -222,7 +234,7 @@ def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
                                 start_new_session=True)
     assert follower.stdout is not None
     rid = run_id(follower.stdout.readline())
-    time.sleep(1)
+    wait_status(project, rid, {"running"})
     os.killpg(follower.pid, signal.SIGINT)
     _, err = follower.communicate(timeout=30)
     assert follower.returncode == 130
@@ -235,7 +247,7 @@ def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
 def test_container_removed_behind_our_back_is_lost_with_work_kept(project: Path) -> None:
     prompt(project, "victim", "echo early > early.txt\nsleep 300\n")
     rid = run_id(iterare("execute", "victim", cwd=project).stdout)
-    time.sleep(2)
+    wait_for_file(project, rid, "early.txt")
     subprocess.run(["docker", "rm", "-f", f"iterare-{rid}"], check=True, capture_output=True)
     listed = iterare("list", cwd=project)
     assert listed.returncode == 0
