@@ -517,3 +517,53 @@ def test_login_in_the_sandbox_stores_private_credentials(tmp_path: Path, sandbox
     stored = folder / ".credentials.json"
     assert "sk-ant-oat01-fake-token" in stored.read_text()
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+
+
+def _claude_project(project: Path, port: str) -> None:
+    with (project / ".iterare" / "config.toml").open("a") as config:
+        config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n'
+                     f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
+    git("commit", "-qam", "gateway", cwd=project)
+    assert iterare("trust", "--yes", cwd=project).returncode == 0
+
+
+def test_claude_stops_at_the_budget_with_work_kept(project: Path, tmp_path: Path) -> None:
+    # Every turn reports 100,000 input tokens (about $0.40 at the price Claude Code uses
+    # for the fake's model): its own --max-budget-usd lets the first turn's tool run and
+    # ends the run on the second reply, before that turn's tool.
+    with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"],
+                       input_tokens_per_turn=100_000) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", "Add a notes file and commit it.\n",
+               front="agent: claude\nmax_budget_usd: 0.5\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", cwd=project, env=env)
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert (rec["status"], rec["extra"]["stop_reason"]) == ("stopped", "budget"), rec
+    assert rec["extra"]["max_budget_usd"] == 0.5
+    assert rec["cost_usd"] >= 0.5
+    assert rec["error"].startswith("stopped at its budget: $"), rec["error"]
+    # The work of the turns it took is kept; the turns after the budget never ran.
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+    assert "second.txt" not in branch_files(project, rid)
+    shown = iterare("show", rid, cwd=project).stdout
+    assert "of $0.50 budget" in shown
+    listed = iterare("list", cwd=project).stdout
+    assert "/$0.50" in listed
+
+
+def test_claude_stops_at_max_turns_from_the_flag(project: Path, tmp_path: Path) -> None:
+    with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"]) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", "--max-turns", "1", cwd=project, env=env)
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert (rec["status"], rec["extra"].get("stop_reason")) == ("stopped", "budget"), rec
+    assert rec["error"].startswith("stopped at its budget: "), rec["error"]
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+    assert "second.txt" not in branch_files(project, rid)
+    assert " of 1" in iterare("show", rid, cwd=project).stdout
