@@ -385,7 +385,7 @@ def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None
 def test_interactive_needs_a_terminal(project: Path) -> None:
     result = iterare("interactive", "--shell", cwd=project)
     assert (result.returncode, result.stderr) == (
-        2, "error: interactive needs a terminal (use git iterare execute for unattended "
+        2, "error: interactive needs a terminal (use `git iterare execute` for unattended "
            "runs)\n")
 
 

@@ -42,6 +42,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
     import sys
 
     from git_iterare import ui
+    from git_iterare.errors import ExitCode
     from git_iterare.runner.launch import ExecuteRequest, execute
 
     ctx = app()
@@ -53,9 +54,9 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
                      progress=ui.progress)
     click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
     if not follow:
-        click.echo(f"follow it with: git iterare log -f {record.id}")
+        click.echo(f"follow it with: `git iterare log -f {record.id}`")
         return
     from git_iterare.cli.log import follow_and_exit
 
     follow_and_exit(record.id, verbosity=verbosity, raw=False)
-    sys.exit(0)
+    sys.exit(ExitCode.OK)

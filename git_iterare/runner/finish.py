@@ -236,6 +236,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     head = None
     changes = None
     commits: tuple[str, ...] = ()
+    bug: Exception | None = None
     if record.base_commit and has_worktree(repo, record):
         try:
             # Mount points below /workspace (see runner.guard.workspace_mounts) are no work.
@@ -256,9 +257,14 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             if work.rejected_head:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")
-        except Exception as exc:
+        except expected_errors() as exc:
             status, error = _unfinished(store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
+        except Exception as exc:
+            # A bug of git-iterare's: the run still ends failed with its work kept (and
+            # `git iterare finish` to commit it), then the bug shows as one.
+            status, error = _unfinished(store, record, status, error, exc)
+            bug = exc
     if head:
         store.set_head(record.id, head, changes)
     egress = _egress(repo, record.id)
@@ -274,7 +280,27 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     except Exception as exc:  # the result is recorded; a leftover container is minor
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
+    if bug is not None:
+        raise bug
     return record
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The errors committing and importing a run's work may meet that are not bugs:
+    git-iterare's own (:class:`~git_iterare.errors.IterareError`), the filesystem's
+    (:class:`OSError`), and dulwich's (every class in :mod:`dulwich.errors`, and
+    :class:`zlib.error`: the agent's objects may be corrupt or hostile). Anything else
+    is a bug and is let through after the run is recorded."""
+    import inspect
+    import zlib
+
+    import dulwich.errors
+
+    from git_iterare.errors import IterareError
+
+    dulwich_errors = tuple(cls for _, cls in inspect.getmembers(dulwich.errors, inspect.isclass)
+                           if issubclass(cls, Exception) and cls.__module__ == "dulwich.errors")
+    return (IterareError, OSError, zlib.error, *dulwich_errors)
 
 
 def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Exception
@@ -467,7 +493,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
         record = finish(repo, run_id)
         if record.status in ACTIVE:
             raise OperationFailed(f"run {run_id} is still {record.status}",
-                                  hint=f"wait for it (git iterare log -f {run_id}) or stop it")
+                                  hint=f"wait for it (`git iterare log -f {run_id}`) or stop it")
         if not record.extra.get("unfinished"):
             return record, None
     if not record.base_commit or not has_worktree(repo, record):
@@ -489,7 +515,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
                           "Iterare-Prompt": record.prompt_name or ""},
                 message=f"iterare: work left uncommitted by run {record.id}")
-        except Exception as exc:
+        except expected_errors() as exc:
             from git_iterare.errors import IterareError
 
             reason = exc.message if isinstance(exc, IterareError) else str(exc)
