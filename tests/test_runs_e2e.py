@@ -499,11 +499,13 @@ print(credentials.login_in_sandbox(launch, folder, scratch, argv=argv).describe(
 """
 
 
-def test_login_in_the_sandbox_stores_private_credentials(tmp_path: Path, sandbox_image: str
-                                                         ) -> None:
+def test_login_in_the_sandbox_stores_private_credentials(
+        tmp_path: Path, sandbox_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import stat
     import sys
 
+    # The session's image, not whatever git-iterare:latest is (a stale one gets rebuilt).
+    monkeypatch.setenv("ITERARE_DOCKER_IMAGE", sandbox_image)
     scratch, folder = tmp_path / "home", tmp_path / "creds"
     scratch.mkdir(mode=0o700)
     code, output = _in_terminal(
