@@ -137,3 +137,23 @@ def test_show_and_list_give_spend_against_budget(repo: Path) -> None:
     assert "$0.61/$0.50" in listed.stdout
 
 
+
+
+def test_following_stops_the_run_once_the_reported_cost_reaches_the_budget(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_iterare import sandbox
+    from git_iterare.repo import discover
+    from git_iterare.runner.follow import _watch_budget
+
+    stopped: list[str] = []
+    monkeypatch.setattr(sandbox, "stop", lambda name, *a, **k: stopped.append(name))
+    monkeypatch.chdir(repo)
+    record = make_run(repo, extra={"max_budget_usd": 1.0})
+    lines = ["start\n", "cost 0.5\n", "cost 1.5\n", "after\n", "cost 2.0\n"]
+    passed = list(_watch_budget(discover(), record, _Metered(), "c9", lines))
+    assert passed == lines  # every line is still shown
+    assert stopped == ["c9"]  # once, at the line that reached the budget
+    assert RunStore(repo).get(record.id).extra["budget_exceeded"] is True
+    unlimited = make_run(repo, "free")
+    assert list(_watch_budget(discover(), unlimited, _Metered(), "c8", lines)) == lines
+    assert stopped == ["c9"]
