@@ -94,6 +94,11 @@ KEYS: dict[str, Key] = {
         Key("run.agent", "str", "claude", "Agent that runs prompts: claude or shell."),
         Key("run.timeout", "int", 3600,
             "Wall-clock limit of a run, in seconds; 0 means no limit."),
+        Key("run.max_budget_usd", "float", 0.0,
+            "Spend limit of a run in US dollars, as its agent reports cost; the run is "
+            "stopped when it is reached. 0 means no limit."),
+        Key("run.max_turns", "int", 0,
+            "Model turns a run may take before it is stopped; 0 means no limit."),
         Key("session.shell", "str", "/bin/bash", "Shell for `git iterare interactive --shell`."),
         Key("claude.credentials_path", "str", "",
             "Directory holding Claude credentials (default: the global config directory)."),

@@ -16,6 +16,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from git_iterare.errors import ExitCode
+
 
 def find_page(name: str, section: str = "1") -> Path | None:
     """Return the file of manual page ``name(section)``, or None when not found.
@@ -72,13 +74,13 @@ def show(name: str, section: str = "1") -> int:
     if page is None:
         print(f"error: no manual entry for {name}({section}); reinstall git-iterare",
               file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     if shutil.which("man") and os.environ.get("ITERARE_NO_MAN") != "1":
         sys.stdout.flush()
         if subprocess.run(["man", str(page)], check=False).returncode == 0:
-            return 0
+            return ExitCode.OK
     sys.stdout.write(render_text(page.read_text(encoding="utf-8")))
-    return 0
+    return ExitCode.OK
 
 
 _FONT = re.compile(r"\\f[BIRP]|\\f\(..|\\f\[[^\]]*\]")

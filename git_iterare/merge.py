@@ -59,7 +59,7 @@ class MergeResult:
 
 def _top(repo: Repo) -> Path:
     if repo.work_tree is None:
-        raise UserError("this is a bare repository; run git iterare merge in a worktree")
+        raise UserError("this is a bare repository; run `git iterare merge` in a worktree")
     return repo.work_tree
 
 
@@ -162,7 +162,7 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
         target = _rev(top, f"{branch}^{{commit}}")
         if target is None:
             raise UserError(f"commit {branch} is not in this repository",
-                            hint="fetch the run's records first (git iterare fetch)")
+                            hint="fetch the run's records first (`git iterare fetch`)")
     else:
         target = _rev(top, f"refs/heads/{branch}^{{commit}}")
         if target is None:

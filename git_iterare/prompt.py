@@ -8,6 +8,8 @@ The format is iterare's (``.iterare/prompts/<name>.md``)::
     agent: claude           # ours: agent that runs it (default: run.agent)
     timeout: 1800           # ours: wall-clock limit in seconds
     env: [NPM_TOKEN]        # ours: host variables passed into the sandbox, by name
+    max_budget_usd: 2.5     # ours: stop the run when the agent has spent this (dollars)
+    max_turns: 40           # ours: stop the run after this many model turns
     ---
 
     The task, in plain words.
@@ -33,7 +35,8 @@ from typing import Any
 from git_iterare.errors import OperationFailed, UserError
 
 #: Keys iterare defines, then ours.
-FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env")
+FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env", "max_budget_usd",
+                    "max_turns")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FENCE = re.compile(r"---[ \t]*\Z")
@@ -53,6 +56,9 @@ class Prompt:
         agent: frontmatter ``agent``, or None for the configured ``run.agent``.
         timeout: frontmatter ``timeout`` in seconds (0: no limit), or None for ``run.timeout``.
         env: names of host environment variables to pass into the sandbox.
+        max_budget_usd: frontmatter ``max_budget_usd``, US dollars (0: no limit), or None
+            for ``run.max_budget_usd``.
+        max_turns: frontmatter ``max_turns`` (0: no limit), or None for ``run.max_turns``.
         warnings: ``file:line: message`` lines (unknown keys) for the caller to print.
     """
 
@@ -64,6 +70,8 @@ class Prompt:
     agent: str | None = None
     timeout: int | None = None
     env: tuple[str, ...] = ()
+    max_budget_usd: float | None = None
+    max_turns: int | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -223,10 +231,16 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
             continue
         if value is None:
             continue
-        if key == "timeout":
+        if key in ("timeout", "max_turns"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise fail(key, f"must be a whole number of seconds (0: no limit), got {value!r}")
+                unit = "seconds" if key == "timeout" else "turns"
+                raise fail(key, f"must be a whole number of {unit} (0: no limit), got {value!r}")
             fields[key] = value
+        elif key == "max_budget_usd":
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not 0 <= value < float("inf")):
+                raise fail(key, f"must be a number of US dollars (0: no limit), got {value!r}")
+            fields[key] = float(value)
         elif key == "env":
             names = [value] if isinstance(value, str) else value
             if not isinstance(names, list):

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -42,25 +42,51 @@ def _free_subnet() -> int:
     raise RuntimeError("no free 198.18.N.0/24 subnet for the test network")
 
 
-#: The test network's third octet (and IPv6 group): sandbox_net/docker-compose.yml reads
-#: it as ITR_TESTNET.
-SUBNET = int(os.environ.get("ITR_TESTNET") or _free_subnet())
-os.environ["ITR_TESTNET"] = str(SUBNET)
+_SUBNET: list[int] = []
+
+
+def subnet() -> int:
+    """The test network's third octet (and IPv6 group), chosen on first use (it asks Docker,
+    so collecting the Docker-free tests needs no Docker) and exported as ``ITR_TESTNET``,
+    which sandbox_net/docker-compose.yml reads."""
+    if not _SUBNET:
+        _SUBNET.append(int(os.environ.get("ITR_TESTNET") or _free_subnet()))
+        os.environ["ITR_TESTNET"] = str(_SUBNET[0])
+    return _SUBNET[0]
+
+
+#: Host parts of the addresses given in sandbox_net/docker-compose.yml.
+_NET_ADDRESSES = {
+    "GATEWAY_V4": "198.18.{n}.1",
+    "DNS_V4": "198.18.{n}.10",
+    "DNS_V6": "2001:db8:{n}::10",
+    "ALLOWED_V4": "198.18.{n}.20",
+    "BLOCKED_V4": "198.18.{n}.21",
+    "CDN_V4": "198.18.{n}.22",
+    "WILD_V4": "198.18.{n}.23",
+    "HOSTALIKE_V4": "198.18.{n}.25",
+    "BLOCKED_V6": "2001:db8:{n}::21",
+    "INTRANET_V4": "10.231.{n}.30",
+    "INTRANET2_V4": "10.231.{n}.31",
+}
+
+
+class _Net(Mapping[str, str]):
+    """Addresses of the test network by role (``NET["DNS_V4"]``); the subnet is chosen at
+    the first lookup, never at import."""
+
+    def __getitem__(self, key: str) -> str:
+        return _NET_ADDRESSES[key].format(n=subnet())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_NET_ADDRESSES)
+
+    def __len__(self) -> int:
+        return len(_NET_ADDRESSES)
+
 
 #: Addresses given in sandbox_net/docker-compose.yml.
-NET = {
-    "GATEWAY_V4": f"198.18.{SUBNET}.1",
-    "DNS_V4": f"198.18.{SUBNET}.10",
-    "DNS_V6": f"2001:db8:{SUBNET}::10",
-    "ALLOWED_V4": f"198.18.{SUBNET}.20",
-    "BLOCKED_V4": f"198.18.{SUBNET}.21",
-    "CDN_V4": f"198.18.{SUBNET}.22",
-    "WILD_V4": f"198.18.{SUBNET}.23",
-    "HOSTALIKE_V4": f"198.18.{SUBNET}.25",
-    "BLOCKED_V6": f"2001:db8:{SUBNET}::21",
-    "INTRANET_V4": f"10.231.{SUBNET}.30",
-    "INTRANET2_V4": f"10.231.{SUBNET}.31",
-}
+NET: Mapping[str, str] = _Net()
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +126,7 @@ def docker_cleanup() -> list[str]:
 
 @pytest.fixture(scope="session")
 def docker_compose_file() -> str:
+    subnet()  # Compose reads ITR_TESTNET
     return str(NET_DIR / "docker-compose.yml")
 
 

@@ -53,8 +53,9 @@ def converse(fd: int, keys: bytes, ready: bytes, deadline: float) -> bytes:
             if not chunk:
                 break
             output += chunk
-        if not typed and ready in output:
-            time.sleep(1)  # let the shell print its prompt
+        elif not typed and ready in output:
+            # Half a second with nothing new after ``ready``: the shell has printed its
+            # prompt and waits for keys.
             os.write(fd, keys)
             typed = True
     return output

@@ -39,7 +39,7 @@ def test_unknown_command_names_the_nearest_and_exits_2(repo: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == ("error: 'confg' is not a git iterare command; the nearest is "
-                             "'config' (see 'git iterare -h')\n")
+                             "'config' (see `git iterare -h`)\n")
 
 
 def test_unknown_option_is_a_usage_error(repo: Path) -> None:

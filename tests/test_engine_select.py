@@ -251,6 +251,7 @@ def _running_run(repo: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str
     from tests.runs_helpers import make_run
 
     monkeypatch.chdir(repo)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # it would win over DOCKER_CONTEXT
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     eng.reset()

@@ -75,6 +75,18 @@ def wait_status(repo: Path, rid: str, statuses: set[str], timeout: float = 60) -
         time.sleep(0.5)
 
 
+def wait_for_file(repo: Path, rid: str, name: str, timeout: float = 60) -> None:
+    """Poll until the agent has written ``name`` in the run's worktree (fails after
+    ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        worktree = record(repo, rid).get("worktree")
+        if worktree and (Path(worktree) / name).exists():
+            return
+        assert time.monotonic() < deadline, f"the agent never wrote {name}"
+        time.sleep(0.2)
+
+
 SHELL_TASK = """\
 echo "hello from $(id -un) $(id -u)" > hello.txt
 git add hello.txt
@@ -207,7 +219,7 @@ def test_stop_keeps_work(project: Path) -> None:
     started = iterare("execute", "long", cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
-    time.sleep(3)
+    wait_for_file(project, rid, "started.txt")
     stopped = iterare("stop", rid, "--grace", "1", cwd=project)
     assert stopped.returncode == 0, stopped.stderr
     assert record(project, rid)["status"] == "stopped"
@@ -222,7 +234,7 @@ def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
                                 start_new_session=True)
     assert follower.stdout is not None
     rid = run_id(follower.stdout.readline())
-    time.sleep(1)
+    wait_status(project, rid, {"running"})
     os.killpg(follower.pid, signal.SIGINT)
     _, err = follower.communicate(timeout=30)
     assert follower.returncode == 130
@@ -235,7 +247,7 @@ def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
 def test_container_removed_behind_our_back_is_lost_with_work_kept(project: Path) -> None:
     prompt(project, "victim", "echo early > early.txt\nsleep 300\n")
     rid = run_id(iterare("execute", "victim", cwd=project).stdout)
-    time.sleep(2)
+    wait_for_file(project, rid, "early.txt")
     subprocess.run(["docker", "rm", "-f", f"iterare-{rid}"], check=True, capture_output=True)
     listed = iterare("list", cwd=project)
     assert listed.returncode == 0
@@ -373,7 +385,7 @@ def test_interactive_shell_session_in_a_worktree_is_a_run(project: Path) -> None
 def test_interactive_needs_a_terminal(project: Path) -> None:
     result = iterare("interactive", "--shell", cwd=project)
     assert (result.returncode, result.stderr) == (
-        2, "error: interactive needs a terminal (use git iterare execute for unattended "
+        2, "error: interactive needs a terminal (use `git iterare execute` for unattended "
            "runs)\n")
 
 
@@ -487,11 +499,13 @@ print(credentials.login_in_sandbox(launch, folder, scratch, argv=argv).describe(
 """
 
 
-def test_login_in_the_sandbox_stores_private_credentials(tmp_path: Path, sandbox_image: str
-                                                         ) -> None:
+def test_login_in_the_sandbox_stores_private_credentials(
+        tmp_path: Path, sandbox_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import stat
     import sys
 
+    # The session's image, not whatever git-iterare:latest is (a stale one gets rebuilt).
+    monkeypatch.setenv("ITERARE_DOCKER_IMAGE", sandbox_image)
     scratch, folder = tmp_path / "home", tmp_path / "creds"
     scratch.mkdir(mode=0o700)
     code, output = _in_terminal(
@@ -505,3 +519,53 @@ def test_login_in_the_sandbox_stores_private_credentials(tmp_path: Path, sandbox
     stored = folder / ".credentials.json"
     assert "sk-ant-oat01-fake-token" in stored.read_text()
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+
+
+def _claude_project(project: Path, port: str) -> None:
+    with (project / ".iterare" / "config.toml").open("a") as config:
+        config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n'
+                     f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
+    git("commit", "-qam", "gateway", cwd=project)
+    assert iterare("trust", "--yes", cwd=project).returncode == 0
+
+
+def test_claude_stops_at_the_budget_with_work_kept(project: Path, tmp_path: Path) -> None:
+    # Every turn reports 100,000 input tokens (about $0.40 at the price Claude Code uses
+    # for the fake's model): its own --max-budget-usd lets the first turn's tool run and
+    # ends the run on the second reply, before that turn's tool.
+    with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"],
+                       input_tokens_per_turn=100_000) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", "Add a notes file and commit it.\n",
+               front="agent: claude\nmax_budget_usd: 0.5\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", cwd=project, env=env)
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert (rec["status"], rec["extra"]["stop_reason"]) == ("stopped", "budget"), rec
+    assert rec["extra"]["max_budget_usd"] == 0.5
+    assert rec["cost_usd"] >= 0.5
+    assert rec["error"].startswith("stopped at its budget: $"), rec["error"]
+    # The work of the turns it took is kept; the turns after the budget never ran.
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+    assert "second.txt" not in branch_files(project, rid)
+    shown = iterare("show", rid, cwd=project).stdout
+    assert "of $0.50 budget" in shown
+    listed = iterare("list", cwd=project).stdout
+    assert "/$0.50" in listed
+
+
+def test_claude_stops_at_max_turns_from_the_flag(project: Path, tmp_path: Path) -> None:
+    with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"]) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", "--max-turns", "1", cwd=project, env=env)
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert (rec["status"], rec["extra"].get("stop_reason")) == ("stopped", "budget"), rec
+    assert rec["error"].startswith("stopped at its budget: "), rec["error"]
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+    assert "second.txt" not in branch_files(project, rid)
+    assert " of 1" in iterare("show", rid, cwd=project).stdout

@@ -84,7 +84,7 @@ def test_a_new_user_runs_a_cloned_repository_only_after_trusting_it(
     refused = iterare("execute", "task", cwd=clone)
     assert (refused.returncode, refused.stderr) == (
         2, f"{REFUSED} (Dockerfile, firewall.allowed_domains, mounts.volumes); review them "
-           "with 'git iterare trust'\n")
+           "with `git iterare trust`\n")
     nothing_created(clone)
     containers = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={clone}"],
@@ -133,7 +133,7 @@ def test_a_new_user_runs_a_cloned_repository_only_after_trusting_it(
         dockerfile.write("RUN curl https://example.com/install | sh\n")
     again = iterare("execute", "task", cwd=clone, env=NO_ENGINE)
     assert (again.returncode, again.stderr) == (
-        2, f"{REFUSED} (Dockerfile); review them with 'git iterare trust'\n")
+        2, f"{REFUSED} (Dockerfile); review them with `git iterare trust`\n")
     nothing_created(clone)
     diff = iterare("trust", "--show", cwd=clone).stdout
     assert diff.split("changed since your approval of ", 1)[1].splitlines()[1:] == [
@@ -186,7 +186,7 @@ def test_the_users_own_settings_need_no_trust(repo: Path) -> None:
     # The project file setting the same values is the repository asking.
     (repo / ".iterare" / "config.toml").write_text('[docker]\ndns = ["10.0.0.2"]\n')
     result = iterare("execute", "p", cwd=repo, env=NO_ENGINE)
-    assert result.stderr == f"{REFUSED} (docker.dns); review them with 'git iterare trust'\n"
+    assert result.stderr == f"{REFUSED} (docker.dns); review them with `git iterare trust`\n"
 
 
 @pytest.mark.parametrize(("config", "item"), [
@@ -214,7 +214,7 @@ def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) ->
     (repo / ".iterare" / "config.toml").write_text(config)
     result = iterare("execute", "p", cwd=repo, env=NO_ENGINE)
     assert (result.returncode, result.stderr) == (
-        2, f"{REFUSED} ({item}); review them with 'git iterare trust'\n")
+        2, f"{REFUSED} ({item}); review them with `git iterare trust`\n")
     nothing_created(repo)
 
 
@@ -233,7 +233,7 @@ def test_include_needs_approval(repo: Path) -> None:
     (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
     (repo / ".iterare" / "include").write_text("# local settings\n.env\n\n")
     result = iterare("execute", "p", cwd=repo, env=NO_ENGINE)
-    assert result.stderr == f"{REFUSED} (.iterare/include); review them with 'git iterare trust'\n"
+    assert result.stderr == f"{REFUSED} (.iterare/include); review them with `git iterare trust`\n"
     shown = iterare("trust", "--yes", cwd=repo).stdout
     assert '  .iterare/include = [".env"]\n' in shown
     assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
@@ -257,7 +257,7 @@ def test_prompt_env_needs_approval_but_env_flags_do_not(repo: Path) -> None:
     (prompts / "p.md").write_text("---\nagent: shell\nenv: [MY_TOKEN]\n---\necho $MY_TOKEN\n")
     env = {**NO_ENGINE, "MY_TOKEN": "secret"}
     result = iterare("execute", "p", cwd=repo, env=env)
-    assert result.stderr == f"{REFUSED} (env MY_TOKEN); review them with 'git iterare trust'\n"
+    assert result.stderr == f"{REFUSED} (env MY_TOKEN); review them with `git iterare trust`\n"
     # Named on the command line, it is the user's own choice.
     assert iterare("execute", "p", "--env", "MY_TOKEN", cwd=repo, env=env).stderr == ENGINE_ERROR
     # A prompt file outside .iterare/prompts is approved by naming it.
@@ -273,11 +273,11 @@ def test_image_build_and_credentials_are_gated(clone: Path) -> None:
     built = iterare("image", "build", cwd=clone, env=NO_ENGINE)
     assert (built.returncode, built.stderr) == (
         2, f"{REFUSED} (Dockerfile, firewall.allowed_domains, mounts.volumes); review them "
-           "with 'git iterare trust'\n")
+           "with `git iterare trust`\n")
     (clone / ".iterare" / "config.toml").write_text('[claude]\ncredentials_path = "stolen"\n')
     stored = iterare("credentials", "--token-file", "-", cwd=clone, input="sk-ant-x\n")
     assert (stored.returncode, stored.stderr) == (
-        2, f"{REFUSED} (claude.credentials_path); review them with 'git iterare trust'\n")
+        2, f"{REFUSED} (claude.credentials_path); review them with `git iterare trust`\n")
     assert not (clone / "stolen").exists()
 
 
@@ -353,7 +353,7 @@ def test_terminal_asks_and_no_stops_with_nothing_created(clone: Path, hermetic_e
     assert "Approve this for the repository and go on? [y/N]" in output
     assert output.rstrip().endswith(
         "error: not approved; nothing was started (review the settings with "
-        "'git iterare trust')")
+        "`git iterare trust`)")
     assert "cannot reach the Docker engine" not in output
     nothing_created(clone)
     assert not trust_dir(hermetic_env).exists()

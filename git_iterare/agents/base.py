@@ -145,6 +145,23 @@ class Agent:
         """
         raise NotImplementedError
 
+    #: Run limits (``max_budget_usd``, ``max_turns``) the agent enforces itself given
+    #: :meth:`limit_args`; git-iterare watches the reported cost for the others.
+    own_limits: frozenset[str] = frozenset()
+
+    def limit_args(self, limits: Mapping[str, Any]) -> list[str]:
+        """Arguments appended to :meth:`command` so the agent stops itself at the run's
+        limits.
+
+        Args:
+            limits: the run record's ``extra``: ``max_budget_usd`` (US dollars) and
+                ``max_turns``, each None or absent for no limit.
+
+        Returns:
+            Extra argv items; none by default (the agent has no such flags).
+        """
+        return []
+
     def interactive_command(self, config: Config) -> list[str] | None:
         """The argv of a terminal session with this agent, or None when it has none
         (``git iterare interactive`` then needs ``--shell``)."""

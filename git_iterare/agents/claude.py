@@ -159,6 +159,17 @@ class Claude(Agent):
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
+    own_limits = frozenset({"max_budget_usd", "max_turns"})
+
+    def limit_args(self, limits: Mapping[str, Any]) -> list[str]:
+        """Claude Code's ``--max-budget-usd`` and ``--max-turns`` (``--print`` only)."""
+        argv = []
+        if limits.get("max_budget_usd"):
+            argv += ["--max-budget-usd", f"{float(limits['max_budget_usd']):g}"]
+        if limits.get("max_turns"):
+            argv += ["--max-turns", str(int(limits["max_turns"]))]
+        return argv
+
     def interactive_command(self, config: Config) -> list[str] | None:
         argv = ["claude", "--dangerously-skip-permissions"]
         if config["claude.model"]:

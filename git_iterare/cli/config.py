@@ -32,7 +32,7 @@ def command(list_: bool, show_origin: bool, fmt: str, key: str | None) -> None:
     elif list_:
         names = list(KEYS)
     else:
-        raise UserError("give a KEY or --list", hint="git iterare config --list")
+        raise UserError("give a KEY or --list", hint="see `git iterare config --list`")
     if fmt == "json":
         data = {n: {"value": config[n], "origin": config.origin(n)} for n in names}
         click.echo(json.dumps(data, indent=2))

@@ -19,6 +19,12 @@ from git_iterare.cli.context import app, project_option
 @click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
 @click.option("--timeout", type=click.IntRange(min=0), metavar="SECONDS",
               help="Wall-clock limit in seconds; 0 for none (default: run.timeout).")
+@click.option("--max-budget-usd", "max_budget_usd", type=click.FloatRange(min=0),
+              metavar="DOLLARS", help="Stop the run when the agent has spent this much; 0 for "
+                                      "no limit (default: run.max_budget_usd).")
+@click.option("--max-turns", "max_turns", type=click.IntRange(min=0), metavar="N",
+              help="Stop the run after N model turns; 0 for no limit (default: "
+                   "run.max_turns).")
 @click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
 @click.option("--docker-network", "--dn", "networks", multiple=True, metavar="NET",
@@ -30,24 +36,27 @@ from git_iterare.cli.context import app, project_option
 @project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,
-            verbosity: int, networks: tuple[str, ...], compose: bool) -> None:
+            max_budget_usd: float | None, max_turns: int | None, verbosity: int,
+            networks: tuple[str, ...], compose: bool) -> None:
     """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
     import sys
 
     from git_iterare import ui
+    from git_iterare.errors import ExitCode
     from git_iterare.runner.launch import ExecuteRequest, execute
 
     ctx = app()
     request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,
                              branch=branch, name=name, timeout=timeout,
+                             max_budget_usd=max_budget_usd, max_turns=max_turns,
                              networks=networks, compose=compose)
     record = execute(ctx.repo, ctx.config, request,
                      progress=ui.progress)
     click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
     if not follow:
-        click.echo(f"follow it with: git iterare log -f {record.id}")
+        click.echo(f"follow it with: `git iterare log -f {record.id}`")
         return
     from git_iterare.cli.log import follow_and_exit
 
     follow_and_exit(record.id, verbosity=verbosity, raw=False)
-    sys.exit(0)
+    sys.exit(ExitCode.OK)

@@ -23,7 +23,7 @@ def command(path: Path | None, force: bool) -> None:
     repo = discover(path) if path is not None else app().repo
     top = repo.main_work_tree
     if top is None:
-        raise UserError("this is a bare repository; run git iterare init in a worktree")
+        raise UserError("this is a bare repository; run `git iterare init` in a worktree")
     try:
         image = app().config["docker.image"]
     except UserError:

@@ -39,7 +39,7 @@ def command(worktree: bool, workspace: str | None, branch: str | None, reuse: st
     if not worktree and (workspace or branch or reuse):
         raise UserError("--workspace, --branch and --reuse need --worktree")
     if not sys.stdin.isatty():
-        raise UserError("interactive needs a terminal", hint="use git iterare execute for "
+        raise UserError("interactive needs a terminal", hint="use `git iterare execute` for "
                         "unattended runs")
     ctx = app()
     request = InteractiveRequest(worktree=worktree, name=workspace, branch=branch,

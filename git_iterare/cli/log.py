@@ -7,6 +7,7 @@ import sys
 import click
 
 from git_iterare.cli.context import app, project_option
+from git_iterare.errors import ExitCode
 
 
 def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True) -> None:
@@ -24,8 +25,8 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
                           emit=lambda text: click.echo(text, color=True))
     except KeyboardInterrupt:
         click.echo(f"\nstopped following; run {run_id} goes on "
-                   f"(git iterare log -f {run_id})", err=True)
-        sys.exit(130)
+                   f"(`git iterare log -f {run_id}`)", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
     if record.status in ACTIVE:
         return
     if follow and not raw:
@@ -36,7 +37,7 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
             line += f": {ui.sanitize_line(record.error)}"
         click.echo(line, err=True)
     if record.status not in (SUCCEEDED, "merged", "cleaned"):
-        sys.exit(1)
+        sys.exit(ExitCode.FAILED)
 
 
 @click.command("log")

@@ -90,7 +90,7 @@ class LazyGroup(click.Group):
             close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
             hint = f"; the nearest is '{close[0]}'" if close else ""
             raise UserError(f"'{name}' is not a git iterare command{hint}",
-                            hint="see 'git iterare -h'")
+                            hint="see `git iterare -h`")
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

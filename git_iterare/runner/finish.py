@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from git_iterare import ui
@@ -33,6 +33,10 @@ TIMEOUT_GRACE = 60
 #: Exit status of ``timeout --kill-after`` when it had to kill the agent (128 + SIGKILL):
 #: the kill goes to its whole process group, itself included.
 TIMEOUT_KILLED = 137
+
+#: How the error line of a run stopped at its budget (``max_budget_usd``, ``max_turns``)
+#: begins; its record's ``extra.stop_reason`` is then ``budget``.
+BUDGET_STOP = "stopped at its budget"
 
 #: Container states that mean the sandbox has not ended yet.
 LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
@@ -77,11 +81,71 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool,
         return st.TIMED_OUT, (f"killed after the {timeout} s timeout"
                               + (" (it ignored SIGTERM; SIGKILL 10 s later)" if forced
                                  else ""))
+    limit = over_limits(record.extra, result, ended_badly=exit_code != 0 or result.is_error)
+    if limit:
+        return st.STOPPED, limit
     if exit_code == 0 and not result.is_error:
         return st.SUCCEEDED, None
     if exit_code == 0:
         return st.FAILED, result.summary or "the agent reported an error"
     return st.FAILED, f"the agent exited with status {exit_code}"
+
+
+def over_limits(extra: Mapping[str, Any], result: Any, *, ended_badly: bool = True
+                  ) -> str | None:
+    """Why a run was stopped at its budget, or None.
+
+    Args:
+        extra: the run record's ``extra``: ``max_budget_usd`` (US dollars), ``max_turns``
+            (None: no limit) and ``budget_exceeded`` (git-iterare stopped it, see
+            :func:`stop_over_budget`).
+        result: the agent's :class:`~git_iterare.agents.base.RunResult` so far.
+        ended_badly: the agent failed or reported an error; an agent that reached a limit
+            on its last turn and succeeded is not stopped.
+
+    Returns:
+        The run's error line (``stopped at its budget: ...``) when a limit was reached.
+    """
+    budget, turns = extra.get("max_budget_usd"), extra.get("max_turns")
+    spent = result.cost_usd
+    over_budget = bool(budget) and spent is not None and spent >= budget
+    over_turns = bool(turns) and result.turns is not None and result.turns >= turns
+    if not (extra.get("budget_exceeded") or (ended_badly and (over_budget or over_turns))):
+        return None
+    if over_turns and not over_budget:
+        return f"{BUDGET_STOP}: {result.turns} turns of {turns}"
+    shown = "unknown" if spent is None else f"${spent:.2f}"
+    return f"{BUDGET_STOP}: {shown} of ${budget:.2f}" if budget else f"{BUDGET_STOP}: {shown}"
+
+
+def stop_over_budget(repo: Repo, record: Any, agent: Any, events: Iterable[Any],
+                     container: str) -> bool:
+    """Stop a run whose agent cannot hold its own budget once its reported cost reaches it.
+
+    Only for agents without their own ``max_budget_usd`` (:attr:`Agent.own_limits`): the
+    cost is what :meth:`Agent.summarize` reads from ``events`` so far. Marks the record
+    ``budget_exceeded`` first, so whoever finishes the run records it ``stopped``
+    (reason ``budget``) with its work kept.
+
+    Returns:
+        True when the run was over its budget and its sandbox was told to stop.
+
+    Raises:
+        OperationFailed: the records could not be updated or the engine refused.
+    """
+    from git_iterare import sandbox
+    from git_iterare.runs.store import RunStore
+
+    budget = record.extra.get("max_budget_usd")
+    if not budget or "max_budget_usd" in agent.own_limits:
+        return False
+    spent = agent.summarize(events).cost_usd
+    if spent is None or spent < budget:
+        return False
+    RunStore(repo).update(record.id, lambda r: r.replace(
+        extra={**r.extra, "budget_exceeded": True}), f"{record.id} over its budget")
+    sandbox.stop(container)
+    return True
 
 
 def _split_lines(data: bytes) -> list[str]:
@@ -166,9 +230,13 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     result = agent.summarize(events, exit_code=exit_code)
     status, error = _outcome(record, exit_code, result, vanished,
                              None if info is None else info.ran_seconds)
+    if error and error.startswith(BUDGET_STOP):
+        store.update(record.id, lambda r: r.replace(extra={**r.extra, "stop_reason": "budget"}),
+                     f"{record.id} stopped at its budget")
     head = None
     changes = None
     commits: tuple[str, ...] = ()
+    bug: Exception | None = None
     if record.base_commit and has_worktree(repo, record):
         try:
             # Mount points below /workspace (see runner.guard.workspace_mounts) are no work.
@@ -190,9 +258,14 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
             if work.rejected_head:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")
-        except Exception as exc:
+        except expected_errors() as exc:
             status, error = _unfinished(store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
+        except Exception as exc:
+            # A bug of git-iterare's: the run still ends failed with its work kept (and
+            # `git iterare finish` to commit it), then the bug shows as one.
+            status, error = _unfinished(store, record, status, error, exc)
+            bug = exc
     if head:
         store.set_head(record.id, head, changes)
     egress = _egress(repo, record.id)
@@ -208,7 +281,27 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     except Exception as exc:  # the result is recorded; a leftover container is minor
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
+    if bug is not None:
+        raise bug
     return record
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The errors committing and importing a run's work may meet that are not bugs:
+    git-iterare's own (:class:`~git_iterare.errors.IterareError`), the filesystem's
+    (:class:`OSError`), and dulwich's (every class in :mod:`dulwich.errors`, and
+    :class:`zlib.error`: the agent's objects may be corrupt or hostile). Anything else
+    is a bug and is let through after the run is recorded."""
+    import inspect
+    import zlib
+
+    import dulwich.errors
+
+    from git_iterare.errors import IterareError
+
+    dulwich_errors = tuple(cls for _, cls in inspect.getmembers(dulwich.errors, inspect.isclass)
+                           if issubclass(cls, Exception) and cls.__module__ == "dulwich.errors")
+    return (IterareError, OSError, zlib.error, *dulwich_errors)
 
 
 def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Exception
@@ -307,6 +400,25 @@ def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:
     return egress
 
 
+def _check_budget(repo: Repo, record: Any) -> None:
+    """Stop a live run whose agent reported spending its budget so far (agents without
+    their own budget flag; see :func:`stop_over_budget`)."""
+    from git_iterare import sandbox
+    from git_iterare.agents import get_agent
+    from git_iterare.sandbox.engine import using
+
+    agent = get_agent(record.agent or "shell")
+    if "max_budget_usd" in agent.own_limits:
+        return
+    info = container_of(repo, record)
+    if info is None or info.state not in LIVE_STATES:
+        return
+    with using(engine_of(record)):
+        log = capped(sandbox.log_lines(info.id))
+        events = [agent.parse_line(line) for line in _split_lines(log)]
+        stop_over_budget(repo, record, agent, events, info.id)
+
+
 def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
     """Finish every active run whose sandbox ended or vanished; stop overdue ones.
 
@@ -337,6 +449,8 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
                     extra={**r.extra, "timed_out": True}), "timed out")
                 with using(engine_of(record)):
                     sandbox.stop(info.id)
+        elif record.container and record.extra.get("max_budget_usd"):
+            _check_budget(repo, record)
         after = finish(repo, record.id)
         if after.status not in ACTIVE:
             finished.append(after)
@@ -380,7 +494,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
         record = finish(repo, run_id)
         if record.status in ACTIVE:
             raise OperationFailed(f"run {run_id} is still {record.status}",
-                                  hint=f"wait for it (git iterare log -f {run_id}) or stop it")
+                                  hint=f"wait for it (`git iterare log -f {run_id}`) or stop it")
         if not record.extra.get("unfinished"):
             return record, None
     if not record.base_commit or not has_worktree(repo, record):
@@ -402,7 +516,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
                           "Iterare-Prompt": record.prompt_name or ""},
                 message=f"iterare: work left uncommitted by run {record.id}")
-        except Exception as exc:
+        except expected_errors() as exc:
             from git_iterare.errors import IterareError
 
             reason = exc.message if isinstance(exc, IterareError) else str(exc)

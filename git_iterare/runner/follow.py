@@ -38,6 +38,26 @@ def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: P
             emit(shown)
 
 
+def _watch_budget(repo: Repo, record: Any, agent: Any, container: str,
+                  lines: Iterable[str]) -> Iterable[str]:
+    """Pass ``lines`` on; for an agent that cannot hold the run's ``max_budget_usd``
+    itself, stop the run once the cost it reports reaches it
+    (:func:`git_iterare.runner.finish.stop_over_budget`)."""
+    from git_iterare.runner.finish import stop_over_budget
+
+    if not record.extra.get("max_budget_usd") or "max_budget_usd" in agent.own_limits:
+        yield from lines
+        return
+    seen: deque[Any] = deque(maxlen=MAX_SUMMARY_EVENTS)
+    stopped = False
+    for line in lines:
+        yield line
+        event = agent.parse_line(line)
+        seen.append(event)
+        if not stopped and event.kind != "text":  # only structured events report cost
+            stopped = stop_over_budget(repo, record, agent, seen, container)
+
+
 def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
     for chunk in chunks:
         yield chunk.decode("utf-8", "replace")
@@ -84,8 +104,10 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         info = container_of(repo, record)
         if info is not None:
             with using(engine_of(record)):
-                lines = sandbox.log_lines(info.id, follow=follow)
-                _render(_decode(lines), agent, verbosity, raw, emit, events)
+                lines: Iterable[str] = _decode(sandbox.log_lines(info.id, follow=follow))
+                if follow:
+                    lines = _watch_budget(repo, record, agent, info.id, lines)
+                _render(lines, agent, verbosity, raw, emit, events)
             if not follow:
                 return record
             record = finish(repo, run_id, wait=True)

@@ -126,7 +126,7 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
         code = _attach(record.container)
         if code is None:
-            progress(f"detached; run {record.id} goes on (git iterare stop {record.id} "
+            progress(f"detached; run {record.id} goes on (`git iterare stop {record.id}` "
                      f"ends it)")
             return 0
         finish(repo, record.id, wait=True)

@@ -53,6 +53,9 @@ class ExecuteRequest:
         branch: base branch or commit overriding frontmatter ``branch``.
         name: run name overriding frontmatter ``workspace`` and the prompt name.
         timeout: wall-clock limit in seconds overriding frontmatter and ``run.timeout``.
+        max_budget_usd: spend limit in US dollars overriding frontmatter and
+            ``run.max_budget_usd`` (0: none).
+        max_turns: model turns overriding frontmatter and ``run.max_turns`` (0: none).
         tty: give the agent a terminal (``interactive``).
         command: argv to run instead of the agent's own (``interactive --shell``).
         networks: Docker networks to attach to besides the sandbox's own
@@ -67,6 +70,8 @@ class ExecuteRequest:
     branch: str | None = None
     name: str | None = None
     timeout: int | None = None
+    max_budget_usd: float | None = None
+    max_turns: int | None = None
     tty: bool = False
     command: tuple[str, ...] = ()
     networks: tuple[str, ...] = ()
@@ -121,6 +126,35 @@ def sandbox_limits(config: Config) -> Any:
                     pids=config["docker.pids"])
     limits.check_engine_cpus(engine_cpus())
     return limits
+
+
+def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str, Any]:
+    """The run's spend and turn limits for its record's ``extra``: ``max_budget_usd``
+    (US dollars) and ``max_turns``, each from the request (flags), else the prompt's
+    frontmatter, else ``run.max_budget_usd`` / ``run.max_turns``; 0 means no limit, and
+    a terminal session (``request.tty``) has none.
+
+    Raises:
+        UserError: a negative or non-finite limit.
+    """
+    import math
+
+    def pick(asked: Any, front: Any, key: str) -> Any:
+        return asked if asked is not None else front if front is not None else config[key]
+
+    budget = float(pick(request.max_budget_usd, prompt.max_budget_usd, "run.max_budget_usd"))
+    turns = int(pick(request.max_turns, prompt.max_turns, "run.max_turns"))
+    if budget < 0 or not math.isfinite(budget):
+        raise UserError(f"max_budget_usd must be 0 (none) or a number of dollars, not {budget}",
+                        hint="fix --max-budget-usd, the prompt's max_budget_usd or "
+                             "`git iterare config run.max_budget_usd`")
+    if turns < 0:
+        raise UserError(f"max_turns must be 0 (none) or a number of turns, not {turns}",
+                        hint="fix --max-turns, the prompt's max_turns or "
+                             "`git iterare config run.max_turns`")
+    if request.tty:
+        return {}
+    return {"max_budget_usd": budget or None, "max_turns": turns or None}
 
 
 def ca_bundle_path(config: Config) -> Path | None:
@@ -189,6 +223,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
+    budget = run_budget(config, prompt, request)
     ca_bundle = ca_bundle_path(config)
     more_mounts = list(admitted.mounts)
     store = RunStore(repo)
@@ -234,7 +269,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         image=image.name,
         image_digest=image.id,
         policy=_policy_dict(policy),
-        extra={"timeout": timeout, "env": list(secret_env), "interactive": request.tty,
+        extra={"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
                "networks": list(networks),
                "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
                "sidecar_image": image.sidecar, **origin(repo)},
@@ -275,7 +310,8 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     os.chmod(prompt_file, 0o644)
     out_dir = state / "out"
     out_dir.mkdir(exist_ok=True)
-    command = list(request.command) or agent.command(prompt_file=PROMPT_FILE, config=config)
+    command = list(request.command) or [*agent.command(prompt_file=PROMPT_FILE, config=config),
+                                        *agent.limit_args(record.extra)]
     if timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
         command = ["timeout", "--kill-after=10", str(timeout), *command]

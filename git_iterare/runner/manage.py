@@ -117,8 +117,8 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
     record = settle(repo, record)
     if record.status in ACTIVE:
         raise OperationFailed(f"run {record.id} is still {record.status}",
-                              hint=f"its diff is ready when it ends: git iterare log -f "
-                                   f"{record.id}")
+                              hint=f"its diff is ready when it ends: `git iterare log -f "
+                                   f"{record.id}`")
     base = _base_commit(record, "diff")
     return diff_run(repo, base, _result_commit(record), git_args)
 
@@ -175,7 +175,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
     record = settle(repo, record)
     if record.status in ACTIVE:
         raise OperationFailed(f"run {record.id} is still {record.status}",
-                              hint=f"wait for it (git iterare log -f {record.id}) or stop it")
+                              hint=f"wait for it (`git iterare log -f {record.id}`) or stop it")
     if record.status == "cleaned":
         raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
                               f"{record.head} with git merge if you still want it")
@@ -243,7 +243,7 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     if record.status in ACTIVE:
         if not force:
             raise OperationFailed(f"run {record.id} is still {record.status}",
-                                  hint=f"stop it first (git iterare stop {record.id}) or "
+                                  hint=f"stop it first (`git iterare stop {record.id}`) or "
                                        f"use --force")
         record = stop(repo, record.id)
     from git_iterare.runner.finish import has_worktree

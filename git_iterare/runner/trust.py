@@ -336,8 +336,8 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
         ask = _ask_terminal
     if ask is None:
         raise UserError(f"{NOT_APPROVED} ({', '.join(missing)}); review them with "
-                        f"'git iterare trust'")
+                        f"`git iterare trust`")
     if not ask(render(current)):
         raise UserError("not approved; nothing was started",
-                        hint="review the settings with 'git iterare trust'")
+                        hint="review the settings with `git iterare trust`")
     approve(current)

@@ -88,6 +88,15 @@ def cost_text(cost: float | None) -> str:
     return "-" if cost is None else f"${cost:.2f}"
 
 
+def spend_text(rec: RunRecord) -> str:
+    """The run's cost against its budget (``$0.12/$1.00``), or :func:`cost_text` alone
+    when it has no ``max_budget_usd``."""
+    budget = rec.extra.get("max_budget_usd")
+    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
+        return cost_text(rec.cost_usd)
+    return f"{cost_text(rec.cost_usd)}/${budget:.2f}"
+
+
 def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
     """One run of ``list --format json`` (keys :data:`LIST_JSON_KEYS`)."""
     data = entry.data
@@ -161,7 +170,7 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
             statuses.append(CORRUPT)
             continue
         rows.append([rec.id, rec.status, rec.agent or "-", human_span(age_seconds(rec, now)),
-                     human_span(duration_seconds(rec, now)), cost_text(rec.cost_usd),
+                     human_span(duration_seconds(rec, now)), spend_text(rec),
                      rec.branch or "-", changes_text(rec.changes)])
         statuses.append(rec.status)
     rows = [[sanitize_line(str(cell)) for cell in row] for row in rows]
@@ -298,9 +307,14 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     duration = duration_seconds(rec, now)
     field("duration", human_span(duration) if duration is not None else None)
     reported = f" {REPORTED}"
-    field("cost", cost_text(rec.cost_usd) if rec.cost_usd is not None else None, note=reported)
+    budget, max_turns = rec.extra.get("max_budget_usd"), rec.extra.get("max_turns")
+    of_budget = f" of ${budget:.2f} budget" if isinstance(budget, (int, float)) and budget else ""
+    field("cost", (cost_text(rec.cost_usd) + of_budget if rec.cost_usd is not None
+                   else f"- of ${budget:.2f} budget" if of_budget else None), note=reported)
     field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()), note=reported)
-    field("turns", rec.turns, note=reported)
+    of_turns = f" of {max_turns}" if isinstance(max_turns, int) and max_turns else ""
+    field("turns", (f"{rec.turns}{of_turns}" if rec.turns is not None
+                    else f"- of {max_turns}" if of_turns else None), note=reported)
     field("engine", engine_text(rec.extra))
     field("container", rec.container)
     field("worktree", rec.worktree)

@@ -22,6 +22,10 @@ server-sent events as the real API sends them: message_start, content_block_star
 content_block_delta with text_delta or input_json_delta, content_block_stop, message_delta
 with usage and stop_reason, message_stop) and plain JSON replies are both spoken.
 
+Usage is estimated from the text (4 characters a token); with ``input_tokens_per_turn``
+(``--input-tokens-per-turn``) every reply that takes a turn reports that many input tokens
+instead, so each turn costs the agent a known, large amount (a budget test's meter).
+
 ``POST /v1/messages/count_tokens`` answers an estimate (4 characters a token). Any other
 GET or HEAD answers 200 with ``{}``; other POSTs 404 with an API-style error. Every request
 is appended to the log file as one JSON line: method, path, headers (``x-api-key`` and
@@ -81,10 +85,13 @@ class Script:
     Args:
         turns: from :func:`load_script`.
         log_path: file the requests are appended to as JSON lines, or None.
+        input_tokens_per_turn: input tokens every turn taken reports (None: estimated).
     """
 
-    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None):
+    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
+                 input_tokens_per_turn: int | None = None):
         self.turns = turns
+        self.input_tokens_per_turn = input_tokens_per_turn
         self.next_turn = 0
         self.log_path = Path(log_path) if log_path else None
         self._lock = threading.Lock()
@@ -222,7 +229,9 @@ class Handler(BaseHTTPRequestHandler):
             "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks)
             else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": estimate_tokens(body.get("messages", [])),
+            "usage": {"input_tokens": self.script.input_tokens_per_turn
+                      if turn is not None and self.script.input_tokens_per_turn
+                      else estimate_tokens(body.get("messages", [])),
                       "output_tokens": estimate_tokens(output),
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
         }
@@ -249,13 +258,16 @@ class FakeAnthropic:
         log_path: request log (JSON lines), or None.
         host: address to listen on.
         port: 0 picks a free one.
+        input_tokens_per_turn: input tokens reported for every turn taken (None: an
+            estimate from the request).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
-                 host: str = "127.0.0.1", port: int = 0):
-        self.script = Script(turns, log_path)
+                 host: str = "127.0.0.1", port: int = 0,
+                 input_tokens_per_turn: int | None = None):
+        self.script = Script(turns, log_path, input_tokens_per_turn)
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.httpd.script = self.script  # type: ignore[attr-defined]
@@ -290,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="append every request to this file (JSON lines)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--input-tokens-per-turn", type=int, default=None,
+                        help="report this many input tokens for every turn taken")
     args = parser.parse_args(argv)
-    server = FakeAnthropic(load_script(args.script), args.log, args.host, args.port)
+    server = FakeAnthropic(load_script(args.script), args.log, args.host, args.port,
+                           args.input_tokens_per_turn)
     print(f"listening on {server.url}", flush=True)
     try:
         server.httpd.serve_forever()
