@@ -47,7 +47,8 @@ def test_status_of_the_image(tmp_path: Path, sandbox_image: str) -> None:  # noq
     assert {"dev.iterare.base", "dev.iterare.claude-version",
             "dev.iterare.context-hash"} <= set(data["labels"])
     text = iterare("image", "status", cwd=tmp_path, env=env)
-    assert text.stdout.splitlines()[:3] == [f"image: {sandbox_image}", "present: yes",
+    assert text.stdout.splitlines()[:4] == ["engine: unix:///var/run/docker.sock",
+                                            f"image: {sandbox_image}", "present: yes",
                                             f"id: {data['id']}"]
 
 

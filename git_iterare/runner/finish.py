@@ -289,19 +289,21 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
 def expected_errors() -> tuple[type[Exception], ...]:
     """The errors committing and importing a run's work may meet that are not bugs:
     git-iterare's own (:class:`~git_iterare.errors.IterareError`), the filesystem's
-    (:class:`OSError`), and dulwich's (every class in :mod:`dulwich.errors`, and
-    :class:`zlib.error`: the agent's objects may be corrupt or hostile). Anything else
-    is a bug and is let through after the run is recorded."""
+    (:class:`OSError`), and dulwich's (every class in :mod:`dulwich.errors`, a held lock
+    file (``dulwich.file.FileLocked``), and :class:`zlib.error`: the agent's objects may
+    be corrupt or hostile). Anything else is a bug and is let through after the run is
+    recorded."""
     import inspect
     import zlib
 
     import dulwich.errors
+    from dulwich.file import FileLocked
 
     from git_iterare.errors import IterareError
 
     dulwich_errors = tuple(cls for _, cls in inspect.getmembers(dulwich.errors, inspect.isclass)
                            if issubclass(cls, Exception) and cls.__module__ == "dulwich.errors")
-    return (IterareError, OSError, zlib.error, *dulwich_errors)
+    return (IterareError, OSError, zlib.error, FileLocked, *dulwich_errors)
 
 
 def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Exception
