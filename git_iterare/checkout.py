@@ -166,11 +166,14 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
                           filters=filter_text, objects=objects) as view:
         view.git("read-tree", commit)
         view.git("checkout-index", "-a", "-f", "-u", "-q")
-        if index_file is not None:
+        if index_file is not None and "[filter " in filter_text and re.search(
+                r"(^|\s)filter=", attributes, re.MULTILINE):
             # Files written in the second the index is written are "racily clean": git
             # would rehash them, and the agent's git (no filter programs in the sandbox,
             # whole-second stat checks) would see every filtered file as changed. So the
             # index is refreshed (through the same filters) once that second is over.
+            # Without a filter on any path a rehash finds the same content: no need to
+            # wait (the user's config often names Git LFS for every repository).
             time.sleep(1.01 - time.time() % 1)
             view.git("update-index", "-q", "--refresh", check=False)
             view.git("write-tree")  # back into the index: the cache-tree, as checkout has

@@ -341,17 +341,22 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         stdin=request.tty,
         ca_bundle=ca_bundle,
     )
+    sidecar = sandbox.begin(spec, start=False)
     with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
-        sidecar = pool.submit(sandbox.begin, spec)
+        # The sidecar starts (and sets up the firewall) while the worktree and the agent's
+        # container are made; the agent's container starts only after both.
+        started = pool.submit(sandbox.start_sidecar, sidecar)
         try:
             ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
-            container = sandbox.launch(spec, sidecar.result())
+            container = sandbox.launch(spec, sidecar, started)
         except BaseException:
-            # Also on Ctrl-C while the sidecar is still being made: wait for it, then
+            # Also on Ctrl-C while the sidecar is still starting: wait for that, then
             # remove it (launch removes what it made itself; twice is harmless).
             with contextlib.suppress(BaseException):
-                sandbox.remove_sidecar(sidecar.result())
+                started.exception()
+            with contextlib.suppress(BaseException):
+                sandbox.remove_sidecar(sidecar)
             raise
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from git_iterare.sandbox.backend import Backend
 from git_iterare.sandbox.egress import EgressReport, RefusedConnections, read_egress_report
@@ -31,7 +32,7 @@ __all__ = [
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
     "agent_ids", "attach", "begin", "engine_cpus", "get_backend", "inspect", "launch",
     "list_sandboxes", "log_lines", "logs", "policy_from_config", "read_egress_report",
-    "reclaim", "remove", "remove_sidecar", "stop", "wait",
+    "reclaim", "remove", "remove_sidecar", "start_sidecar", "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -59,10 +60,15 @@ def engine_cpus() -> int:
         return int(client().info()["NCPU"])
 
 
-def begin(spec: SandboxSpec) -> str:
-    """Start the sandbox's network sidecar while its trees are still being made; return
-    its id for :func:`launch` (see Backend.begin)."""
-    return get_backend().begin(spec)
+def begin(spec: SandboxSpec, start: bool = True) -> str:
+    """Make (and start) the sandbox's network sidecar while its trees are still being
+    made; return its id for :func:`launch` (see Backend.begin)."""
+    return get_backend().begin(spec, start)
+
+
+def start_sidecar(sidecar_id: str) -> None:
+    """Start a sidecar :func:`begin` made without starting it."""
+    get_backend().start_sidecar(sidecar_id)
 
 
 def remove_sidecar(sidecar_id: str) -> None:
@@ -70,9 +76,10 @@ def remove_sidecar(sidecar_id: str) -> None:
     get_backend().remove_sidecar(sidecar_id)
 
 
-def launch(spec: SandboxSpec, sidecar_id: str | None = None) -> str:
+def launch(spec: SandboxSpec, sidecar_id: str | None = None,
+           sidecar_started: Any = None) -> str:
     """Create and start a sandbox; return its container id (see Backend.launch)."""
-    return get_backend().launch(spec, sidecar_id)
+    return get_backend().launch(spec, sidecar_id, sidecar_started)
 
 
 def attach(container_id: str) -> Iterator[bytes]:

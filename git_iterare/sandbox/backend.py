@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from git_iterare.sandbox.spec import ContainerInfo, SandboxSpec
 
@@ -16,15 +16,21 @@ from git_iterare.sandbox.spec import ContainerInfo, SandboxSpec
 class Backend(Protocol):
     """A container engine that runs sandboxes (every method may raise OperationFailed)."""
 
-    def begin(self, spec: SandboxSpec) -> str:
-        """Start a sandbox's network sidecar before its trees exist; return its id."""
+    def begin(self, spec: SandboxSpec, start: bool = True) -> str:
+        """Make (and start) a sandbox's network sidecar before its trees exist; return its
+        id."""
+        ...
+
+    def start_sidecar(self, sidecar_id: str) -> None:
+        """Start a sidecar :meth:`begin` made without starting it."""
         ...
 
     def remove_sidecar(self, sidecar_id: str) -> None:
         """Remove a sidecar from :meth:`begin` that never got its agent."""
         ...
 
-    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None) -> str:
+    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
+               sidecar_started: Any = None) -> str:
         """Start a sandbox (its network sidecar, unless :meth:`begin` started it, then the
         agent's container); return the agent container's id."""
         ...

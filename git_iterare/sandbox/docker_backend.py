@@ -198,6 +198,35 @@ def _read_file(container: Any, path: str, limit: int = 1 << 20) -> bytes:
         return handle.read() if handle else b""
 
 
+def _image_accounts(container: Any, image: str) -> tuple[bytes, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of the image a created container runs, read
+    once per image id and kept in the user's cache directory (an image's files never
+    change; reading them costs two engine calls per run)."""
+    import hashlib
+    import json
+    import os
+
+    image_id = str(container.attrs.get("Image") or image)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = base / "git-iterare" / "accounts" / (
+        hashlib.sha256(image_id.encode()).hexdigest()[:32] + ".json")
+    try:
+        data = json.loads(cache.read_text())
+        return data["passwd"].encode(), data["group"].encode()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    passwd, group = _read_file(container, "/etc/passwd"), _read_file(container, "/etc/group")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"passwd": passwd.decode("utf-8", "replace"),
+                                   "group": group.decode("utf-8", "replace")}))
+        tmp.replace(cache)
+    except OSError:
+        pass  # a cache that cannot be written costs time only
+    return passwd, group
+
+
 def _accounts(passwd: bytes, group: bytes, uid: int, gid: int) -> tuple[bytes, bytes]:
     """``/etc/passwd`` and ``/etc/group`` of the image with the agent as ``agent``.
 
@@ -381,13 +410,14 @@ def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
 class DockerBackend:
     """Runs sandboxes on the Docker engine named by the environment (``DOCKER_HOST``)."""
 
-    def begin(self, spec: SandboxSpec) -> str:
-        """Create and start the sandbox's network sidecar; return its id.
+    def begin(self, spec: SandboxSpec, start: bool = True) -> str:
+        """Create (and with ``start``, start) the sandbox's network sidecar; return its id.
 
-        The sidecar sets up the firewall at once, and waits to give the run's trees
-        (``spec.owned``, which need not exist yet) to the agent until :meth:`launch`
-        says they are ready. A caller that gets no further removes it with
-        :meth:`remove_sidecar`.
+        The sidecar sets up the firewall as soon as it starts, and waits to give the run's
+        trees (``spec.owned``, which need not exist yet) to the agent until :meth:`launch`
+        says they are ready. Without ``start`` the caller starts it with
+        :meth:`start_sidecar` (for instance while the worktree is made). A caller that
+        gets no further removes it with :meth:`remove_sidecar`.
 
         Raises:
             UserError: the image does not exist.
@@ -426,12 +456,22 @@ class DockerBackend:
             policy.file(POLICY_PATH, spec.policy.to_json().encode(), 0, 0, 0o644)
             with docker_errors(f"start the network sidecar of {spec.name}"):
                 sidecar.put_archive("/", policy.data())
-                sidecar.start()
+                if start:
+                    sidecar.start()
         except BaseException:
             with docker_errors(f"remove {sidecar.name}"):
                 sidecar.remove(force=True)
             raise
         return str(sidecar.id)
+
+    def start_sidecar(self, sidecar_id: str) -> None:
+        """Start a sidecar :meth:`begin` made without starting it.
+
+        Raises:
+            OperationFailed: the engine refused (a missing network, say).
+        """
+        with docker_errors(f"start the network sidecar {sidecar_id[:12]}"):
+            client().containers.get(sidecar_id).start()
 
     def remove_sidecar(self, sidecar_id: str) -> None:
         """Remove a sidecar made by :meth:`begin` that never got its agent."""
@@ -441,12 +481,16 @@ class DockerBackend:
                 contextlib.suppress(docker.errors.NotFound):
             client().containers.get(sidecar_id).remove(force=True)
 
-    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None) -> str:
+    def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
+               sidecar_started: Any = None) -> str:
         """Start the sandbox described by ``spec``; return the id of the agent's container.
 
         Args:
             spec: the sandbox; its trees (``owned``) and mounts must exist now.
-            sidecar_id: the sidecar :meth:`begin` started for it; None to start it here.
+            sidecar_id: the sidecar :meth:`begin` made for it; None to make it here.
+            sidecar_started: when the sidecar is being started elsewhere, a
+                ``concurrent.futures.Future`` of that start; the agent's container is
+                prepared meanwhile, and started only after it (and the sidecar's firewall).
 
         With ``spec.tty`` the agent's container is left created, for the caller to start
         with the terminal attached (``docker start --attach --interactive``), so none of
@@ -493,9 +537,10 @@ class DockerBackend:
                     detach=True, **_limits(spec))
             created.append(agent)
             with docker_errors(f"prepare the sandbox {spec.name}"):
-                files = agent_files(spec, _read_file(agent, "/etc/passwd"),
-                                    _read_file(agent, "/etc/group"))
-                agent.put_archive("/", files)
+                passwd, group = _image_accounts(agent, spec.image)
+                agent.put_archive("/", agent_files(spec, passwd, group))
+            if sidecar_started is not None:
+                sidecar_started.result()
             _await_ready(sidecar)
             if not spec.tty:
                 with docker_errors(f"start the sandbox {spec.name}"):
