@@ -271,7 +271,9 @@ services:
 REACH = """\
 addr=$(cat db-address)
 curl -s -m 5 "http://$addr/" && echo reached-db
+curl -s -m 5 http://db/ && echo reached-db-by-name
 curl -s -m 5 http://blocked.test/ && echo reached-blocked || echo blocked-stays-blocked
+getent hosts blocked.test || echo blocked-name-unresolved
 """
 
 
@@ -304,12 +306,16 @@ def test_docker_compose_network_reached(repo: Path, sandbox_user: None) -> None:
         started = iterare("execute", "reach", "--dc", "--follow", cwd=repo)
         assert started.returncode == 0, started.stdout + started.stderr
         assert "db:80\nreached-db\n" in started.stdout
+        # The service's name resolves (Docker's DNS, asked for the network's names only).
+        assert "db:80\nreached-db-by-name\n" in started.stdout
         assert "blocked-stays-blocked" in started.stdout
+        assert "blocked-name-unresolved" in started.stdout
         rid = started.stdout.split()[2]
         rec = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
         assert subnet in rec["policy"]["cidrs"]
         assert rec["extra"]["networks"] == [network]
         assert subnet in iterare("show", rid, cwd=repo).stdout
+        assert "db" in rec["policy"]["local"]
         # Without the flag the service is out of reach.
         closed = iterare("execute", "reach", "--follow", cwd=repo)
         assert "reached-db" not in closed.stdout

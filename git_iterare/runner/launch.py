@@ -255,8 +255,11 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     if networks:  # only the subnets of the networks asked for get through the firewall
         import dataclasses
 
+        from git_iterare.sandbox.networks import network_names
+
         policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
-            (*policy.cidrs, *network_cidrs(networks)))))
+            (*policy.cidrs, *network_cidrs(networks)))), local_names=tuple(dict.fromkeys(
+                n for net in networks for n in network_names(net))))
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,

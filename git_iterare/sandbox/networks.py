@@ -81,6 +81,46 @@ def compose_network(directory: Path, env: Mapping[str, str]) -> str | None:
     return f"{name}_default" if name else None
 
 
+def network_names(name: str) -> tuple[str, ...]:
+    """The names the containers on the engine's network ``name`` answer to there: their
+    container names and network aliases (compose's service names), as Docker's embedded
+    DNS resolves them for containers on that network. git-iterare's own containers and
+    names that are not host names are left out.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    import re
+
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    label = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*$")
+    found: list[str] = []
+    with docker_errors(f"inspect the network {name}"):
+        try:
+            network = client().networks.get(name)
+        except docker.errors.NotFound:
+            return ()
+        for container_id in (network.attrs.get("Containers") or {}):
+            try:
+                container = client().containers.get(container_id)
+            except docker.errors.NotFound:
+                continue
+            own = container.name
+            if own.startswith("iterare-"):
+                continue
+            endpoint = ((container.attrs.get("NetworkSettings") or {}).get("Networks")
+                        or {}).get(name) or {}
+            for alias in (own, *(endpoint.get("Aliases") or ())):
+                if (isinstance(alias, str) and label.match(alias) and len(alias) <= 253
+                        and not container.id.startswith(alias)):
+                    found.append(alias.lower())
+    return tuple(dict.fromkeys(found))
+
+
 def network_subnets(name: str) -> tuple[str, ...]:
     """The subnets (CIDR) of the engine's network ``name``.
 

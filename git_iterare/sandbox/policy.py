@@ -119,17 +119,23 @@ class EgressPolicy:
             means the servers Docker gives the container (never its embedded server).
         hosts: the Docker host's own addresses, closed to the sandbox like its gateway
             (an allowed name that answers one is DNS rebinding) unless a CIDR opens them.
+        local_names: names of containers on the networks the user attached the sandbox
+            to (``--docker-network``, ``--docker-compose``): resolved by Docker's
+            embedded DNS (asked by the sandbox's resolver only, for these names only);
+            their addresses are reachable through the networks' CIDR entries.
     """
 
     domains: tuple[str, ...] = ()
     cidrs: tuple[str, ...] = ()
     dns: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
+    local_names: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         """The policy file the entrypoint reads (``/run/iterare/policy.json``)."""
         return json.dumps({"v": 1, "domains": list(self.domains), "cidrs": list(self.cidrs),
-                           "dns": list(self.dns), "hosts": list(self.hosts)}, indent=2) + "\n"
+                           "dns": list(self.dns), "hosts": list(self.hosts),
+                           "local": list(self.local_names)}, indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> EgressPolicy:
