@@ -64,6 +64,18 @@ else
     emit wildcard-name-works false "$out" true
 fi
 
+# The same over IPv6 (AAAA answers).
+if out=$(curl -6 -sS --max-time 2 -o - http://x.wild.test/ 2>&1) && [[ $out == wild:80* ]]; then
+    emit wildcard-name-works-ipv6 true "$out" true
+else
+    emit wildcard-name-works-ipv6 false "$out" true
+fi
+if out=$(curl -6 -sS --max-time 2 -o - http://cdn.test/ 2>&1) && [[ $out == cdn:80* ]]; then
+    emit cname-name-works-ipv6 true "$out" true
+else
+    emit cname-name-works-ipv6 false "$out" true
+fi
+
 # An allowed name that is a CNAME of an unlisted one (as CDNs do) works too.
 if out=$(http http://cdn.test/ 2>&1) && [[ $out == cdn:80* ]]; then
     emit cname-name-works true "$out" true
