@@ -195,6 +195,22 @@ def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
     assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
 
 
+def test_files_the_agent_locked_are_committed_and_cleaned_up(project: Path) -> None:
+    """Folders and files the agent made mode 000 (in the worktree and its gitdir) are the
+    user's again at finish: the work is committed and cleanup removes everything."""
+    prompt(project, "locked", "mkdir -p locked/inner; echo x > locked/inner/f\n"
+           "echo w > ro; chmod 000 ro locked/inner locked\n"
+           "mkdir -p /git/run/junk/deep; chmod 000 /git/run/junk/deep /git/run/junk\n")
+    started = iterare("execute", "locked", "--follow", cwd=project)
+    rid = run_id(started.stdout)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert {"locked/inner/f", "ro"} <= set(branch_files(project, rid))
+    cleaned = iterare("cleanup", "-y", "--force", rid, cwd=project)
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert not list((project / ".iterare" / "worktrees").glob(f"*{rid}*"))
+    assert rid not in iterare("list", cwd=project).stdout
+
+
 def test_agent_crash_keeps_work_and_fails(project: Path) -> None:
     prompt(project, "crash", "echo partial > partial.txt\nexit 3\n")
     started = iterare("execute", "crash", "-f", cwd=project)

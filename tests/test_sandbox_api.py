@@ -6,6 +6,7 @@ image (container/sidecar); these tests check both containers as the engine sees 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -88,7 +89,8 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
          "detail": "iterare-selfcheck.invalid: not found"},
         {"name": "embedded-dns-closed", "passed": True,
          "detail": "no embedded DNS server (default bridge network)"}]
-    assert list(status["timings_ms"]) == ["policy", "firewall", "self_check", "go", "trees"]
+    assert list(status["timings_ms"]) == ["locked", "policy", "firewall", "self_check", "go",
+                                          "trees"]
     sandbox.remove(cid)
     assert sandbox.inspect(cid) is None
     assert not _exists(f"{spec.name}-net")
@@ -279,7 +281,7 @@ U = ["-e", "ITERARE_AGENT_UID=1900000", "-e", "ITERARE_AGENT_GID=1900000"]
 
 @pytest.mark.parametrize("args,policy,code,message", [
     ([*U, "--cap-drop", "NET_ADMIN"], None, SandboxExit.FIREWALL_FAILED,
-     "cannot create ipsets (the sidecar needs NET_ADMIN)"),
+     "cannot lock the network (the sidecar needs NET_ADMIN)"),
     (["--cap-add", "NET_ADMIN", "-e", "ITERARE_AGENT_UID=0", "-e", "ITERARE_AGENT_GID=0"], None,
      SandboxExit.BAD_AGENT_USER, "refusing to run the agent as root"),
     (["--cap-add", "NET_ADMIN"], None,
@@ -330,3 +332,33 @@ def test_inbound_connections_are_dropped(make_spec) -> None:
             socket.create_connection((address, 7777), timeout=2).close()
     finally:
         sandbox.stop(cid, grace_seconds=1)
+
+
+def test_volumes_of_the_image_go_with_the_sandbox(make_spec, sandbox_image: str,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    """A project image may declare volumes over the places secrets are put (the agent's
+    home, /run/iterare): Docker then keeps them in anonymous volumes, which are removed
+    with the sandbox, secrets and all."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f'FROM {sandbox_image}\nVOLUME ["/home/agent", "/run/iterare"]\n')
+    tag = f"itr-volumes-{os.getpid()}:1"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
+                   capture_output=True, timeout=300)
+    try:
+        spec = make_spec("sh", "-c", "cat /run/iterare/secrets/env/VOLUME_SECRET",
+                         secret_env={"VOLUME_SECRET": "kept-in-a-volume"})
+        spec = dataclasses.replace(spec, image=tag)
+        cid = sandbox.launch(spec)
+        assert sandbox.wait(cid, timeout=60) == 0
+        assert b"kept-in-a-volume" in sandbox.logs(cid)
+        volumes = [m["Name"] for m in _engine().api.inspect_container(cid)["Mounts"]
+                   if m["Type"] == "volume"]
+        assert len(volumes) == 2
+        sandbox.remove(cid)
+        for name in volumes:
+            with pytest.raises(docker.errors.NotFound):
+                _engine().volumes.get(name)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)

@@ -230,3 +230,113 @@ def test_egress_report_names_blocked_and_allowed(escape_runs: dict[str, Any]) ->
                    "ALLOWED_V4", "HOSTALIKE_V4"):
         assert addresses.get(NET[target], 0) > 0, (target, addresses)
     assert "198.51.100.7" not in addresses  # the self-check's own probe
+
+
+#: Stands in for /bin/sh in the image of the test below, so it ignores git-iterare's start
+#: script and its wait: from the container's first moment it tries the network (a blocked
+#: server, a private one no entry opens, the gateway's listener, and a name through
+#: Docker's embedded DNS), noting whether the sandbox had said it was ready.
+EARLY_PROBE = """\
+#!/opt/real/bash
+end=$(( SECONDS + 20 ))
+while (( SECONDS < end )); do
+    ready=no
+    grep -qx '# iterare-sandbox: ready' /etc/resolv.conf && ready=yes
+    for target in "$BLOCKED_V4/80" "$INTRANET_V4/80" "$GATEWAY_V4/$HOST_PORT"; do
+        if timeout 1 /opt/real/bash -c "exec 3<>/dev/tcp/$target" 2>/dev/null; then
+            echo "probe ready=$ready connected $target"
+        else
+            echo "probe ready=$ready refused $target"
+        fi
+    done
+    if timeout 1 getent hosts early-probe.test >/dev/null 2>&1; then
+        echo "probe ready=$ready resolved early-probe.test"
+    fi
+    [ "$ready" = yes ] && exit 0
+    sleep 0.02
+done
+exit 3
+"""
+
+
+def test_nothing_gets_out_before_the_sandbox_is_ready(
+        sandbox_image: str, hostile_image: str, test_network: str,  # noqa: F811
+        host_listener: int, host_repo: Path,  # noqa: F811
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The agent's container starts while the sidecar still sets up the firewall (start-up
+    time); the network namespace is locked (every packet dropped) until the rules are in,
+    so a program that does not wait for the sandbox reaches nothing meanwhile."""
+    import dataclasses
+
+    context = tmp_path_factory.mktemp("early")
+    (context / "probe").write_text(EARLY_PROBE)
+    (context / "Dockerfile").write_text(
+        f"FROM {hostile_image}\nCOPY probe /opt/probe\n"
+        "RUN chmod 0755 /opt/probe && cp /opt/probe /bin/sh.new && mv /bin/sh.new /bin/sh\n")
+    tag = f"itr-early-probe-{os.getpid()}:1"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
+                   capture_output=True, timeout=300)
+    try:
+        early: list[str] = []
+        for attempt in range(3):  # until the probe ran before the sandbox was ready
+            spec = _spec(f"itr-early-{os.getpid()}-{attempt}", tag, sandbox_image,
+                         test_network, host_repo, context / f"out{attempt}", ["true"],
+                         host_listener)
+            # A long allowlist keeps the sidecar busy between its lock and its rules, so
+            # the probe starts inside that window.
+            spec = dataclasses.replace(spec, policy=dataclasses.replace(
+                spec.policy, domains=(*spec.policy.domains,
+                                      *(f"n{i}.early.test" for i in range(800)))))
+            cid = sandbox.launch(spec)
+            try:
+                code = sandbox.wait(cid, timeout=60)
+                lines = [line.decode() for line in sandbox.attach(cid)]
+            finally:
+                sandbox.remove(cid)
+            probes = [line.split() for line in lines if line.startswith("probe ")]
+            assert code == 0, lines
+            assert not [p for p in probes if p[2] in ("connected", "resolved")], probes
+            early = [" ".join(p) for p in probes if p[1] == "ready=no"]
+            if early:
+                break
+        assert early, "the probe never ran before the sandbox was ready"
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def test_an_attached_network_opens_its_containers_but_not_the_host(
+        sandbox_image: str, test_network: str, host_repo: Path,  # noqa: F811
+        tmp_path: Path) -> None:
+    """``--docker-network`` lets the sandbox reach that network's subnet; the subnet holds
+    the Docker host's bridge address, which stays closed (a CIDR entry of the user's own
+    would open it)."""
+    import dataclasses
+    import socket
+
+    intranet = test_network.replace("_internet", "_intranet")
+    gateway = NET["INTRANET_V4"].rsplit(".", 1)[0] + ".1"
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind((gateway, 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+    policy = dataclasses.replace(
+        EgressPolicy.build([], dns=[NET["DNS_V4"]]),
+        networks=(NET["INTRANET_V4"].rsplit(".", 1)[0] + ".0/24",))
+    script = (f"for t in {NET['INTRANET_V4']}/80 {gateway}/{port}; do "
+              "if timeout 3 bash -c \"exec 3<>/dev/tcp/$t\" 2>/dev/null; "
+              "then echo \"open $t\"; else echo \"closed $t\"; fi; done")
+    spec = dataclasses.replace(
+        _spec(f"itr-attached-{os.getpid()}", sandbox_image, sandbox_image, test_network,
+              host_repo, tmp_path / "out", ["bash", "-c", script], 1),
+        policy=policy, networks=(intranet,))
+    try:
+        cid = sandbox.launch(spec)
+        try:
+            assert sandbox.wait(cid, timeout=60) == 0
+            output = b"".join(sandbox.attach(cid)).decode()
+        finally:
+            sandbox.remove(cid)
+    finally:
+        server.close()
+    assert f"open {NET['INTRANET_V4']}/80" in output, output  # a container on it
+    assert f"closed {gateway}/{port}" in output, output  # the host, on its bridge

@@ -13,11 +13,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.config import Config
 from git_iterare.errors import UserError
 from git_iterare.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.sandbox.policy import EgressPolicy
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,29 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
         else:
             found.append(check_network(name, f"--docker-compose network {name}"))
     return tuple(dict.fromkeys(n for n in found if n))
+
+
+def with_networks(policy: EgressPolicy, networks: Sequence[str]) -> EgressPolicy:
+    """``policy`` with the networks the user attached the sandbox to: their subnets
+    (``networks``, which never open the Docker host), their gateways (closed as the
+    host's, in ``hosts``) and their containers' names (``local_names``); ``policy``
+    itself when there are none.
+
+    Raises:
+        UserError: a network the engine does not have, or of a refused driver.
+        OperationFailed: the engine cannot be reached.
+    """
+    if not networks:
+        return policy
+    import dataclasses
+
+    from git_iterare.sandbox.networks import network_gateways, network_names
+
+    return dataclasses.replace(
+        policy, networks=network_cidrs(networks),
+        hosts=tuple(dict.fromkeys((*policy.hosts, *(
+            g for net in networks for g in network_gateways(net))))),
+        local_names=tuple(dict.fromkeys(n for net in networks for n in network_names(net))))
 
 
 def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:

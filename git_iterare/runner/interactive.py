@@ -144,8 +144,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     from git_iterare.runner.guard import (
         admit,
         check_network_on_engine,
-        network_cidrs,
         requested_networks,
+        with_networks,
     )
     from git_iterare.runner.launch import ca_bundle_path, passthrough_env, sandbox_limits
     from git_iterare.sandbox.image import ensure_image
@@ -164,11 +164,7 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     policy = sandbox.policy_from_config(config, agent.required_domains(config))
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
-    if networks:
-        import dataclasses
-
-        policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
-            (*policy.cidrs, *network_cidrs(networks)))))
+    policy = with_networks(policy, networks)
     image = ensure_image(config, repo, progress)
     scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
     empty = scratch / "empty"

@@ -24,8 +24,8 @@ from git_iterare.runner.guard import (
     admit,
     check_network_on_engine,
     exclude_in_run,
-    network_cidrs,
     requested_networks,
+    with_networks,
     workspace_mounts,
 )
 from git_iterare.runner.ownership import origin
@@ -85,11 +85,16 @@ def _warm_up_docker() -> None:
     this thread reads the prompt, config and records, which mostly wait on git. The main
     thread's own import later simply waits for this one to finish.
     """
-    import importlib
     import threading
 
-    threading.Thread(target=importlib.import_module, args=("docker",), daemon=True,
-                     name="import-docker").start()
+    def load() -> None:
+        from git_iterare.sandbox.docker_errors import import_docker
+        from git_iterare.sandbox.engine import current
+
+        with contextlib.suppress(Exception):  # the main thread reports what is wrong
+            import_docker(current())
+
+    threading.Thread(target=load, daemon=True, name="import-docker").start()
 
 
 def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str, str]:
@@ -124,7 +129,11 @@ def sandbox_limits(config: Config) -> Any:
 
     limits = Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
                     pids=config["docker.pids"])
-    limits.check_engine_cpus(engine_cpus())
+    if limits.cpus > 1:  # every engine has one CPU; more are asked for (or remembered)
+        try:
+            limits.check_engine_cpus(engine_cpus())
+        except UserError:  # the remembered count may be old: the engine's word decides
+            limits.check_engine_cpus(engine_cpus(fresh=True))
     return limits
 
 
@@ -252,14 +261,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
-    if networks:  # only the subnets of the networks asked for get through the firewall
-        import dataclasses
-
-        from git_iterare.sandbox.networks import network_names
-
-        policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
-            (*policy.cidrs, *network_cidrs(networks)))), local_names=tuple(dict.fromkeys(
-                n for net in networks for n in network_names(net))))
+    policy = with_networks(policy, networks)
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,

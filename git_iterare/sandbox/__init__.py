@@ -48,16 +48,32 @@ def get_backend() -> Backend:
     return _BACKEND
 
 
-def engine_cpus() -> int:
-    """The Docker engine's CPU count (``NCPU`` of ``docker info``; one API call).
+def engine_cpus(fresh: bool = False) -> int:
+    """The Docker engine's CPU count (``NCPU`` of ``docker info``; one API call, then
+    kept for a day: see :func:`git_iterare.sandbox.docker_errors.engine_facts`).
+
+    Args:
+        fresh: ask the engine even when a count is kept.
 
     Raises:
         OperationFailed: the engine cannot be reached or answered an error.
     """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import (
+        client,
+        docker_errors,
+        engine_facts,
+        remember_engine_facts,
+    )
+    from git_iterare.sandbox.engine import current
 
+    engine = current()
+    kept = None if fresh else engine_facts(engine).get("ncpu")
+    if isinstance(kept, int) and kept > 0:
+        return kept
     with docker_errors("ask the Docker engine for its CPU count"):
-        return int(client().info()["NCPU"])
+        ncpu = int(client().info()["NCPU"])
+    remember_engine_facts(engine, ncpu=ncpu)
+    return ncpu
 
 
 def begin(spec: SandboxSpec, start: bool = True) -> str:

@@ -27,6 +27,7 @@ import itertools
 import re
 import tarfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -42,7 +43,6 @@ from git_iterare.sandbox.spec import (
     LABEL_REPO,
     LABEL_RUN,
     OUT_PATH,
-    POLICY_PATH,
     SECRETS_PATH,
     SIDECAR,
     TREES_PATH,
@@ -51,6 +51,9 @@ from git_iterare.sandbox.spec import (
 )
 
 #: Which of a sandbox's two containers this is: ``agent`` or ``sidecar``.
+#: Where the sidecar sees the host folder of :func:`_signal_dir`.
+SIGNAL_PATH = "/run/iterare/signal"
+
 LABEL_ROLE = "dev.iterare.role"
 #: On the agent's container: the id of its sidecar.
 LABEL_SIDECAR = "dev.iterare.sidecar"
@@ -73,6 +76,10 @@ LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"
 READY_TIMEOUT = 60.0
 
 READY_LINE = b"iterare-sandbox: ready"
+#: The sidecar's line once the run's trees are the agent's (see container/sidecar).
+TREES_READY_LINE = b"iterare-sandbox: trees ready"
+#: How every line the sidecar prints begins.
+SAYS = b"iterare-sandbox: "
 
 
 def host_dns_servers(resolv_conf: Path = Path("/etc/resolv.conf"),
@@ -200,30 +207,18 @@ def _read_file(container: Any, path: str, limit: int = 1 << 20) -> bytes:
 
 def _image_accounts(container: Any, image: str) -> tuple[bytes, bytes]:
     """``/etc/passwd`` and ``/etc/group`` of the image a created container runs, read
-    once per image id and kept in the user's cache directory (an image's files never
-    change; reading them costs two engine calls per run)."""
-    import hashlib
-    import json
-    import os
+    once per image id and kept in the user's cache (an image's files never change;
+    reading them costs two engine calls per run)."""
+    from git_iterare.sandbox import cache
 
     image_id = str(container.attrs.get("Image") or image)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    cache = base / "git-iterare" / "accounts" / (
-        hashlib.sha256(image_id.encode()).hexdigest()[:32] + ".json")
-    try:
-        data = json.loads(cache.read_text())
-        return data["passwd"].encode(), data["group"].encode()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
+    kept = cache.read("accounts", image_id)
+    if kept is not None and isinstance(kept.get("passwd"), str) \
+            and isinstance(kept.get("group"), str):
+        return kept["passwd"].encode(), kept["group"].encode()
     passwd, group = _read_file(container, "/etc/passwd"), _read_file(container, "/etc/group")
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"passwd": passwd.decode("utf-8", "replace"),
-                                   "group": group.decode("utf-8", "replace")}))
-        tmp.replace(cache)
-    except OSError:
-        pass  # a cache that cannot be written costs time only
+    cache.write("accounts", image_id, {"passwd": passwd.decode("utf-8", "replace"),
+                                       "group": group.decode("utf-8", "replace")})
     return passwd, group
 
 
@@ -282,6 +277,14 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
     if spec.ca_bundle is not None:
         tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
     return tar.data()
+
+
+def _signal_dir(spec: SandboxSpec) -> Path:
+    """The host folder, beside ``spec.out_dir``, where git-iterare tells the sidecar that
+    the run's trees are ready (a file ``go``); mounted read-only at :data:`SIGNAL_PATH`.
+    A file there costs nothing, where an archive put into the starting sidecar waits for
+    its start."""
+    return spec.out_dir.with_name("signal")
 
 
 def tree_mounts(trees: Sequence[Path]) -> tuple[list[Any], str]:
@@ -362,49 +365,75 @@ def _with_dns(spec: SandboxSpec) -> SandboxSpec:
     policy = spec.policy
     if not policy.dns:
         policy = dataclasses.replace(policy, dns=host_dns_servers())
-    if not policy.hosts and current().url.startswith("unix://"):
-        policy = dataclasses.replace(policy, hosts=host_addresses())
+    if current().url.startswith("unix://"):
+        policy = dataclasses.replace(policy, hosts=tuple(dict.fromkeys(
+            (*policy.hosts, *host_addresses()))))
     return dataclasses.replace(spec, policy=policy)
 
 
-def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
-    """Wait for the sidecar's ready line in its output.
+class _SidecarLog:
+    """Follows a sidecar's output (in a thread) for the lines the host waits for.
 
-    Raises:
-        OperationFailed: it exited first (with its own error line and exit status
-            explained), or ``timeout`` seconds passed.
+    Args:
+        container: the sidecar (a docker SDK container; only its id and name are used
+            until something goes wrong).
     """
-    seen: list[bytes] = []
-    ready = threading.Event()
 
-    def watch() -> None:
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.lines: list[bytes] = []  # the last 20
+        self.seen: set[bytes] = set()
+        self.changed = threading.Condition()
+        self.ended = False
+        threading.Thread(target=self._follow, daemon=True, name="sidecar-log").start()
+
+    def _follow(self) -> None:
         pending = b""
         try:
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            for chunk in self.container.logs(stream=True, follow=True, stdout=True,
+                                             stderr=True):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
-                seen.extend(lines[-20:])
-                del seen[:-20]
-                if any(line.startswith(READY_LINE) for line in lines):
-                    ready.set()
-                    return
-        except Exception:  # the container went away: the caller finds out below
-            return
+                with self.changed:
+                    self.lines = [*self.lines, *lines][-20:]
+                    self.seen.update(line for line in lines if line.startswith(SAYS))
+                    self.changed.notify_all()
+        except Exception:  # the container went away: the waiter finds out
+            pass
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
 
-    watcher = threading.Thread(target=watch, daemon=True, name="sidecar-ready")
-    watcher.start()
-    watcher.join(timeout)
-    if ready.is_set():
-        return
-    container.reload()
-    errors = [line.decode("utf-8", "replace") for line in seen if b"error:" in line]
-    detail = errors[-1].split("error:", 1)[1].strip() if errors else ""
-    if container.status in ("exited", "dead"):
-        code = container.attrs.get("State", {}).get("ExitCode")
-        why = detail or (describe(code) if code is not None else None) or f"status {code}"
-        raise OperationFailed(f"the sandbox's network sidecar failed: {why}")
-    raise OperationFailed(f"the sandbox's network sidecar was not ready after {timeout:g} s"
-                          + (f": {detail}" if detail else ""))
+    def wait_for(self, line: bytes, deadline: float) -> None:
+        """Return once the sidecar printed ``line``.
+
+        Args:
+            line: the whole line, as the sidecar prints it.
+            deadline: ``time.monotonic()`` value after which to give up.
+
+        Raises:
+            OperationFailed: it exited first (with its own error line and exit status
+                explained), or the deadline passed.
+        """
+        with self.changed:
+            while line not in self.seen and not self.ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(left)
+            if line in self.seen:
+                return
+            seen = list(self.lines)
+        container = self.container
+        container.reload()
+        errors = [text.decode("utf-8", "replace") for text in seen if b"error:" in text]
+        detail = errors[-1].split("error:", 1)[1].strip() if errors else ""
+        if container.status in ("exited", "dead"):
+            code = container.attrs.get("State", {}).get("ExitCode")
+            why = detail or (describe(code) if code is not None else None) or f"status {code}"
+            raise OperationFailed(f"the sandbox's network sidecar failed: {why}")
+        raise OperationFailed(f"the sandbox's network sidecar was not ready after "
+                              f"{READY_TIMEOUT:g} s" + (f": {detail}" if detail else ""))
 
 
 class DockerBackend:
@@ -434,6 +463,11 @@ class DockerBackend:
         mounts, trees = tree_mounts(spec.owned)
         mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
                                      read_only=False))
+        signal = _signal_dir(spec)
+        signal.mkdir(mode=0o700, exist_ok=True)
+        (signal / "go").unlink(missing_ok=True)
+        mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
+                                     read_only=True))
         with docker_errors(f"create the network sidecar of {spec.name}"):
             sidecar = docker.containers.create(
                 spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
@@ -441,7 +475,10 @@ class DockerBackend:
                 labels={**spec.all_labels(), LABEL_ROLE: "sidecar"},
                 environment={"ITERARE_AGENT_UID": str(spec.agent_uid),
                              "ITERARE_AGENT_GID": str(spec.agent_gid),
-                             "ITERARE_TREES": trees},
+                             "ITERARE_TREES": trees,
+                             # Not a secret (the record keeps it too); in the
+                             # configuration it needs no call before the start.
+                             "ITERARE_POLICY": spec.policy.to_json()},
                 mounts=mounts, network=spec.network or None,
                 cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
@@ -450,17 +487,12 @@ class DockerBackend:
             for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
                     docker.networks.get(extra).connect(sidecar)
-            policy = _Tar()
-            policy.dir("run", 0, 0, 0o755)
-            policy.dir("run/iterare", 0, 0, 0o755)
-            policy.file(POLICY_PATH, spec.policy.to_json().encode(), 0, 0, 0o644)
-            with docker_errors(f"start the network sidecar of {spec.name}"):
-                sidecar.put_archive("/", policy.data())
-                if start:
+            if start:
+                with docker_errors(f"start the network sidecar of {spec.name}"):
                     sidecar.start()
         except BaseException:
             with docker_errors(f"remove {sidecar.name}"):
-                sidecar.remove(force=True)
+                sidecar.remove(force=True, v=True)
             raise
         return str(sidecar.id)
 
@@ -471,7 +503,7 @@ class DockerBackend:
             OperationFailed: the engine refused (a missing network, say).
         """
         with docker_errors(f"start the network sidecar {sidecar_id[:12]}"):
-            client().containers.get(sidecar_id).start()
+            client().api.start(sidecar_id)
 
     def remove_sidecar(self, sidecar_id: str) -> None:
         """Remove a sidecar made by :meth:`begin` that never got its agent."""
@@ -479,7 +511,7 @@ class DockerBackend:
 
         with docker_errors(f"remove the network sidecar {sidecar_id[:12]}"), \
                 contextlib.suppress(docker.errors.NotFound):
-            client().containers.get(sidecar_id).remove(force=True)
+            client().containers.get(sidecar_id).remove(force=True, v=True)
 
     def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
                sidecar_started: Any = None) -> str:
@@ -511,13 +543,13 @@ class DockerBackend:
         try:
             if sidecar_id is None:
                 sidecar_id = self.begin(spec)
-            with docker_errors(f"find the network sidecar of {spec.name}"):
-                sidecar = docker.containers.get(sidecar_id)
+            # No inspect: while the sidecar is starting the engine would answer only
+            # after its start.
+            sidecar = docker.containers.prepare_model({"Id": sidecar_id,
+                                                       "Name": f"/{spec.name}-net"})
             created.append(sidecar)
-            go = _Tar()
-            go.file("go", b"", 0, 0, 0o644)
-            with docker_errors(f"hand the trees of {spec.name} to its sidecar"):
-                sidecar.put_archive("/run/iterare", go.data())
+            # The trees are ready: the sidecar may hand them to the agent's uid.
+            (_signal_dir(spec) / "go").touch(mode=0o600)
             mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
                                   type="bind", read_only=m.read_only) for m in spec.mounts]
             env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
@@ -541,15 +573,21 @@ class DockerBackend:
                 agent.put_archive("/", agent_files(spec, passwd, group))
             if sidecar_started is not None:
                 sidecar_started.result()
-            _await_ready(sidecar)
+            # The agent's container starts once its trees are its own, while the sidecar
+            # still sets up the firewall: nothing gets in or out of the namespace until
+            # then, and the container waits for the sandbox to be ready before it runs
+            # the agent's command (container/agent-start).
+            log, deadline = _SidecarLog(sidecar), time.monotonic() + READY_TIMEOUT
+            log.wait_for(TREES_READY_LINE, deadline)
             if not spec.tty:
                 with docker_errors(f"start the sandbox {spec.name}"):
                     agent.start()
+            log.wait_for(READY_LINE, deadline)
         except BaseException:
             # Nobody learns the id of a sandbox that did not start: leave nothing behind.
             for container in reversed(created):
                 with docker_errors(f"remove {container.name}"):
-                    container.remove(force=True)
+                    container.remove(force=True, v=True)
             raise
         return str(agent.id)
 
@@ -653,7 +691,7 @@ class DockerBackend:
                     code = int(helper.wait(timeout=600).get("StatusCode", -1))
                     output = helper.logs(stdout=True, stderr=True)
                 finally:
-                    helper.remove(force=True)
+                    helper.remove(force=True, v=True)
         text = bytes(output or b"").decode("utf-8", "replace")
         if code != 0:
             raise OperationFailed(f"could not give the run's files back to uid {uid} "
@@ -668,11 +706,11 @@ class DockerBackend:
         sidecar = self._sidecar(container_id)
         with docker_errors(f"remove the sandbox {container_id[:12]}"):
             with contextlib.suppress(docker.errors.NotFound):
-                client().containers.get(container_id).remove(force=True)
+                client().containers.get(container_id).remove(force=True, v=True)
             if sidecar is not None:
                 if sidecar.status == "running":
                     sidecar.exec_run([SIDECAR, "report"], user="0:0")
-                sidecar.remove(force=True)
+                sidecar.remove(force=True, v=True)
 
     def inspect(self, container_id: str) -> ContainerInfo | None:
         """State, exit status and labels; None when there is no such container."""

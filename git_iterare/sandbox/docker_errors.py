@@ -178,12 +178,63 @@ def _tls_config(engine: Engine) -> Any:
     return TLSConfig(client_cert=client_cert, ca_cert=tls.ca, verify=tls.verify)
 
 
+#: How long an engine's API version and CPU count are kept between commands (seconds).
+ENGINE_FACTS_MAX_AGE = 24 * 3600
+
+
+def engine_facts(engine: Engine) -> dict[str, Any]:
+    """What was learnt about ``engine`` by earlier commands (``api_version``, ``ncpu``),
+    kept for :data:`ENGINE_FACTS_MAX_AGE` seconds; empty when nothing is known."""
+    from git_iterare.sandbox import cache
+
+    return cache.read("engines", engine.url, ENGINE_FACTS_MAX_AGE) or {}
+
+
+def remember_engine_facts(engine: Engine, **facts: Any) -> None:
+    """Keep ``facts`` about ``engine`` for later commands (see :func:`engine_facts`)."""
+    from git_iterare.sandbox import cache
+
+    cache.write("engines", engine.url, {**engine_facts(engine), **facts})
+
+
+def import_docker(engine: Engine) -> Any:
+    """Import the docker SDK for talking to ``engine``; return the ``docker`` module.
+
+    The SDK imports its ssh transport, and with it paramiko and invoke, whenever paramiko
+    is installed: a third of its import time. Before the SDK is first imported for an
+    engine that is not ``ssh://``, that transport is left out of this process; a later
+    ``ssh://`` engine in the same process brings it in then.
+    """
+    import sys
+
+    ssh = engine.url.startswith("ssh://")
+    if "docker" not in sys.modules and not ssh:
+        sys.modules.setdefault("docker.transport.sshconn", None)  # type: ignore[arg-type]
+    import docker
+    import docker.transport
+
+    if ssh and not hasattr(docker.transport, "SSHHTTPAdapter"):
+        if sys.modules.get("docker.transport.sshconn", False) is None:
+            del sys.modules["docker.transport.sshconn"]
+        import docker.api.client
+        from docker.transport.sshconn import SSHHTTPAdapter
+
+        docker.transport.SSHHTTPAdapter = SSHHTTPAdapter
+        docker.api.client.SSHHTTPAdapter = SSHHTTPAdapter
+    return docker
+
+
 def _connect(engine: Engine) -> Any:
-    """A new ``docker.DockerClient`` for ``engine`` (API version negotiated; ssh through
-    paramiko with ``~/.ssh/config`` and known hosts)."""
+    """A new ``docker.DockerClient`` for ``engine`` (ssh through paramiko with
+    ``~/.ssh/config`` and known hosts). The API version is negotiated with the engine
+    once and then kept (:func:`engine_facts`), which saves a round trip per command."""
+    import_docker(engine)
     import docker
 
-    kwargs: dict[str, Any] = {"base_url": engine.url, "version": "auto", "timeout": 300}
+    version = engine_facts(engine).get("api_version")
+    known = isinstance(version, str) and bool(version)
+    kwargs: dict[str, Any] = {"base_url": engine.url, "version": version if known else "auto",
+                              "timeout": 300}
     if engine.tls is not None:
         kwargs["tls"] = _tls_config(engine)
     api_class = _api_class()
@@ -200,7 +251,10 @@ def _connect(engine: Engine) -> Any:
             api.__init__(**kwargs)
             self.api = api
 
-    return EngineClient()
+    made = EngineClient()
+    if not known:
+        remember_engine_facts(engine, api_version=made.api.api_version)
+    return made
 
 
 def client(engine: Engine | None = None) -> Any:

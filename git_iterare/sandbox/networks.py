@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from git_iterare.errors import UserError
 
@@ -121,8 +122,9 @@ def network_names(name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def network_subnets(name: str) -> tuple[str, ...]:
-    """The subnets (CIDR) of the engine's network ``name``.
+def _ipam_configs(name: str) -> list[dict[str, Any]]:
+    """The ``IPAM.Config`` entries of the engine's network ``name`` (Docker's network
+    inspect).
 
     Raises:
         UserError: the engine has no such network.
@@ -139,4 +141,26 @@ def network_subnets(name: str) -> tuple[str, ...]:
             raise UserError(f"--docker-network {name}: no such Docker network",
                             hint="list them with `docker network ls`") from None
         configs = (network.attrs.get("IPAM") or {}).get("Config") or []
-    return tuple(str(c["Subnet"]) for c in configs if isinstance(c, dict) and c.get("Subnet"))
+    return [c for c in configs if isinstance(c, dict)]
+
+
+def network_subnets(name: str) -> tuple[str, ...]:
+    """The subnets (CIDR) of the engine's network ``name``.
+
+    Raises:
+        UserError: the engine has no such network.
+        OperationFailed: the engine cannot be reached.
+    """
+    return tuple(str(c["Subnet"]) for c in _ipam_configs(name) if c.get("Subnet"))
+
+
+def network_gateways(name: str) -> tuple[str, ...]:
+    """The gateway addresses of the engine's network ``name`` (the Docker host's address
+    on it), as its IPAM configuration names them; empty when it names none.
+
+    Raises:
+        UserError: the engine has no such network.
+        OperationFailed: the engine cannot be reached.
+    """
+    return tuple(str(c["Gateway"]).split("/")[0] for c in _ipam_configs(name)
+                 if c.get("Gateway"))

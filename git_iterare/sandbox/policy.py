@@ -122,7 +122,10 @@ class EgressPolicy:
         local_names: names of containers on the networks the user attached the sandbox
             to (``--docker-network``, ``--docker-compose``): resolved by Docker's
             embedded DNS (asked by the sandbox's resolver only, for these names only);
-            their addresses are reachable through the networks' CIDR entries.
+            their addresses are reachable through ``networks``.
+        networks: the subnets of those attached networks (CIDR). Unlike ``cidrs`` they
+            never open ``hosts`` or the gateway: an attached network's subnet holds the
+            Docker host's bridge address.
     """
 
     domains: tuple[str, ...] = ()
@@ -130,12 +133,14 @@ class EgressPolicy:
     dns: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     local_names: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        """The policy file the entrypoint reads (``/run/iterare/policy.json``)."""
+        """The policy file the sidecar reads (``/run/iterare/policy.json``)."""
         return json.dumps({"v": 1, "domains": list(self.domains), "cidrs": list(self.cidrs),
                            "dns": list(self.dns), "hosts": list(self.hosts),
-                           "local": list(self.local_names)}, indent=2) + "\n"
+                           "local": list(self.local_names), "networks": list(self.networks)},
+                          indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> EgressPolicy:
