@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.workspace import common_git
 
 #: The data file, inside the package.

@@ -30,7 +30,7 @@ from pathlib import Path
 from git_iterare import boundedfs, checkout, proc, safegit
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from git_iterare import proc
 from git_iterare.errors import ExternalError, OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from git_iterare import boundedfs, checkout, proc, safegit, ui
 from git_iterare.errors import ExternalError, OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
 CONTAINER_WORKTREE = "/workspace"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from git_iterare import importer, workspace
-from git_iterare import repo as repo_mod
 from git_iterare.errors import OperationFailed
+from git_iterare.git import repo as repo_mod
 from git_iterare.merge import merge_run
 from tests.conftest import git
 from tests.test_workspace import RUN, agent, finish, prepare

@@ -13,7 +13,7 @@ import pytest
 from dulwich.errors import ObjectFormatException
 
 from git_iterare.errors import OperationFailed
-from git_iterare.repo import discover
+from git_iterare.git.repo import discover
 from git_iterare.runner import finish as finish_mod
 from git_iterare.runs.status import FAILED, RUNNING
 from git_iterare.runs.store import RunStore

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from git_iterare import importer, workspace
-from git_iterare import repo as repo_mod
+from git_iterare.git import repo as repo_mod
 from tests.conftest import git
 
 pytestmark = pytest.mark.docker

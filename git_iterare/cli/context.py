@@ -14,7 +14,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from git_iterare.config import Config
-    from git_iterare.repo import Repo
+    from git_iterare.git.repo import Repo
 
 
 @dataclass
@@ -35,13 +35,13 @@ class AppContext:
 
     @property
     def repo(self) -> Repo:
-        """The repository (see :func:`git_iterare.repo.discover`).
+        """The repository (see :func:`git_iterare.git.repo.discover`).
 
         Raises:
             UserError: not inside a repository.
         """
         if self._repo is None:
-            from git_iterare.repo import discover
+            from git_iterare.git.repo import discover
 
             self._repo = discover()
         return self._repo
@@ -87,7 +87,7 @@ def _set_project(ctx: click.Context, param: click.Parameter, value: Any) -> None
     if value is None or ctx.resilient_parsing:
         return
     from git_iterare.errors import UserError
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
 
     if not value.is_dir():
         raise UserError(f"--project {value}: no such directory")

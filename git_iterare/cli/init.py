@@ -16,7 +16,7 @@ def command(path: Path | None, force: bool) -> None:
     """Create .iterare/ (config, Dockerfile, example prompt) in a repository."""
     from git_iterare import scaffold
     from git_iterare.errors import UserError
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
 
     if path is not None and not path.is_dir():
         raise UserError(f"{path}: no such directory")

@@ -16,8 +16,8 @@ from typing import Any
 
 from git_iterare import ui
 from git_iterare.errors import OperationFailed
+from git_iterare.git.repo import Repo
 from git_iterare.loglimit import capped
-from git_iterare.repo import Repo
 from git_iterare.runner.launch import TIMEOUT_EXIT
 from git_iterare.runner.ownership import container_of, engine_of, is_local
 from git_iterare.runner.paths import run_lock, state_dir

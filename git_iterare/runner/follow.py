@@ -7,8 +7,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, MutableSequence
 from typing import Any
 
+from git_iterare.git.repo import Repo
 from git_iterare.limits import MAX_SUMMARY_EVENTS
-from git_iterare.repo import Repo
 
 Printer = Callable[[str], None]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare.config import Config
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
     from git_iterare.sandbox import SandboxSpec

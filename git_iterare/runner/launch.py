@@ -19,7 +19,7 @@ from typing import Any
 from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.runner.guard import (
     admit,
     check_network_on_engine,

@@ -11,7 +11,7 @@ from typing import Any
 
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
 
 

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 
 def machine_id() -> str:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 #: File name, in the run's ``secrets/`` state directory, of the values to redact.
 REDACT_FILE = "redact.json"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from git_iterare.config import DEFAULT_IMAGE, Config, global_config_dir
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.sandbox.trust import (
     DOCKERFILE,
     Approval,

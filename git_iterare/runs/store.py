@@ -62,7 +62,7 @@ class Snapshot:
 
 
 def open_repo(path: str | os.PathLike[str] | Any) -> DulwichRepo:
-    """Open the dulwich repository for a path, a gitdir, or a :class:`git_iterare.repo.Repo`.
+    """Open the dulwich repository for a path, a gitdir, or a :class:`git_iterare.git.repo.Repo`.
 
     Raises:
         UserError: ``path`` is not a git repository.
@@ -160,7 +160,7 @@ class RunStore:
 
     Args:
         repo_path: the repository: a worktree path, a gitdir, or a
-            :class:`git_iterare.repo.Repo` (its common dir is used, so all worktrees share
+            :class:`git_iterare.git.repo.Repo` (its common dir is used, so all worktrees share
             the records).
 
     Raises:
