@@ -14,7 +14,7 @@ import pytest
 from git_iterare import importer, workspace
 from git_iterare.errors import OperationFailed
 from git_iterare.git import repo as repo_mod
-from git_iterare.merge import merge_run
+from git_iterare.git.merge import merge_run
 from tests.conftest import git
 from tests.test_workspace import RUN, agent, finish, prepare
 

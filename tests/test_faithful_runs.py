@@ -10,8 +10,8 @@ import pytest
 
 from git_iterare.agents.base import RunResult
 from git_iterare.errors import UserError
+from git_iterare.git.merge import detached_head, merge_run
 from git_iterare.git.repo import discover
-from git_iterare.merge import detached_head, merge_run
 from git_iterare.runner.finish import _outcome
 from git_iterare.sandbox.docker_backend import _ran_seconds
 from tests.conftest import git

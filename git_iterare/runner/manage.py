@@ -111,7 +111,7 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
     Raises:
         OperationFailed: the run is still active or has no result.
     """
-    from git_iterare.merge import diff_run
+    from git_iterare.git.merge import diff_run
     from git_iterare.runs.status import ACTIVE
 
     record = settle(repo, record)
@@ -169,7 +169,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         OperationFailed: still active, no result, refused, or a conflict (the user's tree
             and index are left as they were; the conflicting files are named).
     """
-    from git_iterare.merge import detached_head, merge_run
+    from git_iterare.git.merge import detached_head, merge_run
     from git_iterare.runs.status import ACTIVE, MERGED
 
     record = settle(repo, record)
