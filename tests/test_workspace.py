@@ -18,8 +18,8 @@ import pytest
 from git_iterare import importer, workspace
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import repo as repo_mod
+from git_iterare.git.hostexec import host_executable_changes
 from git_iterare.git.merge import diff_run, merge_run
-from git_iterare.hostexec import host_executable_changes
 from git_iterare.sandbox import spec as sandbox_spec
 from tests.conftest import git
 
@@ -570,7 +570,7 @@ def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Pat
      "folders)"),
 ])
 def test_classify_host_executables(path: str, mode: str, reason: str | None) -> None:
-    from git_iterare.hostexec import classify
+    from git_iterare.git.hostexec import classify
 
     assert classify(path, mode, "hooks/") == reason
 
@@ -578,7 +578,7 @@ def test_classify_host_executables(path: str, mode: str, reason: str | None) -> 
 def test_a_committed_git_repository_is_flagged(repo: Path) -> None:
     """A bare repository committed as plain files: its config runs programs when the
     user uses git in there (found by an adversarial test: core.pager)."""
-    from git_iterare.hostexec import EMBEDDED_REPO_REASON, changed_files
+    from git_iterare.git.hostexec import EMBEDDED_REPO_REASON, changed_files
 
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
     bare = repo / "docs" / "vendor.git"

@@ -133,15 +133,15 @@ class MergeOutcome:
 
 def host_executable_changes(repo: Repo, record: Any) -> list[Any]:
     """Files changed by a run that would execute on the host (hooks, build scripts, ...)."""
-    from git_iterare.hostexec import host_executable_changes as changes
+    from git_iterare.git.hostexec import host_executable_changes as changes
 
     return changes(repo, record.base_commit, _result_commit(record))
 
 
 def changed_files(repo: Repo, record: Any) -> list[Any]:
-    """Every file a run changed (:class:`git_iterare.hostexec.FileChange`), with the reason
+    """Every file a run changed (:class:`git_iterare.git.hostexec.FileChange`), with the reason
     when it would execute on the host."""
-    from git_iterare.hostexec import changed_files as changes
+    from git_iterare.git.hostexec import changed_files as changes
 
     return changes(repo, record.base_commit, _result_commit(record))
 
@@ -159,7 +159,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         repo: the repository.
         record: the run.
         squash, no_ff: as ``git merge``.
-        confirm: called with every changed file (:class:`git_iterare.hostexec.FileChange`,
+        confirm: called with every changed file (:class:`git_iterare.git.hostexec.FileChange`,
             ``reason`` set on those that would execute on the host); returns whether to
             go on.
         confirm_detached: called with HEAD's commit (hex) when HEAD is detached, before
