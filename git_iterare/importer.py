@@ -8,7 +8,7 @@
    dulwich (its ``info/alternates`` is ignored: the agent could point it anywhere), checking
    each object's id against its content and its type against where it was referenced.
    The git CLI never runs inside the run gitdir.
-2. *Autocommit*: stage the worktree with :mod:`git_iterare.safegit` (no hooks, filters or
+2. *Autocommit*: stage the worktree with :mod:`git_iterare.git.safegit` (no hooks, filters or
    config from the agent) on top of the imported head, and when the tree differs write a
    commit (``git commit-tree``, author and committer the agent) with trailers.
 3. *Move the branch*: ``refs/heads/iterare/<id>`` in the main repository, with dulwich
@@ -27,9 +27,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, checkout, proc, safegit
+from git_iterare import boundedfs, checkout, proc
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
+from git_iterare.git import safegit
 from git_iterare.git.repo import Repo
 from git_iterare.workspace import (
     AGENT_EMAIL,
@@ -73,7 +74,7 @@ class FinishResult:
         nested_repos: nested repositories in the worktree that were not committed.
         skipped: other paths of the worktree not committed (FIFOs, sockets, devices,
             files and directories over a limit; see
-            :class:`~git_iterare.safegit.Skipped`).
+            :class:`~git_iterare.git.safegit.Skipped`).
         rejected_head: why the run gitdir's branch was not imported (a symlinked or
             symbolic ref, a corrupt object, history not descending from the base or
             diverged), or None. The worktree is committed all the same, so its files are

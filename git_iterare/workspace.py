@@ -20,7 +20,7 @@ Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw),
 ``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
 
 Everything the agent can write (worktree, run gitdir) is read back only through
-:mod:`git_iterare.importer` (dulwich) and :mod:`git_iterare.safegit` (hardened git).
+:mod:`git_iterare.importer` (dulwich) and :mod:`git_iterare.git.safegit` (hardened git).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, checkout, proc, safegit, ui
+from git_iterare import boundedfs, checkout, proc, ui
 from git_iterare.errors import ExternalError, OperationFailed, UserError
+from git_iterare.git import safegit
 from git_iterare.git.repo import Repo
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.

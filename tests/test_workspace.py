@@ -254,7 +254,7 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
                check=False).stdout == "filter.evil.clean touch " + str(m_global) + "; cat\n" \
         "filter.evil.required true\n"
     # the nested repositories were disabled, so a user's git there cannot spring them
-    from git_iterare.safegit import DISABLED_GIT
+    from git_iterare.git.safegit import DISABLED_GIT
 
     assert not (nested / ".git").exists() and (nested / DISABLED_GIT / "config").is_file()
     # control: the traps are armed; plain git in the agent's view or the nested repo
