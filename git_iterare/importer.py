@@ -27,10 +27,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, checkout, proc
+from git_iterare import boundedfs, proc
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.git import safegit
+from git_iterare.git import checkout, safegit
 from git_iterare.git.repo import Repo
 from git_iterare.workspace import (
     AGENT_EMAIL,

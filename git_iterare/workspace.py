@@ -32,9 +32,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, checkout, proc, ui
+from git_iterare import boundedfs, proc, ui
 from git_iterare.errors import ExternalError, OperationFailed, UserError
-from git_iterare.git import safegit
+from git_iterare.git import checkout, safegit
 from git_iterare.git.repo import Repo
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
@@ -344,7 +344,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
     # user's (npm install, direnv...) would run it on the host. No checkout: git would
     # copy the user's sparse-checkout patterns and take attributes from the base's tree;
-    # the host checks out the full tree itself (git_iterare.checkout).
+    # the host checks out the full tree itself (git_iterare.git.checkout).
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
                "--no-checkout", "--no-track", "-b", branch, str(worktree), base_commit,
                cwd=_top(repo))
@@ -379,7 +379,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
 
 def checkout_map_path(ws: RunWorkspace) -> Path:
     """``<common dir>/iterare/gitdirs/<id>.checkout``: what the host checked out for the
-    run (:mod:`git_iterare.checkout`); host-only, never mounted."""
+    run (:mod:`git_iterare.git.checkout`); host-only, never mounted."""
     return ws.gitdir.with_name(ws.run_id + ".checkout")
 
 

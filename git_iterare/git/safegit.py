@@ -311,7 +311,7 @@ class SafeGit:
             unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
                 host checked out from ``blob id``: recorded as that blob, never read
                 again (no clean filter runs on them; see
-                :func:`git_iterare.checkout.unchanged_entries`).
+                :func:`git_iterare.git.checkout.unchanged_entries`).
             gitlinks: ``(commit id, path)`` of submodules whose recorded commit changes.
 
         Returns:
