@@ -32,7 +32,7 @@ from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import checkout, safegit
 from git_iterare.git.repo import Repo
-from git_iterare.workspace import (
+from git_iterare.runner.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
     RunWorkspace,
@@ -512,7 +512,7 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
 def _return_ownership(repo: Repo, worktree: Path) -> None:
     """As root, give the run worktree back to the main worktree's owner.
 
-    :func:`~git_iterare.workspace.prepare_run` chowned it to the agent's uid; once the
+    :func:`~git_iterare.runner.workspace.prepare_run` chowned it to the agent's uid; once the
     agent has stopped, the user must be able to use git in it (git refuses a worktree
     owned by someone else: ``safe.directory``).
     """

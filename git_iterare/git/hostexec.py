@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from git_iterare.git.repo import Repo
-from git_iterare.workspace import common_git
+from git_iterare.runner.workspace import common_git
 
 #: The data file, inside the package.
 DATA_FILE = "host-executables.toml"

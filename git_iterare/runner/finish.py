@@ -209,7 +209,7 @@ def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     from git_iterare.agents import get_agent
     from git_iterare.importer import finish_run
     from git_iterare.runner.secrets import register_run_secrets
-    from git_iterare.workspace import open_run
+    from git_iterare.runner.workspace import open_run
 
     vanished = info is None
     exit_code = None if vanished else info.exit_code
@@ -362,7 +362,7 @@ def _note_skipped(store: Any, run_id: str, skipped: Any) -> None:
 def has_worktree(repo: Repo, record: Any) -> bool:
     """Whether the run has a worktree here (also when it failed before the record said
     so); the path comes from the run id, never from the record, which may be foreign."""
-    from git_iterare.workspace import worktree_path
+    from git_iterare.runner.workspace import worktree_path
 
     return worktree_path(repo, record.id).exists()
 
@@ -483,9 +483,9 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
     """
     from git_iterare.importer import finish_run, unfinished_work
     from git_iterare.runner.manage import ran_elsewhere
+    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
-    from git_iterare.workspace import open_run
 
     store = RunStore(repo)
     record = store.get(run_id)
@@ -532,7 +532,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
             _note_skipped(store, record.id, work.skipped)
         new = work.commits
         if head:  # those up to the recorded head were annotated when the run ended
-            from git_iterare.workspace import common_git
+            from git_iterare.runner.workspace import common_git
 
             new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
                                    ).stdout.split())

@@ -242,8 +242,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         base_commit = resolve_here(repo, base_branch or "HEAD")
         if base_branch is None:
             base_branch = _current_branch(repo)
+    from git_iterare.runner.workspace import check_run_dirs, include_paths
     from git_iterare.runs.ids import validate_name
-    from git_iterare.workspace import check_run_dirs, include_paths
 
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
@@ -293,7 +293,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     from concurrent.futures import ThreadPoolExecutor
 
     from git_iterare import proc, sandbox
-    from git_iterare import workspace as wsp
+    from git_iterare.runner import workspace as wsp
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runs.status import RUNNING
 
@@ -372,7 +372,7 @@ def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
 
     Nothing is removed, and False returned, when the agent may have started (a container
     of the run exists or is recorded, or the engine cannot be asked) or when the run's
-    trees hold anything but its base (:func:`git_iterare.workspace.cleanup_run` refuses);
+    trees hold anything but its base (:func:`git_iterare.runner.workspace.cleanup_run` refuses);
     the caller then records the failure instead.
 
     Returns:
@@ -383,8 +383,8 @@ def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
 
     from git_iterare import sandbox
     from git_iterare.runner.finish import has_worktree
+    from git_iterare.runner.workspace import cleanup_run, open_run
     from git_iterare.runs.ids import run_ref
-    from git_iterare.workspace import cleanup_run, open_run
 
     try:
         snap = store.snapshot(run_id)

@@ -227,8 +227,8 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
             ``force`` is not given.
     """
     from git_iterare import sandbox
+    from git_iterare.runner.workspace import cleanup_run, open_run
     from git_iterare.runs.status import ACTIVE, CLEANED
-    from git_iterare.workspace import cleanup_run, open_run
 
     record = settle(repo, record)
     if record.status == CLEANED:
