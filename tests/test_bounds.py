@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, os, resource, sys, zlib
 from pathlib import Path
-from git_iterare import importer
+from git_iterare.runner import importer
 from git_iterare.runner import workspace
 from git_iterare.git import repo as repo_mod
 from git_iterare.errors import IterareError

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer
 from git_iterare.errors import OperationFailed
 from git_iterare.git import repo as repo_mod
 from git_iterare.git.merge import merge_run
-from git_iterare.runner import workspace
+from git_iterare.runner import importer, workspace
 from tests.conftest import git
 from tests.test_workspace import RUN, agent, finish, prepare
 

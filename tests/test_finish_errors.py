@@ -30,8 +30,8 @@ def failure() -> list[Exception]:
 def ended_run(repo: Path, monkeypatch: pytest.MonkeyPatch, failure: list[Exception]) -> str:
     """A running run whose sandbox has exited 0, with a worktree the importer is asked
     to commit and fails to (everything around it faked)."""
-    from git_iterare import importer, sandbox
-    from git_iterare.runner import workspace
+    from git_iterare import sandbox
+    from git_iterare.runner import importer, workspace
 
     monkeypatch.chdir(repo)
     record = make_run(repo)

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import repo as repo_mod
 from git_iterare.git.hostexec import host_executable_changes
 from git_iterare.git.merge import diff_run, merge_run
-from git_iterare.runner import workspace
+from git_iterare.runner import importer, workspace
 from git_iterare.sandbox import spec as sandbox_spec
 from tests.conftest import git
 

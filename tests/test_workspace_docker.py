@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer
 from git_iterare.git import repo as repo_mod
-from git_iterare.runner import workspace
+from git_iterare.runner import importer, workspace
 from tests.conftest import git
 
 pytestmark = pytest.mark.docker

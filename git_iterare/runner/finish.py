@@ -207,7 +207,7 @@ def _finish_active(repo: Repo, store: Any, record: Any, wait: bool) -> Any:
 def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.importer import finish_run
+    from git_iterare.runner.importer import finish_run
     from git_iterare.runner.secrets import register_run_secrets
     from git_iterare.runner.workspace import open_run
 
@@ -481,7 +481,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
         OperationFailed: the run is still running, ran on another machine, or its work
             still cannot be committed (then nothing changed).
     """
-    from git_iterare.importer import finish_run, unfinished_work
+    from git_iterare.runner.importer import finish_run, unfinished_work
     from git_iterare.runner.manage import ran_elsewhere
     from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE

@@ -20,7 +20,7 @@ Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw),
 ``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
 
 Everything the agent can write (worktree, run gitdir) is read back only through
-:mod:`git_iterare.importer` (dulwich) and :mod:`git_iterare.git.safegit` (hardened git).
+:mod:`git_iterare.runner.importer` (dulwich) and :mod:`git_iterare.git.safegit` (hardened git).
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
         OperationFailed: the previous run's branch is missing, or it has unfinished work;
             and whatever :func:`prepare_run` raises.
     """
-    from git_iterare import importer
+    from git_iterare.runner import importer
 
     head = importer.branch_head(repo, previous.ref)
     if head is None:
@@ -504,7 +504,7 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
             command to use).
         ExternalError: git failed.
     """
-    from git_iterare import importer
+    from git_iterare.runner import importer
 
     head = importer.branch_head(repo, ws.ref)
     if not force:
