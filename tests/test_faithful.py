@@ -109,7 +109,7 @@ def test_rot13_filter_unchanged_files_identical_changed_ones_cleaned(repo: Path,
     assert blob(repo, f"{result.head}:sub/plain.txt") == b"plain\n"
     assert sorted(changed_paths(repo, base, result.head)) == [
         "d.dat", "new.dat", "other.txt", "sub/.gitattributes", "sub/plain.txt"]
-    assert importer.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
+    assert workspace.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
 
 
 def test_agent_commit_of_smudged_file_is_cleaned_by_the_automatic_commit(repo: Path) -> None:

@@ -481,9 +481,9 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
         OperationFailed: the run is still running, ran on another machine, or its work
             still cannot be committed (then nothing changed).
     """
-    from git_iterare.runner.importer import finish_run, unfinished_work
+    from git_iterare.runner.importer import finish_run
     from git_iterare.runner.manage import ran_elsewhere
-    from git_iterare.runner.workspace import open_run
+    from git_iterare.runner.workspace import open_run, unfinished_work
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 
