@@ -18,8 +18,7 @@ from git_iterare import ui
 from git_iterare.errors import OperationFailed
 from git_iterare.git.repo import Repo
 from git_iterare.loglimit import capped
-from git_iterare.runner.launch import TIMEOUT_EXIT
-from git_iterare.runner.ownership import container_of, engine_of, is_local
+from git_iterare.runner.ownership import container_of, engine_of, is_local, ran_elsewhere
 from git_iterare.runner.paths import run_lock, state_dir
 
 #: Seconds a run may stay ``created``/``starting`` without a container before it is
@@ -29,6 +28,9 @@ LAUNCH_GRACE = 300
 #: Seconds past its timeout after which a still-running sandbox is stopped by whoever
 #: notices (the sandbox's own ``timeout`` normally ends it first).
 TIMEOUT_GRACE = 60
+
+#: Exit status of coreutils ``timeout`` when the limit was reached.
+TIMEOUT_EXIT = 124
 
 #: Exit status of ``timeout --kill-after`` when it had to kill the agent (128 + SIGKILL):
 #: the kill goes to its whole process group, itself included.
@@ -482,7 +484,6 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
             still cannot be committed (then nothing changed).
     """
     from git_iterare.runner.importer import finish_run
-    from git_iterare.runner.manage import ran_elsewhere
     from git_iterare.runner.workspace import open_run, unfinished_work
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore

@@ -36,10 +36,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: In-sandbox path of the prompt body (read-only mount, outside the worktree).
 PROMPT_FILE = "/run/iterare/prompt.md"
 
-#: Exit status of coreutils ``timeout`` when the limit was reached.
-TIMEOUT_EXIT = 124
-
-
 @dataclass(frozen=True)
 class ExecuteRequest:
     """What the user asked ``git iterare execute`` for.

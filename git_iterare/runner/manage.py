@@ -12,6 +12,7 @@ from typing import Any
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
 from git_iterare.git.repo import Repo
+from git_iterare.runner.ownership import ran_elsewhere
 from git_iterare.runner.paths import state_dir
 
 
@@ -274,15 +275,6 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 
-
-
-def ran_elsewhere(repo: Repo, record: Any) -> bool:
-    """Whether the run was started on another machine or in another repository (its
-    record came with ``git iterare fetch``); records without an origin (imported from
-    iterare) count as local."""
-    from git_iterare.runner.ownership import is_local
-
-    return bool((record.extra or {}).get("host")) and not is_local(repo, record)
 
 
 def _cleanup_elsewhere(repo: Repo, record: Any, *, force: bool) -> Any:

@@ -79,3 +79,10 @@ def container_of(repo: Repo, record: Any) -> Any:
     if labels.get(LABEL_RUN) != record.id or labels.get(LABEL_REPO) != str(repo.main_work_tree):
         return None
     return info
+
+
+def ran_elsewhere(repo: Repo, record: Any) -> bool:
+    """Whether the run was started on another machine or in another repository (its
+    record came with ``git iterare fetch``); records without an origin (imported from
+    iterare) count as local."""
+    return bool((record.extra or {}).get("host")) and not is_local(repo, record)
