@@ -32,7 +32,8 @@ from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
 from git_iterare.runs.record import STATUS_RANK, CorruptRecord
-from git_iterare.runs.store import LOG_JSONL, RunStore, Snapshot, read_snapshot, write_record_commit
+from git_iterare.runs.snapshot import LOG_JSONL, Snapshot, read_snapshot
+from git_iterare.runs.store import RunStore, write_record_commit
 
 REMOTE_NS = "refs/iterare-remote/"
 
