@@ -373,7 +373,7 @@ def load(
     if repo is not None and repo.main_work_tree is not None:
         _file_layer(repo.iterare_dir / "config.toml", settings, warnings, project=True)
     if git_entries is None:
-        from git_iterare.git.repo import read_git_config
+        from git_iterare.proc import read_git_config
 
         cwd = repo.work_tree or repo.git_dir if repo is not None else None
         git_entries = read_git_config(r"^iterare\.", cwd=cwd)

@@ -64,7 +64,7 @@ class SyncResult:
 def default_remote(store: RunStore, *, for_push: bool = False) -> str:
     """The remote git would use: the branch's (push) remote, ``remote.pushDefault`` for
     pushes, else ``origin``."""
-    from git_iterare.git.repo import read_git_config
+    from git_iterare.proc import read_git_config
 
     branch = proc.git("symbolic-ref", "--short", "-q", "HEAD", check=False).stdout.strip()
     values = {e.key: e.value for e in read_git_config(r"^(branch\..*\.(remote|pushremote)|"
