@@ -7,8 +7,10 @@ than guess, which also handles linked worktrees and subdirectories.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import ExternalError, UserError
@@ -94,3 +96,12 @@ def discover(cwd: str | Path | None = None) -> Repo:
     return Repo(git_dir=git_dir, common_dir=common_dir, work_tree=work_tree)
 
 
+def common_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """Run git on the user's repository (its common dir), ignoring inherited GIT_* paths.
+
+    Keyword arguments go to :func:`git_iterare.proc.run` (``check``, ``input``, ``text``).
+
+    Raises:
+        ExternalError: git failed and ``check`` was not false.
+    """
+    return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)

@@ -39,7 +39,7 @@ from git_iterare import boundedfs, proc, ui
 from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.git import checkout, safegit
-from git_iterare.git.repo import Repo
+from git_iterare.git.repo import Repo, common_git
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
 CONTAINER_WORKTREE = "/workspace"
@@ -175,11 +175,6 @@ def worktree_path(repo: Repo, run_id: str) -> Path:
 def gitdir_path(repo: Repo, run_id: str) -> Path:
     """``<common dir>/iterare/gitdirs/<id>``."""
     return repo.common_dir / "iterare" / "gitdirs" / run_id
-
-
-def common_git(repo: Repo, *args: str, **kwargs):
-    """Run git on the user's repository (its common dir), ignoring inherited GIT_* paths."""
-    return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
 
 
 def resolve_commit(repo: Repo, commitish: str) -> str:
