@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from git_iterare import __version__, proc, ui
+from git_iterare import __version__, ui
 from git_iterare.cli.registry import COMMANDS
 from git_iterare.errors import ExitCode, IterareError, UserError
 
@@ -30,7 +30,9 @@ def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        proc.VERBOSE = True
+        from git_iterare.runner.session import set_verbose
+
+        set_verbose()
 
 
 def _set_context(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
