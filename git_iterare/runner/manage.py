@@ -11,7 +11,7 @@ from typing import Any
 
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
-from git_iterare.git.repo import Repo
+from git_iterare.git.repo import Repo, common_git
 from git_iterare.runner.ownership import ran_elsewhere
 from git_iterare.runner.paths import state_dir
 
@@ -122,6 +122,22 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
                                    f"{record.id}`")
     base = _base_commit(record, "diff")
     return diff_run(repo, base, _result_commit(record), git_args)
+
+
+def diffstat(repo: Repo, record: Any) -> str | None:
+    """``git diff --stat`` from the run's base to its result, for ``show``; None when the
+    run has no result yet, a note when its commits are not in this repository.
+
+    Raises:
+        ExternalError: git cannot be started.
+    """
+    if not (record.base_commit and record.head):
+        return None
+    result = common_git(repo, "diff", "--stat", f"{record.base_commit}..{record.head}",
+                        check=False)
+    if result.returncode != 0:
+        return "(commits not available in this repository)"
+    return str(result.stdout)
 
 
 @dataclass(frozen=True)
