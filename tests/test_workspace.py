@@ -89,7 +89,7 @@ def test_prepare_layout(repo: Path) -> None:
     assert (ws.gitdir / "HEAD").read_text() == f"ref: refs/heads/iterare/{RUN}\n"
     assert (ws.gitdir / "objects/info/alternates").read_text() == f"{repo}/.git/objects\n"
     assert ws.gitfile.read_text() == "gitdir: /git/run\n"
-    assert [(m.host, m.container, m.read_only) for m in ws.mounts] == [
+    assert [(m.host_path, m.container_path, m.read_only) for m in ws.mounts] == [
         (ws.worktree, "/workspace", False), (ws.gitfile, "/workspace/.git", True),
         (ws.gitdir, "/git/run", False), (repo / ".git" / "objects", "/git/objects", True)]
     assert "/.iterare/worktrees/\n" in (repo / ".git/info/exclude").read_text()

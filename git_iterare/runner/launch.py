@@ -314,8 +314,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     if timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
         command = ["timeout", "--kill-after=10", str(timeout), *command]
-    mounts = [sandbox.Mount(m.host, m.container, m.read_only)
-              for m in wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects")]
+    mounts = list(wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"))
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
     spec = sandbox.SandboxSpec(
         image=record.image,

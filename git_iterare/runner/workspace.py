@@ -40,6 +40,7 @@ from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.git import checkout, safegit
 from git_iterare.git.repo import Repo, common_git
+from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
 CONTAINER_WORKTREE = "/workspace"
@@ -65,21 +66,6 @@ RUN_GITDIR_CONFIG = f"""\
 \tname = {AGENT_NAME}
 \temail = {AGENT_EMAIL}
 """
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount for the container.
-
-    Attributes:
-        host: absolute path on the host.
-        container: absolute path inside the container.
-        read_only: mounted read-only.
-    """
-
-    host: Path
-    container: str
-    read_only: bool
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def fetch(store: RunStore, remote: str) -> SyncResult:
         if name.startswith("runs/"):
             run_id = name[len("runs/"):]
             try:
-                result.outcomes[run_id] = merge_run(store, run_id, sha.encode())
+                result.outcomes[run_id] = merge_record(store, run_id, sha.encode())
             except CorruptRecord as exc:
                 result.skipped[run_id] = exc.problem
             except UserError as exc:
@@ -208,7 +208,7 @@ def _rank(snap: Snapshot, repo_commit: Commit) -> tuple:
     return (STATUS_RANK.get(rec.status, 0), latest, repo_commit.commit_time)
 
 
-def merge_run(store: RunStore, run_id: str, theirs: bytes) -> str:
+def merge_record(store: RunStore, run_id: str, theirs: bytes) -> str:
     """Merge the record commit ``theirs`` into ``refs/iterare/runs/<id>``.
 
     Returns:
