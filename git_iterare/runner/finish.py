@@ -533,7 +533,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
             _note_skipped(store, record.id, work.skipped)
         new = work.commits
         if head:  # those up to the recorded head were annotated when the run ended
-            from git_iterare.runner.workspace import common_git
+            from git_iterare.git.repo import common_git
 
             new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
                                    ).stdout.split())

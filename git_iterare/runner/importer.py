@@ -26,12 +26,13 @@ import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from git_iterare import boundedfs, proc
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import checkout, safegit
-from git_iterare.git.repo import Repo
+from git_iterare.git.repo import Repo, common_git
 from git_iterare.runner.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
@@ -39,11 +40,13 @@ from git_iterare.runner.workspace import (
     branch_head,
     checkout_map_path,
     chown_tree,
-    common_git,
     is_ancestor,
     read_run_ref,
     worktree_admin_dir,
 )
+
+if TYPE_CHECKING:
+    from dulwich.object_store import BaseObjectStore, DiskObjectStore
 
 TRAILER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 
@@ -94,7 +97,7 @@ class FinishResult:
     skipped: tuple[safegit.Skipped, ...] = ()
 
 
-def _own_object_store(path: Path):
+def _own_object_store(path: Path) -> DiskObjectStore:
     """A dulwich store over a run gitdir's object dir that never consults its alternates.
 
     The agent writes ``info/alternates``: following it would read (and import) objects
@@ -104,7 +107,7 @@ def _own_object_store(path: Path):
 
     class OwnObjectStore(DiskObjectStore):
         @property
-        def alternates(self):
+        def alternates(self) -> list[BaseObjectStore]:
             return []
 
     return OwnObjectStore(str(path))
