@@ -17,6 +17,7 @@ from git_iterare.git.repo import discover
 from git_iterare.runner import finish as finish_mod
 from git_iterare.runs.status import FAILED, RUNNING
 from git_iterare.runs.store import RunStore
+from git_iterare.sandbox.spec import ContainerInfo
 from tests.runs_helpers import make_run
 
 
@@ -52,7 +53,8 @@ def ended_run(repo: Path, monkeypatch: pytest.MonkeyPatch, failure: list[Excepti
 
 def _finish(repo: Path, run_id: str) -> object:
     store = RunStore(repo)
-    info = SimpleNamespace(id="c0ffee", exit_code=0, ran_seconds=5.0, state="exited")
+    info = ContainerInfo(id="c0ffee", name=f"iterare-{run_id}", state="exited", exit_code=0,
+                         labels={}, image="", ran_seconds=5.0)
     return finish_mod._finish_locked(discover(), store, store.get(run_id), info)
 
 
