@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from git_iterare.config import Config
 from git_iterare.git.repo import Repo
@@ -30,7 +29,7 @@ def open_repository(path: Path | None = None) -> Repo:
     return discover(path)
 
 
-def load_config(repo: Repo | None, overrides: Mapping[str, Any]) -> Config:
+def load_config(repo: Repo | None, overrides: Mapping[str, object]) -> Config:
     """The effective configuration of ``repo`` (None outside a repository) with the
     command line's ``section.key`` -> value ``overrides`` on top; its ``docker.context``
     chooses the engine every later sandbox call talks to. Warnings are left to the caller
