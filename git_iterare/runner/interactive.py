@@ -124,7 +124,7 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
             name=request.name, tty=True, command=command, networks=request.networks,
             compose=request.compose), progress=progress)
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
-        code = _attach(record.container)
+        code = _attach(record.container or f"iterare-{record.id}")
         if code is None:
             progress(f"detached; run {record.id} goes on (`git iterare stop {record.id}` "
                      f"ends it)")

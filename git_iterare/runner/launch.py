@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.config import Config
@@ -30,6 +30,15 @@ from git_iterare.runner.guard import (
 )
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent, Credentials
+    from git_iterare.prompt import Prompt
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.image import ImageRef
+    from git_iterare.sandbox.policy import EgressPolicy
+    from git_iterare.sandbox.spec import Limits, Mount
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -74,6 +83,41 @@ class ExecuteRequest:
     compose: bool = False
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything :func:`execute` settled before the run's record exists, for the launch.
+
+    Attributes:
+        record: the run's record as created (status ``created``).
+        base_commit: the commit the run starts from (hex).
+        image: the images to run (the agent's, and git-iterare's own for the sidecar).
+        agent: the agent that runs.
+        body: the prompt's body, written to the file the agent reads.
+        timeout: wall-clock limit in seconds (0: none).
+        policy: the sandbox's egress policy.
+        limits: CPU, memory and process limits.
+        ca_bundle: PEM bundle for TLS-intercepting proxies, or None.
+        more_mounts: ``[mounts] volumes``, admitted.
+        secret_env: ``--env`` values by name.
+        credentials: the agent's secrets.
+        request: what the user asked for.
+    """
+
+    record: RunRecord
+    base_commit: str
+    image: ImageRef
+    agent: Agent
+    body: str
+    timeout: int
+    policy: EgressPolicy
+    limits: Limits
+    ca_bundle: Path | None
+    more_mounts: tuple[Mount, ...]
+    secret_env: Mapping[str, str]
+    credentials: Credentials
+    request: ExecuteRequest
+
+
 def _warm_up_docker() -> None:
     """Import the docker SDK in a background thread.
 
@@ -106,7 +150,7 @@ def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-def sandbox_limits(config: Config) -> Any:
+def sandbox_limits(config: Config) -> Limits:
     """The run's :class:`~git_iterare.sandbox.Limits` from ``[docker]`` cpus, memory, pids.
 
     Checked before anything is created, including the CPU count against the engine's
@@ -124,7 +168,8 @@ def sandbox_limits(config: Config) -> Any:
     return limits
 
 
-def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str, Any]:
+def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest
+               ) -> dict[str, float | int | None]:
     """The run's spend and turn limits for its record's ``extra``: ``max_budget_usd``
     (US dollars) and ``max_turns``, each from the request (flags), else the prompt's
     frontmatter, else ``run.max_budget_usd`` / ``run.max_turns``; 0 means no limit, and
@@ -135,8 +180,10 @@ def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str
     """
     import math
 
-    def pick(asked: Any, front: Any, key: str) -> Any:
-        return asked if asked is not None else front if front is not None else config[key]
+    def pick(asked: float | None, front: float | None, key: str) -> float:
+        if asked is not None:
+            return asked
+        return front if front is not None else float(config[key])
 
     budget = float(pick(request.max_budget_usd, prompt.max_budget_usd, "run.max_budget_usd"))
     turns = int(pick(request.max_turns, prompt.max_turns, "run.max_turns"))
@@ -166,7 +213,7 @@ def ca_bundle_path(config: Config) -> Path | None:
 
 def execute(repo: Repo, config: Config, request: ExecuteRequest,
             env: Mapping[str, str] | None = None,
-            progress: Callable[[str], None] = lambda line: None) -> Any:
+            progress: Callable[[str], None] = lambda line: None) -> RunRecord:
     """Start a run and return its record (status ``running``) without waiting for it.
 
     Args:
@@ -274,18 +321,18 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
                "sidecar_image": image.sidecar, **origin(repo)},
     )
     try:
-        return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
-                       limits, ca_bundle, more_mounts, secret_env, credentials, request)
+        return _launch(repo, config, store, LaunchPlan(
+            record=record, base_commit=base_commit, image=image, agent=agent,
+            body=prompt.body, timeout=timeout, policy=policy,
+            limits=limits, ca_bundle=ca_bundle, more_mounts=tuple(more_mounts),
+            secret_env=secret_env, credentials=credentials, request=request))
     except BaseException as exc:
         if not _undo_launch(repo, store, record.id):
             _record_launch_failure(repo, store, record.id, exc)
         raise
 
 
-def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, body: str,
-            timeout: int, policy: Any, limits: Any, ca_bundle: Path | None,
-            more_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
-            request: ExecuteRequest) -> Any:
+def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:
     from concurrent.futures import ThreadPoolExecutor
 
     from git_iterare import proc, sandbox
@@ -293,6 +340,8 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runs.status import RUNNING
 
+    record, agent, request, secret_env = plan.record, plan.agent, plan.request, plan.secret_env
+    credentials, timeout, more_mounts = plan.credentials, plan.timeout, plan.more_mounts
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
     remember_secrets(repo, record.id, secret_env.values())  # for whoever finishes the run
@@ -305,7 +354,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)
     prompt_file = state / "prompt.md"
-    prompt_file.write_text(body, encoding="utf-8")
+    prompt_file.write_text(plan.body, encoding="utf-8")
     os.chmod(prompt_file, 0o644)
     out_dir = state / "out"
     out_dir.mkdir(exist_ok=True)
@@ -317,11 +366,11 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     mounts = list(wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"))
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
     spec = sandbox.SandboxSpec(
-        image=record.image,
-        sidecar_image=record.extra["sidecar_image"],
+        image=plan.image.name,
+        sidecar_image=plan.image.sidecar,
         name=f"iterare-{record.id}",
         command=tuple(command),
-        policy=policy,
+        policy=plan.policy,
         out_dir=out_dir,
         run_id=record.id,
         repo_path=str(repo.main_work_tree),
@@ -330,14 +379,14 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         secret_files=dict(credentials.files),
         mounts=(*mounts, *more_mounts),
         owned=(worktree, gitdir, gitfile),
-        limits=limits,
+        limits=plan.limits,
         network=config["docker.network"],
         networks=tuple(record.extra.get("networks") or ()),
         agent_uid=uid,
         agent_gid=gid,
         tty=request.tty,
         stdin=request.tty,
-        ca_bundle=ca_bundle,
+        ca_bundle=plan.ca_bundle,
     )
     sidecar = sandbox.begin(spec, start=False)
     with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
@@ -345,7 +394,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         # container are made; the agent's container starts only after both.
         started = pool.submit(sandbox.start_sidecar, sidecar)
         try:
-            ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
+            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
             container = sandbox.launch(spec, sidecar, started)
         except BaseException:
@@ -360,7 +409,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
                             worktree=str(ws.worktree))
 
 
-def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
+def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
     """Remove every trace of a run whose agent never started: its worktree, run gitdir,
     branch, host-side state and record, so a launch the engine refused (a name, a
     network, a mount) leaves the repository as it was.
@@ -396,7 +445,8 @@ def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
         return False
 
 
-def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:
+def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseException
+                           ) -> None:
     """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
     from git_iterare.errors import IterareError
     from git_iterare.runs.status import ACTIVE, FAILED, STOPPED
@@ -412,10 +462,10 @@ def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseExcepti
     shutil.rmtree(state_dir(repo, run_id) / "secrets", ignore_errors=True)
 
 
-def _policy_dict(policy: Any) -> dict[str, Any]:
+def _policy_dict(policy: EgressPolicy) -> dict[str, object]:
     import json
 
-    data: dict[str, Any] = json.loads(policy.to_json())
+    data: dict[str, object] = json.loads(policy.to_json())
     return data
 
 
