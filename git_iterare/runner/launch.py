@@ -30,6 +30,7 @@ from git_iterare.runner.guard import (
 )
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
+from git_iterare.runner.spec import ca_bundle_path
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Credentials
@@ -96,7 +97,6 @@ class LaunchPlan:
         timeout: wall-clock limit in seconds (0: none).
         policy: the sandbox's egress policy.
         limits: CPU, memory and process limits.
-        ca_bundle: PEM bundle for TLS-intercepting proxies, or None.
         more_mounts: ``[mounts] volumes``, admitted.
         secret_env: ``--env`` values by name.
         credentials: the agent's secrets.
@@ -111,7 +111,6 @@ class LaunchPlan:
     timeout: int
     policy: EgressPolicy
     limits: Limits
-    ca_bundle: Path | None
     more_mounts: tuple[Mount, ...]
     secret_env: Mapping[str, str]
     credentials: Credentials
@@ -200,17 +199,6 @@ def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest
     return {"max_budget_usd": budget or None, "max_turns": turns or None}
 
 
-def ca_bundle_path(config: Config) -> Path | None:
-    ca = config["docker.ca_bundle"]
-    if not ca:
-        return None
-    path = Path(ca).expanduser()
-    if not path.is_file():
-        raise UserError(f"docker.ca_bundle: {path} is not a file",
-                        hint="point it at a PEM bundle or unset it")
-    return path
-
-
 def execute(repo: Repo, config: Config, request: ExecuteRequest,
             env: Mapping[str, str] | None = None,
             progress: Callable[[str], None] = lambda line: None) -> RunRecord:
@@ -267,7 +255,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     budget = run_budget(config, prompt, request)
-    ca_bundle = ca_bundle_path(config)
+    ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     more_mounts = list(admitted.mounts)
     store = RunStore(repo)
     if request.reuse:
@@ -324,7 +312,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         return _launch(repo, config, store, LaunchPlan(
             record=record, base_commit=base_commit, image=image, agent=agent,
             body=prompt.body, timeout=timeout, policy=policy,
-            limits=limits, ca_bundle=ca_bundle, more_mounts=tuple(more_mounts),
+            limits=limits, more_mounts=tuple(more_mounts),
             secret_env=secret_env, credentials=credentials, request=request))
     except BaseException as exc:
         if not _undo_launch(repo, store, record.id):
@@ -338,6 +326,7 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
     from git_iterare import proc, sandbox
     from git_iterare.runner import workspace as wsp
     from git_iterare.runner.secrets import remember_secrets
+    from git_iterare.runner.spec import sandbox_spec
     from git_iterare.runs.status import RUNNING
 
     record, agent, request, secret_env = plan.record, plan.agent, plan.request, plan.secret_env
@@ -365,29 +354,12 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
         command = ["timeout", "--kill-after=10", str(timeout), *command]
     mounts = list(wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"))
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
-    spec = sandbox.SandboxSpec(
-        image=plan.image.name,
-        sidecar_image=plan.image.sidecar,
-        name=f"iterare-{record.id}",
-        command=tuple(command),
-        policy=plan.policy,
-        out_dir=out_dir,
-        run_id=record.id,
-        repo_path=str(repo.main_work_tree),
-        env=agent.environment(config),
-        secret_env={**credentials.env, **secret_env},
-        secret_files=dict(credentials.files),
-        mounts=(*mounts, *more_mounts),
-        owned=(worktree, gitdir, gitfile),
-        limits=plan.limits,
-        network=config["docker.network"],
-        networks=tuple(record.extra.get("networks") or ()),
-        agent_uid=uid,
-        agent_gid=gid,
-        tty=request.tty,
-        stdin=request.tty,
-        ca_bundle=plan.ca_bundle,
-    )
+    spec = sandbox_spec(
+        config, session=record.id, repo=repo, image=plan.image, agent=agent, command=command,
+        policy=plan.policy, out_dir=out_dir, mounts=(*mounts, *more_mounts),
+        agent_ids=(uid, gid), credentials=credentials, secret_env=secret_env,
+        owned=(worktree, gitdir, gitfile), limits=plan.limits,
+        networks=tuple(record.extra.get("networks") or ()), tty=request.tty)
     sidecar = sandbox.begin(spec, start=False)
     with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
