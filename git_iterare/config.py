@@ -351,7 +351,7 @@ def load(
     """Load the effective configuration.
 
     Args:
-        repo: a :class:`git_iterare.repo.Repo` for the project file and git config, or
+        repo: a :class:`git_iterare.git.repo.Repo` for the project file and git config, or
             None outside a repository (defaults, global file, git's global config, env).
         overrides: ``section.key`` -> value from command-line flags; None values skipped.
         env: environment; ``os.environ`` when None.
@@ -373,7 +373,7 @@ def load(
     if repo is not None and repo.main_work_tree is not None:
         _file_layer(repo.iterare_dir / "config.toml", settings, warnings, project=True)
     if git_entries is None:
-        from git_iterare.repo import read_git_config
+        from git_iterare.proc import read_git_config
 
         cwd = repo.work_tree or repo.git_dir if repo is not None else None
         git_entries = read_git_config(r"^iterare\.", cwd=cwd)

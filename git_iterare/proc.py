@@ -2,7 +2,8 @@
 
 Every subprocess goes through :func:`run`, so ``--verbose`` can echo each command line
 (with registered secrets redacted) and failures become :class:`~git_iterare.errors.ExternalError`
-with the command, exit code and stderr kept.
+with the command, exit code and stderr kept. :func:`read_git_config` reads git's own
+configuration (all of its files and ``git -c``) through it, for whoever needs a value.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +134,48 @@ def git(
 ) -> subprocess.CompletedProcess:
     """Run ``git ARGS`` through :func:`run`; keyword arguments are passed on."""
     return run(["git", *args], cwd=cwd, **kwargs)
+
+
+@dataclass(frozen=True)
+class GitConfigEntry:
+    """One value from ``git config``: the key as git prints it (lower case), the value and
+    its origin (``file:/path`` or ``command line:``)."""
+
+    key: str
+    value: str
+    origin: str
+
+
+def read_git_config(pattern: str, cwd: str | Path | None = None) -> list[GitConfigEntry]:
+    """Read git configuration entries whose key matches a regular expression.
+
+    Includes ``git -c`` values (git passes them in ``GIT_CONFIG_PARAMETERS``), and works
+    outside a repository (global and system files only).
+
+    Args:
+        pattern: extended regular expression matched against lower-cased keys, as
+            ``git config --get-regexp`` does.
+        cwd: directory to run in.
+
+    Returns:
+        Entries in git's order (system, global, local, worktree, command line), so later
+        entries override earlier ones.
+
+    Raises:
+        ExternalError: git failed (a malformed config file, for instance).
+    """
+    result = git(
+        "config", "-z", "--show-origin", "--get-regexp", pattern, cwd=cwd, check=False
+    )
+    if result.returncode == 1:  # no key matched
+        return []
+    if result.returncode != 0:
+        raise ExternalError(["git", "config", "--get-regexp", pattern], result.returncode,
+                            result.stderr)
+    entries = []
+    fields = result.stdout.split("\0")
+    # -z with --show-origin gives: origin NUL key NEWLINE value NUL
+    for origin, keyval in zip(fields[0:-1:2], fields[1::2], strict=True):
+        key, _, value = keyval.partition("\n")
+        entries.append(GitConfigEntry(key=key, value=value, origin=origin))
+    return entries

@@ -51,7 +51,8 @@ class Prompt:
         name: the file name without ``.md``; the default run name.
         path: the file, absolute.
         body: the text after the frontmatter, leading blank lines dropped, never empty.
-        workspace: frontmatter ``workspace`` (iterare's run name), or None.
+        given_run_name: the run name frontmatter ``workspace`` gives (iterare's key), or
+            None.
         branch: frontmatter ``branch`` (base branch), or None.
         agent: frontmatter ``agent``, or None for the configured ``run.agent``.
         timeout: frontmatter ``timeout`` in seconds (0: no limit), or None for ``run.timeout``.
@@ -65,7 +66,7 @@ class Prompt:
     name: str
     path: Path
     body: str
-    workspace: str | None = None
+    given_run_name: str | None = None
     branch: str | None = None
     agent: str | None = None
     timeout: int | None = None
@@ -76,8 +77,9 @@ class Prompt:
 
     @property
     def run_name(self) -> str:
-        """The name runs of this prompt get: ``workspace`` when set, else :attr:`name`."""
-        return self.workspace or self.name
+        """The name runs of this prompt get: :attr:`given_run_name` when set, else
+        :attr:`name`."""
+        return self.given_run_name or self.name
 
 
 def name_problem(name: str) -> str | None:
@@ -294,6 +296,8 @@ def parse(text: str, path: Path) -> Prompt:
         raise UserError(f"{where}:{body_line}: the prompt is empty",
                         hint="write the task after the frontmatter")
     body = body.lstrip("\n")
+    if "workspace" in fields:  # iterare's name for it
+        fields["given_run_name"] = fields.pop("workspace")
     return Prompt(name=name, path=path, body=body, warnings=tuple(warnings), **fields)
 
 

@@ -91,7 +91,7 @@ _RESET = "\033[0m"
 
 
 def _git_color_setting() -> str | None:
-    from git_iterare.repo import read_git_config
+    from git_iterare.proc import read_git_config
 
     try:
         entries = read_git_config(r"^color\.(ui|iterare)$")

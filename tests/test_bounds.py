@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, os, resource, sys, zlib
 from pathlib import Path
-from git_iterare import importer, workspace, repo as repo_mod
+from git_iterare.runner import importer
+from git_iterare.runner import workspace
+from git_iterare.git import repo as repo_mod
 from git_iterare.errors import IterareError
 r = repo_mod.discover(sys.argv[1])
 ws = workspace.prepare_run(r, "demo-0123abcd", "HEAD", alternates=str(r.common_dir / "objects"))

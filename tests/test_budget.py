@@ -97,7 +97,7 @@ class _Metered(Agent):
 def test_git_iterare_stops_an_agent_without_a_flag_at_its_budget(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from git_iterare import sandbox
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
 
     stopped: list[str] = []
     monkeypatch.setattr(sandbox, "stop", lambda name, *a, **k: stopped.append(name))
@@ -142,7 +142,7 @@ def test_show_and_list_give_spend_against_budget(repo: Path) -> None:
 def test_following_stops_the_run_once_the_reported_cost_reaches_the_budget(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from git_iterare import sandbox
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
     from git_iterare.runner.follow import _watch_budget
 
     stopped: list[str] = []

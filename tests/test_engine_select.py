@@ -244,7 +244,7 @@ def test_cli_env_reaches_the_same_engine() -> None:
 
 def _running_run(repo: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> str:
     """A run record in state running whose origin was taken with ``env`` set."""
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
     from git_iterare.runner.ownership import origin
     from git_iterare.runs.status import RUNNING
     from git_iterare.runs.store import RunStore

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer, workspace
-from git_iterare import repo as repo_mod
 from git_iterare.errors import OperationFailed
-from git_iterare.merge import merge_run
+from git_iterare.git import repo as repo_mod
+from git_iterare.git.merge import merge_run
+from git_iterare.runner import importer, workspace
 from tests.conftest import git
 from tests.test_workspace import RUN, agent, finish, prepare
 
@@ -109,7 +109,7 @@ def test_rot13_filter_unchanged_files_identical_changed_ones_cleaned(repo: Path,
     assert blob(repo, f"{result.head}:sub/plain.txt") == b"plain\n"
     assert sorted(changed_paths(repo, base, result.head)) == [
         "d.dat", "new.dat", "other.txt", "sub/.gitattributes", "sub/plain.txt"]
-    assert importer.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
+    assert workspace.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
 
 
 def test_agent_commit_of_smudged_file_is_cleaned_by_the_automatic_commit(repo: Path) -> None:

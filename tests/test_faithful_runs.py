@@ -4,22 +4,23 @@ into a detached HEAD or from a recorded commit, through real git."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from git_iterare.agents.base import RunResult
 from git_iterare.errors import UserError
-from git_iterare.merge import detached_head, merge_run
-from git_iterare.repo import discover
+from git_iterare.git.merge import detached_head, merge_run
+from git_iterare.git.repo import discover
 from git_iterare.runner.finish import _outcome
+from git_iterare.runs.record import RunRecord
 from git_iterare.sandbox.docker_backend import _ran_seconds
 from tests.conftest import git
 from tests.runs_helpers import commit_on_branch, head_of
 
 
-def _record(timeout: int, **extra: object) -> SimpleNamespace:
-    return SimpleNamespace(extra={"timeout": timeout, **extra}, started="2000-01-01T00:00:00Z")
+def _record(timeout: int, **extra: object) -> RunRecord:
+    return RunRecord(id="run-0123abcd", name="run", extra={"timeout": timeout, **extra},
+                     started="2000-01-01T00:00:00Z")
 
 
 OK, BAD = RunResult(is_error=False), RunResult(is_error=True)

@@ -13,10 +13,11 @@ import pytest
 from dulwich.errors import ObjectFormatException
 
 from git_iterare.errors import OperationFailed
-from git_iterare.repo import discover
+from git_iterare.git.repo import discover
 from git_iterare.runner import finish as finish_mod
 from git_iterare.runs.status import FAILED, RUNNING
 from git_iterare.runs.store import RunStore
+from git_iterare.sandbox.spec import ContainerInfo
 from tests.runs_helpers import make_run
 
 
@@ -30,7 +31,8 @@ def failure() -> list[Exception]:
 def ended_run(repo: Path, monkeypatch: pytest.MonkeyPatch, failure: list[Exception]) -> str:
     """A running run whose sandbox has exited 0, with a worktree the importer is asked
     to commit and fails to (everything around it faked)."""
-    from git_iterare import importer, sandbox, workspace
+    from git_iterare import sandbox
+    from git_iterare.runner import importer, workspace
 
     monkeypatch.chdir(repo)
     record = make_run(repo)
@@ -51,7 +53,8 @@ def ended_run(repo: Path, monkeypatch: pytest.MonkeyPatch, failure: list[Excepti
 
 def _finish(repo: Path, run_id: str) -> object:
     store = RunStore(repo)
-    info = SimpleNamespace(id="c0ffee", exit_code=0, ran_seconds=5.0, state="exited")
+    info = ContainerInfo(id="c0ffee", name=f"iterare-{run_id}", state="exited", exit_code=0,
+                         labels={}, image="", ran_seconds=5.0)
     return finish_mod._finish_locked(discover(), store, store.get(run_id), info)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pytest
 
-from git_iterare import manpage
+from git_iterare.cli import manpage
 from git_iterare.cli.main import cli
 from git_iterare.cli.registry import COMMANDS
 from git_iterare.config import KEYS

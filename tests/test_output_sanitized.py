@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from git_iterare import ui
-from git_iterare.hostexec import classify, kinds, rules
+from git_iterare.git.hostexec import classify, kinds, rules
 from git_iterare.runs.store import RunStore
 from tests.conftest import git, iterare
 from tests.runs_helpers import head_of, make_run

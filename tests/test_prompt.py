@@ -36,13 +36,13 @@ def test_iterare_prompt_with_frontmatter(prompts: Path) -> None:
     text = "---\nworkspace: my-task\nbranch: main\n---\n\nDo the thing.\n"
     path = write(prompts, "my-task.md", text)
     assert load_prompt("my-task", prompts, prompts.parent) == Prompt(
-        name="my-task", path=path, body="Do the thing.\n", workspace="my-task", branch="main")
+        name="my-task", path=path, body="Do the thing.\n", given_run_name="my-task", branch="main")
 
 
 def test_iterare_empty_frontmatter(prompts: Path) -> None:
     write(prompts, "e.md", "---\n---\n\nContent after empty frontmatter.\n")
     prompt = load_prompt("e.md", prompts, prompts.parent)
-    assert (prompt.body, prompt.workspace, prompt.run_name) == (
+    assert (prompt.body, prompt.given_run_name, prompt.run_name) == (
         "Content after empty frontmatter.\n", None, "e")
 
 
@@ -177,7 +177,7 @@ def test_scalar_workspace_and_branch_taken_as_text(prompts: Path, value: str,
     # iterare (iterare-llm 0.2.3) named the run after `workspace: 123` as "123-<hash>".
     write(prompts, "task.md", f"---\nworkspace: {value}\nbranch: {value}\n---\nx\n")
     prompt = load_prompt("task", prompts, prompts)
-    assert (prompt.workspace, prompt.run_name, prompt.branch) == (expected, expected, expected)
+    assert (prompt.given_run_name, prompt.run_name, prompt.branch) == (expected, expected, expected)
 
 
 @pytest.mark.parametrize("value, shown", [("[a]", "['a']"), ("true", "True"),

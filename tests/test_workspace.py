@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer, workspace
-from git_iterare import repo as repo_mod
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.hostexec import host_executable_changes
-from git_iterare.merge import diff_run, merge_run
+from git_iterare.git import repo as repo_mod
+from git_iterare.git.hostexec import host_executable_changes
+from git_iterare.git.merge import diff_run, merge_run
+from git_iterare.runner import importer, workspace
 from git_iterare.sandbox import spec as sandbox_spec
 from tests.conftest import git
 
@@ -89,7 +89,7 @@ def test_prepare_layout(repo: Path) -> None:
     assert (ws.gitdir / "HEAD").read_text() == f"ref: refs/heads/iterare/{RUN}\n"
     assert (ws.gitdir / "objects/info/alternates").read_text() == f"{repo}/.git/objects\n"
     assert ws.gitfile.read_text() == "gitdir: /git/run\n"
-    assert [(m.host, m.container, m.read_only) for m in ws.mounts] == [
+    assert [(m.host_path, m.container_path, m.read_only) for m in ws.mounts] == [
         (ws.worktree, "/workspace", False), (ws.gitfile, "/workspace/.git", True),
         (ws.gitdir, "/git/run", False), (repo / ".git" / "objects", "/git/objects", True)]
     assert "/.iterare/worktrees/\n" in (repo / ".git/info/exclude").read_text()
@@ -254,7 +254,7 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
                check=False).stdout == "filter.evil.clean touch " + str(m_global) + "; cat\n" \
         "filter.evil.required true\n"
     # the nested repositories were disabled, so a user's git there cannot spring them
-    from git_iterare.safegit import DISABLED_GIT
+    from git_iterare.git.safegit import DISABLED_GIT
 
     assert not (nested / ".git").exists() and (nested / DISABLED_GIT / "config").is_file()
     # control: the traps are armed; plain git in the agent's view or the nested repo
@@ -570,7 +570,7 @@ def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Pat
      "folders)"),
 ])
 def test_classify_host_executables(path: str, mode: str, reason: str | None) -> None:
-    from git_iterare.hostexec import classify
+    from git_iterare.git.hostexec import classify
 
     assert classify(path, mode, "hooks/") == reason
 
@@ -578,7 +578,7 @@ def test_classify_host_executables(path: str, mode: str, reason: str | None) -> 
 def test_a_committed_git_repository_is_flagged(repo: Path) -> None:
     """A bare repository committed as plain files: its config runs programs when the
     user uses git in there (found by an adversarial test: core.pager)."""
-    from git_iterare.hostexec import EMBEDDED_REPO_REASON, changed_files
+    from git_iterare.git.hostexec import EMBEDDED_REPO_REASON, changed_files
 
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
     bare = repo / "docs" / "vendor.git"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import importer, workspace
-from git_iterare import repo as repo_mod
+from git_iterare.git import repo as repo_mod
+from git_iterare.runner import importer, workspace
 from tests.conftest import git
 
 pytestmark = pytest.mark.docker
@@ -47,7 +47,7 @@ def run_in_container(image: str, ws: workspace.RunWorkspace, script: str
             "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--network", "none",
             "-e", "HOME=/tmp", "-w", "/workspace"]
     for m in ws.mounts:
-        args += ["--mount", f"type=bind,source={m.host},target={m.container}"
+        args += ["--mount", f"type=bind,source={m.host_path},target={m.container_path}"
                  + (",readonly" if m.read_only else "")]
     try:
         return docker(*args, image, "sh", "-c", script)

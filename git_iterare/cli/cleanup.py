@@ -34,7 +34,7 @@ def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
     names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
-    from git_iterare.runner.manage import ran_elsewhere
+    from git_iterare.runner.ownership import ran_elsewhere
 
     for record in records:
         done = cleanup(repo, record, force=force)

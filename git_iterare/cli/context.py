@@ -14,7 +14,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from git_iterare.config import Config
-    from git_iterare.repo import Repo
+    from git_iterare.runner.session import Repo
 
 
 @dataclass
@@ -35,15 +35,15 @@ class AppContext:
 
     @property
     def repo(self) -> Repo:
-        """The repository (see :func:`git_iterare.repo.discover`).
+        """The repository (see :func:`git_iterare.runner.session.open_repository`).
 
         Raises:
             UserError: not inside a repository.
         """
         if self._repo is None:
-            from git_iterare.repo import discover
+            from git_iterare.runner.session import open_repository
 
-            self._repo = discover()
+            self._repo = open_repository()
         return self._repo
 
     def optional_repo(self) -> Repo | None:
@@ -63,13 +63,12 @@ class AppContext:
             UserError: bad TOML or a value of the wrong type.
         """
         if self._config is None:
-            from git_iterare import config
-            from git_iterare.sandbox import engine
+            from git_iterare.runner.session import load_config
 
-            self._config = config.load(self.optional_repo(), self.overrides)
+            # Its docker.context chooses the engine.
+            self._config = load_config(self.optional_repo(), self.overrides)
             for line in self._config.warnings:
                 ui.warn(line)
-            engine.configure(self._config)  # its docker.context chooses the engine
         return self._config
 
 
@@ -87,11 +86,11 @@ def _set_project(ctx: click.Context, param: click.Parameter, value: Any) -> None
     if value is None or ctx.resilient_parsing:
         return
     from git_iterare.errors import UserError
-    from git_iterare.repo import discover
+    from git_iterare.runner.session import open_repository
 
     if not value.is_dir():
         raise UserError(f"--project {value}: no such directory")
-    app()._repo = discover(value)
+    app()._repo = open_repository(value)
 
 
 def project_option() -> Callable[[F], F]:

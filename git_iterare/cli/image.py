@@ -33,33 +33,16 @@ def command(ctx: click.Context) -> None:
 def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
           no_cache: bool, tag: str | None) -> None:
     """Build the sandbox image (and the project's .iterare/Dockerfile on top)."""
-    from pathlib import Path
-
-    from git_iterare import proc
-    from git_iterare.runner.trust import require_approval
-    from git_iterare.sandbox.image import build_image, ensure_image
+    from git_iterare.runner import image
 
     ctx = app()
     ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
                           "docker.claude_version": claude_version, "docker.image": tag})
     config = ctx.config
-    repo = ctx.optional_repo()
-    if repo is not None and repo.main_work_tree is not None:
-        # The repository may choose the image, its base and the project layer: only
-        # with the user's approval (git iterare trust).
-        require_approval(repo, config)
-    ca = config["docker.ca_bundle"]
-    name = config["docker.image"]
-    click.echo(f"building {name} from {config['docker.base_image']}", err=True)
-    ref = build_image(name, base=config["docker.base_image"],
-                      ca_bundle=Path(ca).expanduser() if ca else None,
-                      claude_version=config["docker.claude_version"], no_cache=no_cache,
-                      progress=ui.progress, verbose=proc.VERBOSE)
-    click.echo(f"{ref.name} {ref.id}")
-    if repo is not None and repo.main_work_tree is not None:
-        project = ensure_image(config, repo, ui.progress)
-        if project.name != ref.name:
-            click.echo(f"{project.name} {project.id}")
+    for ref in image.build(ctx.optional_repo(), config, no_cache=no_cache,
+                           progress=ui.progress,
+                           announce=lambda line: click.echo(line, err=True)):
+        click.echo(f"{ref.name} {ref.id}")
 
 
 @command.command("status")
@@ -70,19 +53,18 @@ def status(fmt: str) -> None:
     import json
 
     from git_iterare.errors import OperationFailed
-    from git_iterare.sandbox.engine import current
-    from git_iterare.sandbox.image import image_status
+    from git_iterare.runner import image
     from git_iterare.ui import sanitize
 
     name = app().config["docker.image"]
-    engine = current()
-    info = image_status(name)
+    report = image.status(app().config)
+    info = report.image
     if fmt == "json":
         click.echo(json.dumps({"name": info.name, "present": info.present, "id": info.id,
                                "created": info.created, "labels": dict(info.labels),
-                               "engine": engine.describe()}, indent=2))
+                               "engine": report.engine}, indent=2))
     else:
-        click.echo(f"engine: {sanitize(engine.label)}")
+        click.echo(f"engine: {sanitize(report.engine_label)}")
         click.echo(f"image: {info.name}")
         click.echo(f"present: {'yes' if info.present else 'no'}")
         if info.present:

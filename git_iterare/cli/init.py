@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from git_iterare.cli.context import app
+
+if TYPE_CHECKING:
+    from git_iterare.runner.project import DockerfileRewrite
 
 
 @click.command("init")
@@ -14,15 +18,14 @@ from git_iterare.cli.context import app
 @click.option("--force", "-f", is_flag=True, help="Overwrite files that already exist.")
 def command(path: Path | None, force: bool) -> None:
     """Create .iterare/ (config, Dockerfile, example prompt) in a repository."""
-    from git_iterare import scaffold
     from git_iterare.errors import UserError
-    from git_iterare.repo import discover
+    from git_iterare.runner import project
+    from git_iterare.runner.session import open_repository
 
     if path is not None and not path.is_dir():
         raise UserError(f"{path}: no such directory")
-    repo = discover(path) if path is not None else app().repo
-    top = repo.main_work_tree
-    if top is None:
+    repo = open_repository(path) if path is not None else app().repo
+    if repo.main_work_tree is None:
         raise UserError("this is a bare repository; run `git iterare init` in a worktree")
     try:
         image = app().config["docker.image"]
@@ -33,35 +36,26 @@ def command(path: Path | None, force: bool) -> None:
         from git_iterare.config import DEFAULT_IMAGE
 
         image = DEFAULT_IMAGE
-    for written in scaffold.init_project(top, image, force):
+    for written in project.init(repo, image, force):
         click.echo(f"{written.action:>11}  {written.path}")
-    _offer_rewrite(top / ".iterare" / "Dockerfile", image)
+    _offer_rewrite(project.legacy_rewrite(repo, image), image)
     click.echo("next: edit .iterare/prompts/example.md, then `git iterare execute example`")
 
 
-def _offer_rewrite(dockerfile: Path, image: str) -> None:
+def _offer_rewrite(rewrite: DockerfileRewrite | None, image: str) -> None:
     """Offer to rewrite a Dockerfile that builds on iterare's image (``iterare init``'s),
     FROM git-iterare's image; without a terminal, say how it runs and how to rewrite it."""
     import sys
 
-    from git_iterare import scaffold
-    from git_iterare.sandbox.image import legacy_dockerfile
-
-    try:
-        text = dockerfile.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
+    if rewrite is None:
         return
-    legacy = legacy_dockerfile(text, image)
-    if legacy is None:
-        return
-    new = scaffold.DOCKERFILE.format(image=image) if legacy.names_only else legacy.text
-    question = (f"{dockerfile} builds on iterare's image {legacy.legacy}; rewrite it "
+    dockerfile = rewrite.path
+    question = (f"{dockerfile} builds on iterare's image {rewrite.legacy}; rewrite it "
                 f"FROM {image}?")
     if not sys.stdin.isatty():
-        click.echo(f"note: {dockerfile} builds on iterare's image {legacy.legacy}; runs use "
+        click.echo(f"note: {dockerfile} builds on iterare's image {rewrite.legacy}; runs use "
                    f"{image} instead (run `git iterare init` at a terminal to rewrite it)")
         return
     if click.confirm(question, default=True):
-        dockerfile.write_text(new, encoding="utf-8", errors="surrogateescape")
+        rewrite.apply()
         click.echo(f"{'rewritten':>11}  {dockerfile}")
-

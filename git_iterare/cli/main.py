@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from git_iterare import __version__, proc, ui
+from git_iterare import __version__, ui
 from git_iterare.cli.registry import COMMANDS
 from git_iterare.errors import ExitCode, IterareError, UserError
 
@@ -30,7 +30,9 @@ def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        proc.VERBOSE = True
+        from git_iterare.runner.session import set_verbose
+
+        set_verbose()
 
 
 def _set_context(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -43,7 +45,7 @@ def _set_context(ctx: click.Context, param: click.Parameter, value: str | None) 
 def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from git_iterare import manpage
+    from git_iterare.cli import manpage
 
     name = "git-iterare" if ctx.parent is None else f"git-iterare-{ctx.info_name}"
     ctx.exit(manpage.show(name))
@@ -157,7 +159,7 @@ def run(argv: list[str] | None = None) -> int:
     (exit 1); Ctrl-C exits 130; anything else is a bug and prints a traceback.
     """
     prog, args = _prog_and_args(sys.argv if argv is None else argv)
-    from git_iterare.manpage import link_source_pages
+    from git_iterare.cli.manpage import link_source_pages
 
     link_source_pages()
     try:

@@ -16,7 +16,7 @@ def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
 
     Args:
         run_id: the run.
-        changes: :class:`git_iterare.hostexec.FileChange` items.
+        changes: :class:`git_iterare.git.hostexec.FileChange` items.
         paint: :func:`git_iterare.ui.paint`, or a stand-in.
 
     Returns:

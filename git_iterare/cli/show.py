@@ -13,24 +13,17 @@ def command(run: str | None) -> None:
     """Show RUN (id, unique id prefix or prompt name; the newest run when omitted)."""
     import datetime as dt
 
-    from git_iterare import proc, ui
-    from git_iterare.runner.manage import settle
+    from git_iterare import ui
+    from git_iterare.runner.manage import diffstat, settle
     from git_iterare.runs import render
+    from git_iterare.runs.legacy import follow
     from git_iterare.runs.store import RunStore
 
     store = RunStore(app().repo)
-    from git_iterare.runs.legacy import follow
-
     record = settle(app().repo, follow(store, store.resolve(run)), tolerant=True)
     prompt = store.read_prompt(record.id)
     log = store.read_log(record.id)
-    diffstat = None
-    if record.base_commit and record.head:
-        result = proc.git("--git-dir", str(store.common_dir), "diff", "--stat",
-                          f"{record.base_commit}..{record.head}", check=False,
-                          scrub_git_env=True)
-        diffstat = result.stdout if result.returncode == 0 else \
-            "(commits not available in this repository)"
     now = dt.datetime.now(dt.timezone.utc)
-    click.echo(render.show_text(record, prompt, log, diffstat, now, ui.paint), nl=False,
+    click.echo(render.show_text(record, prompt, log, diffstat(app().repo, record), now,
+                                ui.paint), nl=False,
                color=True)  # ui.paint already decided; keep click from stripping

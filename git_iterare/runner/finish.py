@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.errors import OperationFailed
+from git_iterare.git.repo import Repo
 from git_iterare.loglimit import capped
-from git_iterare.repo import Repo
-from git_iterare.runner.launch import TIMEOUT_EXIT
-from git_iterare.runner.ownership import container_of, engine_of, is_local
+from git_iterare.runner.ownership import container_of, engine_of, is_local, ran_elsewhere
 from git_iterare.runner.paths import run_lock, state_dir
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent, Event, RunResult
+    from git_iterare.git.safegit import Skipped
+    from git_iterare.runner.importer import FinishResult
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.spec import ContainerInfo
 
 #: Seconds a run may stay ``created``/``starting`` without a container before it is
 #: considered lost (its ``execute`` process died before launching).
@@ -29,6 +37,9 @@ LAUNCH_GRACE = 300
 #: Seconds past its timeout after which a still-running sandbox is stopped by whoever
 #: notices (the sandbox's own ``timeout`` normally ends it first).
 TIMEOUT_GRACE = 60
+
+#: Exit status of coreutils ``timeout`` when the limit was reached.
+TIMEOUT_EXIT = 124
 
 #: Exit status of ``timeout --kill-after`` when it had to kill the agent (128 + SIGKILL):
 #: the kill goes to its whole process group, itself included.
@@ -53,7 +64,7 @@ def age_seconds(timestamp: str | None) -> float:
     return (_dt.datetime.now(_dt.timezone.utc) - then).total_seconds()
 
 
-def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool,
+def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanished: bool,
              ran_seconds: float | None = None) -> tuple[str, str | None]:
     """The final status and error line of a run.
 
@@ -91,8 +102,8 @@ def _outcome(record: Any, exit_code: int | None, result: Any, vanished: bool,
     return st.FAILED, f"the agent exited with status {exit_code}"
 
 
-def over_limits(extra: Mapping[str, Any], result: Any, *, ended_badly: bool = True
-                  ) -> str | None:
+def over_limits(extra: Mapping[str, object], result: RunResult, *, ended_badly: bool = True
+                ) -> str | None:
     """Why a run was stopped at its budget, or None.
 
     Args:
@@ -106,10 +117,10 @@ def over_limits(extra: Mapping[str, Any], result: Any, *, ended_badly: bool = Tr
     Returns:
         The run's error line (``stopped at its budget: ...``) when a limit was reached.
     """
-    budget, turns = extra.get("max_budget_usd"), extra.get("max_turns")
+    budget, turns = _limit(extra.get("max_budget_usd")), _limit(extra.get("max_turns"))
     spent = result.cost_usd
-    over_budget = bool(budget) and spent is not None and spent >= budget
-    over_turns = bool(turns) and result.turns is not None and result.turns >= turns
+    over_budget = budget is not None and spent is not None and spent >= budget
+    over_turns = turns is not None and result.turns is not None and result.turns >= turns
     if not (extra.get("budget_exceeded") or (ended_badly and (over_budget or over_turns))):
         return None
     if over_turns and not over_budget:
@@ -118,7 +129,14 @@ def over_limits(extra: Mapping[str, Any], result: Any, *, ended_badly: bool = Tr
     return f"{BUDGET_STOP}: {shown} of ${budget:.2f}" if budget else f"{BUDGET_STOP}: {shown}"
 
 
-def stop_over_budget(repo: Repo, record: Any, agent: Any, events: Iterable[Any],
+def _limit(value: object) -> float | None:
+    """A positive number from a record's ``extra`` (a budget, a turn count), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, events: Iterable[Event],
                      container: str) -> bool:
     """Stop a run whose agent cannot hold its own budget once its reported cost reaches it.
 
@@ -152,7 +170,7 @@ def _split_lines(data: bytes) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()
 
 
-def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
+def finish(repo: Repo, run_id: str, *, wait: bool = False) -> RunRecord:
     """Record the end of a run whose sandbox has exited or vanished.
 
     Commits what the agent left uncommitted (with ``Iterare-*`` trailers), imports the
@@ -184,7 +202,7 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> Any:
         return _finish_active(repo, store, record, wait)
 
 
-def _finish_active(repo: Repo, store: Any, record: Any, wait: bool) -> Any:
+def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -> RunRecord:
     from git_iterare import sandbox
     from git_iterare.runs.status import ACTIVE
 
@@ -204,24 +222,26 @@ def _finish_active(repo: Repo, store: Any, record: Any, wait: bool) -> Any:
         return _finish_locked(repo, store, record, info)
 
 
-def _finish_locked(repo: Repo, store: Any, record: Any, info: Any) -> Any:
+def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: ContainerInfo | None
+                   ) -> RunRecord:
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.importer import finish_run
+    from git_iterare.runner.importer import finish_run
     from git_iterare.runner.secrets import register_run_secrets
-    from git_iterare.workspace import open_run
+    from git_iterare.runner.workspace import open_run
 
     vanished = info is None
-    exit_code = None if vanished else info.exit_code
+    exit_code = None if info is None else info.exit_code
     # The sandbox to reclaim and remove: when the agent's container vanished, its sidecar
     # may be left, found by name -- unless that name is now another container's.
-    sandbox_name = info.id if info is not None else f"iterare-{record.id}"
-    if info is None and record.container and sandbox.inspect(sandbox_name) is not None:
+    sandbox_name: str | None = info.id if info is not None else f"iterare-{record.id}"
+    if info is None and record.container and \
+            sandbox.inspect(f"iterare-{record.id}") is not None:
         sandbox_name = None
     log = b""
     agent = get_agent(record.agent or "shell")
     register_run_secrets(repo, record, agent)  # redacted from every record write below
-    if not vanished:
+    if info is not None:
         # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
         # agent decides how much it prints.
         log = _redact(repo, record, agent, capped(sandbox.log_lines(info.id)))
@@ -306,7 +326,8 @@ def expected_errors() -> tuple[type[Exception], ...]:
     return (IterareError, OSError, zlib.error, FileLocked, *dulwich_errors)
 
 
-def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Exception
+def _unfinished(store: RunStore, record: RunRecord, status: str, error: str | None,
+                exc: Exception
                 ) -> tuple[str, str]:
     """A run whose work could not be committed fails, whatever the agent did; its work
     stays on disk, and ``extra.unfinished`` (the agent's outcome, its error and why the
@@ -325,7 +346,7 @@ def _unfinished(store: Any, record: Any, status: str, error: str | None, exc: Ex
                     f"`git iterare finish {record.id}` commits it")
 
 
-def _reclaim(record: Any, sandbox_name: str | None, trees: tuple[Any, ...]) -> None:
+def _reclaim(record: RunRecord, sandbox_name: str | None, trees: tuple[Path, ...]) -> None:
     """Give the run's trees back to the user (set-uid bits and special files stripped),
     in the sandbox's sidecar when it is up (else in a container of its own); warn about
     what was removed."""
@@ -341,7 +362,7 @@ def _reclaim(record: Any, sandbox_name: str | None, trees: tuple[Any, ...]) -> N
         ui.warn(f"run {record.id}: {sanitize(note)}")
 
 
-def _note_skipped(store: Any, run_id: str, skipped: Any) -> None:
+def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> None:
     """Warn about worktree paths the automatic commit left out (FIFOs, sockets, devices,
     files over the limits) and keep them in the record's ``extra.skipped``: at most
     :data:`~git_iterare.limits.MAX_SKIPPED_NAMED` paths, the rest counted."""
@@ -359,15 +380,15 @@ def _note_skipped(store: Any, run_id: str, skipped: Any) -> None:
         extra={**r.extra, "skipped": {"paths": named, "more": more}}), f"{run_id} skipped")
 
 
-def has_worktree(repo: Repo, record: Any) -> bool:
+def has_worktree(repo: Repo, record: RunRecord) -> bool:
     """Whether the run has a worktree here (also when it failed before the record said
     so); the path comes from the run id, never from the record, which may be foreign."""
-    from git_iterare.workspace import worktree_path
+    from git_iterare.runner.workspace import worktree_path
 
     return worktree_path(repo, record.id).exists()
 
 
-def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:
+def _redact(repo: Repo, record: RunRecord, agent: Agent, log: bytes) -> bytes:
     """``log`` with the run's secrets (credentials, ``--env`` values) and their encodings
     replaced by ``***`` (:mod:`git_iterare.redaction`).
 
@@ -381,14 +402,14 @@ def _redact(repo: Repo, record: Any, agent: Any, log: bytes) -> bytes:
     return bytes(proc.redactor().redact_bytes(log))
 
 
-def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:
+def _egress(repo: Repo, run_id: str) -> dict[str, object] | None:
     from git_iterare.sandbox import read_egress_report
 
     out = state_dir(repo, run_id) / "out"
     if not out.is_dir():
         return None
     report = read_egress_report(out)
-    egress: dict[str, Any] = {
+    egress: dict[str, object] = {
         "allowed": dict(report.allowed),
         "blocked": dict(report.blocked),
         "refused_connections": {"ipv4": report.refused_connections.ipv4,
@@ -402,7 +423,7 @@ def _egress(repo: Repo, run_id: str) -> dict[str, Any] | None:
     return egress
 
 
-def _check_budget(repo: Repo, record: Any) -> None:
+def _check_budget(repo: Repo, record: RunRecord) -> None:
     """Stop a live run whose agent reported spending its budget so far (agents without
     their own budget flag; see :func:`stop_over_budget`)."""
     from git_iterare import sandbox
@@ -421,7 +442,7 @@ def _check_budget(repo: Repo, record: Any) -> None:
         stop_over_budget(repo, record, agent, events, info.id)
 
 
-def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
+def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[RunRecord]:
     """Finish every active run whose sandbox ended or vanished; stop overdue ones.
 
     Args:
@@ -459,7 +480,7 @@ def reconcile(repo: Repo, records: Iterable[Any] | None = None) -> list[Any]:
     return finished
 
 
-def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
+def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | None]:
     """``git iterare finish``: commit the work a run left on disk, after the fact.
 
     For a run whose work could not be committed when it ended (``extra.unfinished``, see
@@ -481,11 +502,10 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
         OperationFailed: the run is still running, ran on another machine, or its work
             still cannot be committed (then nothing changed).
     """
-    from git_iterare.importer import finish_run, unfinished_work
-    from git_iterare.runner.manage import ran_elsewhere
+    from git_iterare.runner.importer import finish_run
+    from git_iterare.runner.workspace import open_run, unfinished_work
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
-    from git_iterare.workspace import open_run
 
     store = RunStore(repo)
     record = store.get(run_id)
@@ -532,7 +552,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
             _note_skipped(store, record.id, work.skipped)
         new = work.commits
         if head:  # those up to the recorded head were annotated when the run ended
-            from git_iterare.workspace import common_git
+            from git_iterare.git.repo import common_git
 
             new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
                                    ).stdout.split())
@@ -540,7 +560,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[Any, Any]:
             store.add_note(new, {"run": record.id, "prompt": record.prompt_name,
                                  "agent": record.agent, "status": record.status})
 
-        def settled(r: Any) -> Any:
+        def settled(r: RunRecord) -> RunRecord:
             extra = {k: v for k, v in r.extra.items() if k != "unfinished"}
             if not unfinished:
                 return r.replace(extra=extra)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, MutableSequence
-from typing import Any
+from typing import TYPE_CHECKING
 
+from git_iterare.git.repo import Repo
 from git_iterare.limits import MAX_SUMMARY_EVENTS
-from git_iterare.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent, Event
+    from git_iterare.runs.record import RunRecord
 
 Printer = Callable[[str], None]
 
 
-def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: Printer,
-            events: MutableSequence[Any]) -> None:
+def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit: Printer,
+            events: MutableSequence[Event]) -> None:
     """Print ``lines`` as they come; ``events`` keeps the last
     :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` for the closing summary (bounded
     memory, whatever the agent prints)."""
@@ -38,7 +42,7 @@ def _render(lines: Iterable[str], agent: Any, verbosity: int, raw: bool, emit: P
             emit(shown)
 
 
-def _watch_budget(repo: Repo, record: Any, agent: Any, container: str,
+def _watch_budget(repo: Repo, record: RunRecord, agent: Agent, container: str,
                   lines: Iterable[str]) -> Iterable[str]:
     """Pass ``lines`` on; for an agent that cannot hold the run's ``max_budget_usd``
     itself, stop the run once the cost it reports reaches it
@@ -48,7 +52,7 @@ def _watch_budget(repo: Repo, record: Any, agent: Any, container: str,
     if not record.extra.get("max_budget_usd") or "max_budget_usd" in agent.own_limits:
         yield from lines
         return
-    seen: deque[Any] = deque(maxlen=MAX_SUMMARY_EVENTS)
+    seen: deque[Event] = deque(maxlen=MAX_SUMMARY_EVENTS)
     stopped = False
     for line in lines:
         yield line
@@ -64,7 +68,7 @@ def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
 
 
 def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: bool = False,
-             emit: Printer = print) -> Any:
+             emit: Printer = print) -> RunRecord:
     """Print a run's log and return its record.
 
     While the run is active: with ``follow``, stream the sandbox's output until it exits,
@@ -99,7 +103,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         from git_iterare.runner.secrets import register_run_secrets
 
         register_run_secrets(repo, record, agent)  # the live stream is not redacted yet
-    events: deque[Any] = deque(maxlen=MAX_SUMMARY_EVENTS)
+    events: deque[Event] = deque(maxlen=MAX_SUMMARY_EVENTS)
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)
         if info is not None:

@@ -13,14 +13,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
     from git_iterare.sandbox.policy import EgressPolicy
+    from git_iterare.sandbox.spec import Mount
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Admitted:
         network: ``docker.network`` without surrounding white space ("" for the default).
     """
 
-    mounts: tuple[Any, ...]
+    mounts: tuple[Mount, ...]
     network: str
 
 
@@ -49,7 +50,7 @@ def checked_network(config: Config) -> str:
                                                    f"{config.origin('docker.network')})")
 
 
-def extra_mounts(config: Config, repo: Repo | None = None) -> list[Any]:
+def extra_mounts(config: Config, repo: Repo | None = None) -> list[Mount]:
     """``[mounts] volumes`` (iterare's SOURCE:TARGET[:ro|rw]) as sandbox mounts, each
     checked by :func:`git_iterare.sandbox.safety.check_source` and ``check_target``.
 
@@ -131,7 +132,7 @@ def check_network_on_engine(network: str) -> None:
                         hint="leave docker.network unset or name a user-defined Docker network")
 
 
-def workspace_mounts(repo: Repo, mounts: Sequence[Any], base_commit: str) -> tuple[str, ...]:
+def workspace_mounts(repo: Repo, mounts: Sequence[Mount], base_commit: str) -> tuple[str, ...]:
     """Mount targets below ``/workspace`` that the base commit does not track, relative to
     the worktree: what is mounted there is not the agent's work.
 
@@ -156,7 +157,7 @@ def workspace_mounts(repo: Repo, mounts: Sequence[Any], base_commit: str) -> tup
     return tuple(r for r in rels if r not in tracked)
 
 
-def exclude_in_run(gitdir: Path, mounts: Sequence[Any]) -> None:
+def exclude_in_run(gitdir: Path, mounts: Sequence[Mount]) -> None:
     """Add the targets of ``mounts`` below ``/workspace`` to the run gitdir's
     ``info/exclude``, so git inside the sandbox does not take them as the agent's work."""
     from git_iterare.sandbox.safety import workspace_targets

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare.config import Config
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
     from git_iterare.sandbox import SandboxSpec
@@ -124,7 +124,7 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
             name=request.name, tty=True, command=command, networks=request.networks,
             compose=request.compose), progress=progress)
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
-        code = _attach(record.container)
+        code = _attach(record.container or f"iterare-{record.id}")
         if code is None:
             progress(f"detached; run {record.id} goes on (`git iterare stop {record.id}` "
                      f"ends it)")
@@ -147,7 +147,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         requested_networks,
         with_networks,
     )
-    from git_iterare.runner.launch import ca_bundle_path, passthrough_env, sandbox_limits
+    from git_iterare.runner.launch import passthrough_env, sandbox_limits
+    from git_iterare.runner.spec import sandbox_spec
     from git_iterare.sandbox.image import ensure_image
 
     top = repo.work_tree
@@ -178,19 +179,14 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     session = f"session-{secrets.token_hex(4)}"
     # The agent works on your own checkout as you (your choice to share it); runs, which
     # the agent owns alone, use a uid of their own.
-    spec = sandbox.SandboxSpec(
-        image=image.name, sidecar_image=image.sidecar, name=f"iterare-{session}",
-        command=command, policy=policy,
-        out_dir=out_dir, run_id=session, repo_path=str(repo.main_work_tree),
-        env=agent.environment(config),
-        secret_env={**(credentials.env if credentials else {}),
-                    **passthrough_env(request.env_names, os.environ)},
-        secret_files=dict(credentials.files) if credentials else {},
+    spec = sandbox_spec(
+        config, session=session, repo=repo, image=image, agent=agent, command=command,
+        policy=policy, out_dir=out_dir,
         mounts=(sandbox.Mount(top, "/workspace", False),
                 sandbox.Mount(hide, "/workspace/.git", True), *admitted.mounts),
-        limits=limits,
-        network=config["docker.network"], networks=networks, agent_uid=uid, agent_gid=gid,
-        tty=True, stdin=True, ca_bundle=ca_bundle_path(config))
+        agent_ids=(uid, gid), credentials=credentials,
+        secret_env=passthrough_env(request.env_names, os.environ), limits=limits,
+        networks=networks, tty=True)
     return _throwaway_session(spec, scratch, detached_status=0)
 
 
@@ -235,7 +231,7 @@ def login_launcher(repo: Repo | None, config: Config,
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
     from git_iterare.runner.guard import check_network_on_engine, checked_network
-    from git_iterare.runner.launch import ca_bundle_path
+    from git_iterare.runner.spec import sandbox_spec
     from git_iterare.runner.trust import require_approval
     from git_iterare.sandbox.image import ensure_image
 
@@ -252,14 +248,10 @@ def login_launcher(repo: Repo | None, config: Config,
         out_dir = Path(tempfile.mkdtemp(prefix="iterare-login-"))
         session = f"login-{secrets.token_hex(4)}"
         uid, gid = sandbox.agent_ids()
-        spec = sandbox.SandboxSpec(
-            image=image.name, sidecar_image=image.sidecar, name=f"iterare-{session}",
-            command=tuple(argv), policy=policy, out_dir=out_dir, run_id=session,
-            repo_path=str(repo.main_work_tree) if repo is not None else "",
-            env=agent.environment(config),
-            mounts=(sandbox.Mount(home, "/home/agent", False),), owned=(home,),
-            workdir="/home/agent", network=config["docker.network"], agent_uid=uid,
-            agent_gid=gid, tty=True, stdin=True, ca_bundle=ca_bundle_path(config))
+        spec = sandbox_spec(
+            config, session=session, repo=repo, image=image, agent=agent, command=argv,
+            policy=policy, out_dir=out_dir, mounts=(sandbox.Mount(home, "/home/agent", False),),
+            agent_ids=(uid, gid), owned=(home,), tty=True, workdir="/home/agent")
         # Detached, a login nobody sees cannot finish: that is a failure.
         return _throwaway_session(spec, out_dir, detached_status=1)
 

@@ -14,12 +14,12 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.runner.guard import (
     admit,
     check_network_on_engine,
@@ -30,15 +30,21 @@ from git_iterare.runner.guard import (
 )
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
+from git_iterare.runner.spec import ca_bundle_path
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent, Credentials
+    from git_iterare.prompt import Prompt
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.image import ImageRef
+    from git_iterare.sandbox.policy import EgressPolicy
+    from git_iterare.sandbox.spec import Limits, Mount
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: In-sandbox path of the prompt body (read-only mount, outside the worktree).
 PROMPT_FILE = "/run/iterare/prompt.md"
-
-#: Exit status of coreutils ``timeout`` when the limit was reached.
-TIMEOUT_EXIT = 124
-
 
 @dataclass(frozen=True)
 class ExecuteRequest:
@@ -78,6 +84,39 @@ class ExecuteRequest:
     compose: bool = False
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything :func:`execute` settled before the run's record exists, for the launch.
+
+    Attributes:
+        record: the run's record as created (status ``created``).
+        base_commit: the commit the run starts from (hex).
+        image: the images to run (the agent's, and git-iterare's own for the sidecar).
+        agent: the agent that runs.
+        body: the prompt's body, written to the file the agent reads.
+        timeout: wall-clock limit in seconds (0: none).
+        policy: the sandbox's egress policy.
+        limits: CPU, memory and process limits.
+        more_mounts: ``[mounts] volumes``, admitted.
+        secret_env: ``--env`` values by name.
+        credentials: the agent's secrets.
+        request: what the user asked for.
+    """
+
+    record: RunRecord
+    base_commit: str
+    image: ImageRef
+    agent: Agent
+    body: str
+    timeout: int
+    policy: EgressPolicy
+    limits: Limits
+    more_mounts: tuple[Mount, ...]
+    secret_env: Mapping[str, str]
+    credentials: Credentials
+    request: ExecuteRequest
+
+
 def _warm_up_docker() -> None:
     """Import the docker SDK in a background thread.
 
@@ -115,7 +154,7 @@ def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-def sandbox_limits(config: Config) -> Any:
+def sandbox_limits(config: Config) -> Limits:
     """The run's :class:`~git_iterare.sandbox.Limits` from ``[docker]`` cpus, memory, pids.
 
     Checked before anything is created, including the CPU count against the engine's
@@ -137,7 +176,8 @@ def sandbox_limits(config: Config) -> Any:
     return limits
 
 
-def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str, Any]:
+def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest
+               ) -> dict[str, float | int | None]:
     """The run's spend and turn limits for its record's ``extra``: ``max_budget_usd``
     (US dollars) and ``max_turns``, each from the request (flags), else the prompt's
     frontmatter, else ``run.max_budget_usd`` / ``run.max_turns``; 0 means no limit, and
@@ -148,8 +188,10 @@ def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str
     """
     import math
 
-    def pick(asked: Any, front: Any, key: str) -> Any:
-        return asked if asked is not None else front if front is not None else config[key]
+    def pick(asked: float | None, front: float | None, key: str) -> float:
+        if asked is not None:
+            return asked
+        return front if front is not None else float(config[key])
 
     budget = float(pick(request.max_budget_usd, prompt.max_budget_usd, "run.max_budget_usd"))
     turns = int(pick(request.max_turns, prompt.max_turns, "run.max_turns"))
@@ -166,20 +208,9 @@ def run_budget(config: Config, prompt: Any, request: ExecuteRequest) -> dict[str
     return {"max_budget_usd": budget or None, "max_turns": turns or None}
 
 
-def ca_bundle_path(config: Config) -> Path | None:
-    ca = config["docker.ca_bundle"]
-    if not ca:
-        return None
-    path = Path(ca).expanduser()
-    if not path.is_file():
-        raise UserError(f"docker.ca_bundle: {path} is not a file",
-                        hint="point it at a PEM bundle or unset it")
-    return path
-
-
 def execute(repo: Repo, config: Config, request: ExecuteRequest,
             env: Mapping[str, str] | None = None,
-            progress: Callable[[str], None] = lambda line: None) -> Any:
+            progress: Callable[[str], None] = lambda line: None) -> RunRecord:
     """Start a run and return its record (status ``running``) without waiting for it.
 
     Args:
@@ -233,7 +264,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     budget = run_budget(config, prompt, request)
-    ca_bundle = ca_bundle_path(config)
+    ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     more_mounts = list(admitted.mounts)
     store = RunStore(repo)
     if request.reuse:
@@ -251,8 +282,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         base_commit = resolve_here(repo, base_branch or "HEAD")
         if base_branch is None:
             base_branch = _current_branch(repo)
+    from git_iterare.runner.workspace import check_run_dirs, include_paths
     from git_iterare.runs.ids import validate_name
-    from git_iterare.workspace import check_run_dirs, include_paths
 
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
@@ -280,25 +311,28 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
                "sidecar_image": image.sidecar, **origin(repo)},
     )
     try:
-        return _launch(repo, config, store, record, agent, prompt.body, timeout, policy,
-                       limits, ca_bundle, more_mounts, secret_env, credentials, request)
+        return _launch(repo, config, store, LaunchPlan(
+            record=record, base_commit=base_commit, image=image, agent=agent,
+            body=prompt.body, timeout=timeout, policy=policy,
+            limits=limits, more_mounts=tuple(more_mounts),
+            secret_env=secret_env, credentials=credentials, request=request))
     except BaseException as exc:
         if not _undo_launch(repo, store, record.id):
             _record_launch_failure(repo, store, record.id, exc)
         raise
 
 
-def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, body: str,
-            timeout: int, policy: Any, limits: Any, ca_bundle: Path | None,
-            more_mounts: list[Any], secret_env: dict[str, str], credentials: Any,
-            request: ExecuteRequest) -> Any:
+def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:
     from concurrent.futures import ThreadPoolExecutor
 
     from git_iterare import proc, sandbox
-    from git_iterare import workspace as wsp
+    from git_iterare.runner import workspace as wsp
     from git_iterare.runner.secrets import remember_secrets
+    from git_iterare.runner.spec import sandbox_spec
     from git_iterare.runs.status import RUNNING
 
+    record, agent, request, secret_env = plan.record, plan.agent, plan.request, plan.secret_env
+    credentials, timeout, more_mounts = plan.credentials, plan.timeout, plan.more_mounts
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
     remember_secrets(repo, record.id, secret_env.values())  # for whoever finishes the run
@@ -311,7 +345,7 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     state = state_dir(repo, record.id)
     state.mkdir(parents=True, exist_ok=True)
     prompt_file = state / "prompt.md"
-    prompt_file.write_text(body, encoding="utf-8")
+    prompt_file.write_text(plan.body, encoding="utf-8")
     os.chmod(prompt_file, 0o644)
     out_dir = state / "out"
     out_dir.mkdir(exist_ok=True)
@@ -320,39 +354,21 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     if timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
         command = ["timeout", "--kill-after=10", str(timeout), *command]
-    mounts = [sandbox.Mount(m.host, m.container, m.read_only)
-              for m in wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects")]
+    mounts = list(wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"))
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
-    spec = sandbox.SandboxSpec(
-        image=record.image,
-        sidecar_image=record.extra["sidecar_image"],
-        name=f"iterare-{record.id}",
-        command=tuple(command),
-        policy=policy,
-        out_dir=out_dir,
-        run_id=record.id,
-        repo_path=str(repo.main_work_tree),
-        env=agent.environment(config),
-        secret_env={**credentials.env, **secret_env},
-        secret_files=dict(credentials.files),
-        mounts=(*mounts, *more_mounts),
-        owned=(worktree, gitdir, gitfile),
-        limits=limits,
-        network=config["docker.network"],
-        networks=tuple(record.extra.get("networks") or ()),
-        agent_uid=uid,
-        agent_gid=gid,
-        tty=request.tty,
-        stdin=request.tty,
-        ca_bundle=ca_bundle,
-    )
+    spec = sandbox_spec(
+        config, session=record.id, repo=repo, image=plan.image, agent=agent, command=command,
+        policy=plan.policy, out_dir=out_dir, mounts=(*mounts, *more_mounts),
+        agent_ids=(uid, gid), credentials=credentials, secret_env=secret_env,
+        owned=(worktree, gitdir, gitfile), limits=plan.limits,
+        networks=tuple(record.extra.get("networks") or ()), tty=request.tty)
     sidecar = sandbox.begin(spec, start=False)
     with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
         started = pool.submit(sandbox.start_sidecar, sidecar)
         try:
-            ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
+            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
             container = sandbox.launch(spec, sidecar, started)
         except BaseException:
@@ -367,14 +383,14 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
                             worktree=str(ws.worktree))
 
 
-def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
+def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
     """Remove every trace of a run whose agent never started: its worktree, run gitdir,
     branch, host-side state and record, so a launch the engine refused (a name, a
     network, a mount) leaves the repository as it was.
 
     Nothing is removed, and False returned, when the agent may have started (a container
     of the run exists or is recorded, or the engine cannot be asked) or when the run's
-    trees hold anything but its base (:func:`git_iterare.workspace.cleanup_run` refuses);
+    trees hold anything but its base (:func:`git_iterare.runner.workspace.cleanup_run` refuses);
     the caller then records the failure instead.
 
     Returns:
@@ -385,8 +401,8 @@ def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
 
     from git_iterare import sandbox
     from git_iterare.runner.finish import has_worktree
+    from git_iterare.runner.workspace import cleanup_run, open_run
     from git_iterare.runs.ids import run_ref
-    from git_iterare.workspace import cleanup_run, open_run
 
     try:
         snap = store.snapshot(run_id)
@@ -403,7 +419,8 @@ def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:
         return False
 
 
-def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseException) -> None:
+def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseException
+                           ) -> None:
     """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
     from git_iterare.errors import IterareError
     from git_iterare.runs.status import ACTIVE, FAILED, STOPPED
@@ -419,10 +436,10 @@ def _record_launch_failure(repo: Repo, store: Any, run_id: str, exc: BaseExcepti
     shutil.rmtree(state_dir(repo, run_id) / "secrets", ignore_errors=True)
 
 
-def _policy_dict(policy: Any) -> dict[str, Any]:
+def _policy_dict(policy: EgressPolicy) -> dict[str, object]:
     import json
 
-    data: dict[str, Any] = json.loads(policy.to_json())
+    data: dict[str, object] = json.loads(policy.to_json())
     return data
 
 

@@ -7,21 +7,28 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo, common_git
+from git_iterare.runner.ownership import ran_elsewhere
 from git_iterare.runner.paths import state_dir
 
+if TYPE_CHECKING:
+    from git_iterare.git.hostexec import FileChange, HostExecChange
+    from git_iterare.git.merge import MergeResult
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.runs.store import RunStore
 
-def _store(repo: Repo) -> Any:
+
+def _store(repo: Repo) -> RunStore:
     from git_iterare.runs.store import RunStore
 
     return RunStore(repo)
 
 
-def settle(repo: Repo, record: Any, *, tolerant: bool = False) -> Any:
+def settle(repo: Repo, record: RunRecord, *, tolerant: bool = False) -> RunRecord:
     """The run's record after finishing it if its sandbox ended unobserved.
 
     Args:
@@ -44,7 +51,7 @@ def settle(repo: Repo, record: Any, *, tolerant: bool = False) -> Any:
         return record
 
 
-def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
+def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
     """Stop a running run; its work is committed and its status becomes ``stopped``.
 
     Raises:
@@ -81,7 +88,7 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> Any:
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
 
 
-def _base_commit(record: Any, what: str) -> str:
+def _base_commit(record: RunRecord, what: str) -> str:
     """The run's base commit; imported runs may not know it."""
     if not record.base_commit:
         branch = record.branch or record.head or "its branch"
@@ -91,7 +98,7 @@ def _base_commit(record: Any, what: str) -> str:
     return str(record.base_commit)
 
 
-def _result_commit(record: Any) -> str:
+def _result_commit(record: RunRecord) -> str:
     if not record.head:
         if (record.extra or {}).get("unfinished"):
             raise OperationFailed(f"run {record.id} has no result: its work could not be "
@@ -102,7 +109,7 @@ def _result_commit(record: Any) -> str:
     return str(record.head)
 
 
-def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
+def diff(repo: Repo, record: RunRecord, git_args: list[str]) -> int:
     """``git diff <base> <result>`` of a finished run, with the user's diff options.
 
     Returns:
@@ -111,7 +118,7 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
     Raises:
         OperationFailed: the run is still active or has no result.
     """
-    from git_iterare.merge import diff_run
+    from git_iterare.git.merge import diff_run
     from git_iterare.runs.status import ACTIVE
 
     record = settle(repo, record)
@@ -123,31 +130,47 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
     return diff_run(repo, base, _result_commit(record), git_args)
 
 
+def diffstat(repo: Repo, record: RunRecord) -> str | None:
+    """``git diff --stat`` from the run's base to its result, for ``show``; None when the
+    run has no result yet, a note when its commits are not in this repository.
+
+    Raises:
+        ExternalError: git cannot be started.
+    """
+    if not (record.base_commit and record.head):
+        return None
+    result = common_git(repo, "diff", "--stat", f"{record.base_commit}..{record.head}",
+                        check=False)
+    if result.returncode != 0:
+        return "(commits not available in this repository)"
+    return str(result.stdout)
+
+
 @dataclass(frozen=True)
 class MergeOutcome:
     """What ``merge`` did: the record after it and git's view of the merge."""
 
-    record: Any
-    result: Any
+    record: RunRecord
+    result: MergeResult
 
 
-def host_executable_changes(repo: Repo, record: Any) -> list[Any]:
+def host_executable_changes(repo: Repo, record: RunRecord) -> list[HostExecChange]:
     """Files changed by a run that would execute on the host (hooks, build scripts, ...)."""
-    from git_iterare.hostexec import host_executable_changes as changes
+    from git_iterare.git.hostexec import host_executable_changes as changes
 
-    return changes(repo, record.base_commit, _result_commit(record))
+    return changes(repo, _base_commit(record, "merge"), _result_commit(record))
 
 
-def changed_files(repo: Repo, record: Any) -> list[Any]:
-    """Every file a run changed (:class:`git_iterare.hostexec.FileChange`), with the reason
+def changed_files(repo: Repo, record: RunRecord) -> list[FileChange]:
+    """Every file a run changed (:class:`git_iterare.git.hostexec.FileChange`), with the reason
     when it would execute on the host."""
-    from git_iterare.hostexec import changed_files as changes
+    from git_iterare.git.hostexec import changed_files as changes
 
-    return changes(repo, record.base_commit, _result_commit(record))
+    return changes(repo, _base_commit(record, "merge"), _result_commit(record))
 
 
-def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
-          confirm: Callable[[list[Any]], bool],
+def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
+          confirm: Callable[[list[FileChange]], bool],
           confirm_detached: Callable[[str], bool] = lambda head: True) -> MergeOutcome:
     """Merge a finished run's result into the current branch of the worktree the command
     runs in.
@@ -159,7 +182,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         repo: the repository.
         record: the run.
         squash, no_ff: as ``git merge``.
-        confirm: called with every changed file (:class:`git_iterare.hostexec.FileChange`,
+        confirm: called with every changed file (:class:`git_iterare.git.hostexec.FileChange`,
             ``reason`` set on those that would execute on the host); returns whether to
             go on.
         confirm_detached: called with HEAD's commit (hex) when HEAD is detached, before
@@ -169,7 +192,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
         OperationFailed: still active, no result, refused, or a conflict (the user's tree
             and index are left as they were; the conflicting files are named).
     """
-    from git_iterare.merge import detached_head, merge_run
+    from git_iterare.git.merge import detached_head, merge_run
     from git_iterare.runs.status import ACTIVE, MERGED
 
     record = settle(repo, record)
@@ -199,7 +222,7 @@ def merge(repo: Repo, record: Any, *, squash: bool, no_ff: bool,
     return MergeOutcome(record=record, result=result)
 
 
-def _merge_ref(repo: Repo, record: Any, head: str) -> str:
+def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:
     """The run's branch when it still points at the recorded result, else the commit."""
     from git_iterare import proc
 
@@ -209,7 +232,7 @@ def _merge_ref(repo: Repo, record: Any, head: str) -> str:
     return branch if found == head else head
 
 
-def _left_uncommitted(record: Any, worktree: Path) -> list[str]:
+def _left_uncommitted(record: RunRecord, worktree: Path) -> list[str]:
     """The paths the automatic commit skipped (``extra.skipped``: over the limits, special
     files) that are still in the run's worktree."""
     skipped = (record.extra or {}).get("skipped") or {}
@@ -219,7 +242,7 @@ def _left_uncommitted(record: Any, worktree: Path) -> list[str]:
             and os.path.lexists(worktree / p)]
 
 
-def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
+def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     """Remove a run's worktree, branch and container; keep its record and commits.
 
     Raises:
@@ -227,8 +250,8 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
             ``force`` is not given.
     """
     from git_iterare import sandbox
+    from git_iterare.runner.workspace import cleanup_run, open_run
     from git_iterare.runs.status import ACTIVE, CLEANED
-    from git_iterare.workspace import cleanup_run, open_run
 
     record = settle(repo, record)
     if record.status == CLEANED:
@@ -276,16 +299,7 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
 
 
 
-def ran_elsewhere(repo: Repo, record: Any) -> bool:
-    """Whether the run was started on another machine or in another repository (its
-    record came with ``git iterare fetch``); records without an origin (imported from
-    iterare) count as local."""
-    from git_iterare.runner.ownership import is_local
-
-    return bool((record.extra or {}).get("host")) and not is_local(repo, record)
-
-
-def _cleanup_elsewhere(repo: Repo, record: Any, *, force: bool) -> Any:
+def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     """Clean up what exists here of a run that ran elsewhere: a local branch
     ``iterare/<id>`` someone made from its result. The shared record is left as it is:
     the run's worktree, branch and container are on the machine that ran it, and marking

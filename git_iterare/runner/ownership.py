@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.sandbox.engine import Engine
+    from git_iterare.sandbox.spec import ContainerInfo
 
 
 def machine_id() -> str:
@@ -24,7 +29,7 @@ def machine_id() -> str:
     return value or socket.gethostname()
 
 
-def origin(repo: Repo) -> dict[str, Any]:
+def origin(repo: Repo) -> dict[str, object]:
     """What a new record stores to say where its run executes: ``{"host", "repo",
     "engine"}``, the engine as ``{"name", "url"}`` (its docker context and endpoint, no
     secrets; see :meth:`git_iterare.sandbox.engine.Engine.describe`).
@@ -38,7 +43,7 @@ def origin(repo: Repo) -> dict[str, Any]:
             "engine": current().describe()}
 
 
-def engine_of(record: Any) -> Any:
+def engine_of(record: RunRecord) -> Engine:
     """The :class:`~git_iterare.sandbox.engine.Engine` the run's sandbox is on (see
     :func:`git_iterare.sandbox.engine.engine_for`): wrap calls about the run in
     ``with engine.using(engine_of(record)):``.
@@ -51,13 +56,13 @@ def engine_of(record: Any) -> Any:
     return engine_for((record.extra or {}).get("engine"))
 
 
-def is_local(repo: Repo, record: Any) -> bool:
+def is_local(repo: Repo, record: RunRecord) -> bool:
     """Whether ``record``'s run was started on this machine, in this repository."""
     extra = record.extra or {}
     return extra.get("host") == machine_id() and extra.get("repo") == str(repo.main_work_tree)
 
 
-def container_of(repo: Repo, record: Any) -> Any:
+def container_of(repo: Repo, record: RunRecord) -> ContainerInfo | None:
     """The run's sandbox (:class:`git_iterare.sandbox.ContainerInfo`), or None when the
     record names none, it is gone, or it is not this run's (labels differ).
 
@@ -79,3 +84,10 @@ def container_of(repo: Repo, record: Any) -> Any:
     if labels.get(LABEL_RUN) != record.id or labels.get(LABEL_REPO) != str(repo.main_work_tree):
         return None
     return info
+
+
+def ran_elsewhere(repo: Repo, record: RunRecord) -> bool:
+    """Whether the run was started on another machine or in another repository (its
+    record came with ``git iterare fetch``); records without an origin (imported from
+    iterare) count as local."""
+    return bool((record.extra or {}).get("host")) and not is_local(repo, record)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 
 def state_dir(repo: Repo, run_id: str) -> Path:

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent
+    from git_iterare.runs.record import RunRecord
 
 #: File name, in the run's ``secrets/`` state directory, of the values to redact.
 REDACT_FILE = "redact.json"
@@ -58,7 +62,7 @@ def _remembered(repo: Repo, run_id: str) -> list[str]:
     return [v for v in data if isinstance(v, str)] if isinstance(data, list) else []
 
 
-def register_run_secrets(repo: Repo, record: Any, agent: Any,
+def register_run_secrets(repo: Repo, record: RunRecord, agent: Agent,
                          env: Mapping[str, str] | None = None) -> None:
     """Register with :func:`git_iterare.proc.register_secret` every secret a run was given:
     the values the launching process kept (:func:`remember_secrets`), the values of the

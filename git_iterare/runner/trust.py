@@ -26,7 +26,7 @@ from pathlib import Path
 
 from git_iterare.config import DEFAULT_IMAGE, Config, global_config_dir
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 from git_iterare.sandbox.trust import (
     DOCKERFILE,
     Approval,
@@ -58,9 +58,10 @@ def _narrows(key: str, value: object, default: object) -> bool:
         if key == "docker.memory":
             return memory_bytes(str(value)) <= memory_bytes(str(default))
         if key == "run.timeout":
-            return 0 < int(value) <= int(default)  # type: ignore[call-overload]
+            return isinstance(value, int) and isinstance(default, int) and 0 < value <= default
         if key in ("docker.cpus", "docker.pids"):
-            return float(value) <= float(default)  # type: ignore[arg-type]
+            return (isinstance(value, (int, float)) and isinstance(default, (int, float))
+                    and value <= default)
     except (TypeError, ValueError, UserError):
         return False
     return False

@@ -12,6 +12,7 @@ run and does not parse every record each time:
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 from collections.abc import Iterator
@@ -19,10 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from git_iterare.runs import ids
+from git_iterare.runs.status import ACTIVE, parse_iso
 
 if TYPE_CHECKING:
+    from dulwich.repo import Repo as DulwichRepo
+
     from git_iterare.runs.record import RunRecord
-    from git_iterare.runs.store import RunStore
 
 CACHE_VERSION = 2
 #: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
@@ -187,12 +190,57 @@ def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+# -- the listing's items: the JSON object of each run in ``list --format json`` (kept in the
+# cache for runs that ended, so a warm listing only joins strings).
+
+#: Keys of each run in ``list --format json``, in order.
+LIST_JSON_KEYS = ("id", "status", "name", "prompt_name", "agent", "branch", "base_branch",
+                  "base_commit", "head", "created", "started", "finished", "duration_s",
+                  "cost_usd", "changes", "problem")
+
+#: The status shown for a record that cannot be read.
+CORRUPT = "corrupt"
+
+
+def span(status: str, started: str | None, finished: str | None, now: _dt.datetime
+         ) -> float | None:
+    """Seconds from ``started`` to ``finished`` (or ``now`` for an active ``status``)."""
+    start = parse_iso(started)
+    if start is None:
+        return None
+    end = parse_iso(finished) or (now if status in ACTIVE else None)
+    return max(0.0, (end - start).total_seconds()) if end else None
+
+
+def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
+    """One run of ``list --format json`` (keys :data:`LIST_JSON_KEYS`)."""
+    data = entry.data
+    if data is None:
+        item: dict[str, Any] = dict.fromkeys(LIST_JSON_KEYS)
+        item.update(id=entry.run_id, status=CORRUPT, problem=entry.problem)
+        return item
+    item = {k: data.get(k) for k in LIST_JSON_KEYS}
+    duration = span(data.get("status", ""), data.get("started"), data.get("finished"), now)
+    item["duration_s"] = round(duration, 3) if duration is not None else None
+    item["problem"] = None
+    return item
+
+
+def fixed_item_json(entry: Entry) -> str | None:
+    """The JSON text of :func:`list_item` when it no longer changes with time (the run is
+    not active), for the listing cache; None for active runs."""
+    if entry.data is not None and entry.data.get("status") in ACTIVE:
+        return None
+    return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
 def _to_cache(entry: Entry) -> list:
     """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
     ``[commit, None, problem, item JSON]``."""
-    from git_iterare.runs import render
-
-    item = render.fixed_item_json(entry)
+    item = fixed_item_json(entry)
     if entry.data is None:
         return [entry.commit, None, entry.problem, item]
     others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
@@ -221,12 +269,13 @@ def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
 BATCH_THRESHOLD = 16
 
 
-def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[Entry]:
+def iter_entries(common_dir: Path, repo: DulwichRepo | None = None) -> Iterator[Entry]:
     """Yield an :class:`Entry` for every record ref (in no particular order).
 
     Args:
         common_dir: the repository's common gitdir.
-        store: an open store to read records that are not cached; opened on the first miss
+        repo: the open repository to read records that are not cached from (a
+            :class:`~git_iterare.runs.store.RunStore`'s ``repo``); opened on the first miss
             when None (so a warm listing never imports dulwich).
     """
     refs = scan_run_refs(common_dir)
@@ -242,11 +291,11 @@ def iter_entries(common_dir: Path, store: RunStore | None = None) -> Iterator[En
     for run_id, sha in refs.items():
         entry = entries[run_id] or batch.get(run_id)
         if entry is None:
-            if store is None:
-                from git_iterare.runs.store import RunStore
+            if repo is None:
+                from git_iterare.runs.snapshot import open_repo
 
-                store = RunStore(common_dir)
-            entry = _read_entry(store, run_id, sha)
+                repo = open_repo(common_dir)
+            entry = _read_entry(repo, run_id, sha)
         fresh[run_id] = cache[run_id] if run_id not in misses else _to_cache(entry)
         yield entry
     if misses or len(fresh) != len(cache):
@@ -305,19 +354,20 @@ def _line(data: bytes, pos: int) -> tuple[bytes, int]:
     return data[pos:end], end + 1
 
 
-def _read_entry(store: RunStore, run_id: str, sha: str) -> Entry:
+def _read_entry(repo: DulwichRepo, run_id: str, sha: str) -> Entry:
     from git_iterare.runs.record import CorruptRecord
-    from git_iterare.runs.store import read_snapshot
+    from git_iterare.runs.snapshot import read_snapshot
 
     try:
-        record = read_snapshot(store.repo, run_id, sha.encode()).record
+        record = read_snapshot(repo, run_id, sha.encode()).record
         return Entry(run_id, sha, record.to_dict())
     except CorruptRecord as exc:
         return Entry(run_id, sha, None, exc.problem)
 
 
-def load_entries(common_dir: Path, store: RunStore | None = None) -> list[Entry]:
-    """Every entry, newest first (by created time, then id); corrupt ones last."""
-    entries = list(iter_entries(common_dir, store))
+def load_entries(common_dir: Path, repo: DulwichRepo | None = None) -> list[Entry]:
+    """Every entry, newest first (by created time, then id); corrupt ones last (``repo``:
+    as for :func:`iter_entries`)."""
+    entries = list(iter_entries(common_dir, repo))
     entries.sort(key=lambda e: (e.ok, str(e.get("created") or ""), e.run_id), reverse=True)
     return entries

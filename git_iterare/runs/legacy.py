@@ -162,7 +162,7 @@ def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
     reachable from the record.
 
     Args:
-        repo: a :class:`git_iterare.repo.Repo`.
+        repo: a :class:`git_iterare.git.repo.Repo`.
         record: an imported run (see :func:`is_legacy`).
         force: drop unmerged and uncommitted work.
 

@@ -2,6 +2,8 @@
 
 The JSON and porcelain formats of ``list`` are stable interfaces, documented in
 gititerare-records(5): fields are never renamed or reordered; new ones are added at the end.
+A run's object in ``list --format json`` is built by :func:`git_iterare.runs.index.list_item`
+(the listing cache keeps it for runs that ended); this module only assembles and prints.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from git_iterare.logrender import REPORTED
-from git_iterare.runs.index import Entry
-from git_iterare.runs.status import ACTIVE, parse_iso
+from git_iterare.runs.index import CORRUPT, Entry, list_item, span
+from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line
 
 if TYPE_CHECKING:
@@ -21,15 +23,9 @@ if TYPE_CHECKING:
 
 #: Version of the ``list --format json`` document.
 LIST_JSON_VERSION = 1
-#: Keys of each run in ``list --format json``, in order.
-LIST_JSON_KEYS = ("id", "status", "name", "prompt_name", "agent", "branch", "base_branch",
-                  "base_commit", "head", "created", "started", "finished", "duration_s",
-                  "cost_usd", "changes", "problem")
 #: Columns of ``list --format porcelain`` (tab separated, ``-`` for none), in order.
 PORCELAIN_FIELDS = ("id", "status", "agent", "created", "duration_s", "cost_usd", "branch",
                     "files", "insertions", "deletions")
-
-CORRUPT = "corrupt"
 
 STATUS_STYLES: dict[str, tuple[str, ...]] = {
     "created": ("dim",), "starting": ("cyan",), "running": ("blue", "bold"),
@@ -42,16 +38,6 @@ STATUS_STYLES: dict[str, tuple[str, ...]] = {
 def duration_seconds(record: RunRecord, now: _dt.datetime) -> float | None:
     """Seconds from ``started`` to ``finished`` (to ``now`` while active); None if unknown."""
     return span(record.status, record.started, record.finished, now)
-
-
-def span(status: str, started: str | None, finished: str | None, now: _dt.datetime
-         ) -> float | None:
-    """Seconds from ``started`` to ``finished`` (or ``now`` for an active ``status``)."""
-    start = parse_iso(started)
-    if start is None:
-        return None
-    end = parse_iso(finished) or (now if status in ACTIVE else None)
-    return max(0.0, (end - start).total_seconds()) if end else None
 
 
 def human_span(seconds: float | None) -> str:
@@ -95,31 +81,6 @@ def spend_text(rec: RunRecord) -> str:
     if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
         return cost_text(rec.cost_usd)
     return f"{cost_text(rec.cost_usd)}/${budget:.2f}"
-
-
-def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
-    """One run of ``list --format json`` (keys :data:`LIST_JSON_KEYS`)."""
-    data = entry.data
-    if data is None:
-        item: dict[str, Any] = dict.fromkeys(LIST_JSON_KEYS)
-        item.update(id=entry.run_id, status=CORRUPT, problem=entry.problem)
-        return item
-    item = {k: data.get(k) for k in LIST_JSON_KEYS}
-    duration = span(data.get("status", ""), data.get("started"), data.get("finished"), now)
-    item["duration_s"] = round(duration, 3) if duration is not None else None
-    item["problem"] = None
-    return item
-
-
-def fixed_item_json(entry: Entry) -> str | None:
-    """The JSON text of :func:`list_item` when it no longer changes with time (the run is
-    not active), for the listing cache; None for active runs."""
-    if entry.data is not None and entry.data.get("status") in ACTIVE:
-        return None
-    return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
-
-
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:

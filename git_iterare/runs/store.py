@@ -16,7 +16,6 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,72 +36,16 @@ from git_iterare.runs.record import (
     check_transition,
     now_iso,
 )
+from git_iterare.runs.snapshot import (
+    LOG_JSONL,
+    PROMPT_MD,
+    RUN_JSON,
+    Snapshot,
+    open_repo,
+    read_snapshot,
+)
 
-RUN_JSON = b"run.json"
-PROMPT_MD = b"prompt.md"
-LOG_JSONL = b"log.jsonl"
 _FILE_MODE = stat.S_IFREG | 0o644
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One record commit as read: its id, the record, and the blob ids of its files.
-
-    Attributes:
-        commit: record commit id (40 hex, bytes).
-        record: the parsed ``run.json``.
-        files: file name (bytes) -> blob id, for every entry of the record tree.
-        parents: the commit's parents.
-    """
-
-    commit: bytes
-    record: RunRecord
-    files: Mapping[bytes, bytes]
-    parents: tuple[bytes, ...]
-
-
-def open_repo(path: str | os.PathLike[str] | Any) -> DulwichRepo:
-    """Open the dulwich repository for a path, a gitdir, or a :class:`git_iterare.repo.Repo`.
-
-    Raises:
-        UserError: ``path`` is not a git repository.
-    """
-    from dulwich.errors import NotGitRepository
-
-    target = getattr(path, "common_dir", path)
-    try:
-        return DulwichRepo(os.fspath(target))
-    except NotGitRepository:
-        raise UserError(f"{target} is not a git repository") from None
-
-
-def read_snapshot(repo: DulwichRepo, run_id: str, commit_id: bytes) -> Snapshot:
-    """Read the record commit ``commit_id`` of ``run_id``.
-
-    Raises:
-        CorruptRecord: the commit, tree, ``run.json`` or ``prompt.md`` is missing or bad, or
-            ``run.json`` names another run.
-    """
-    try:
-        commit = repo[commit_id]
-        if not isinstance(commit, Commit):
-            raise CorruptRecord(run_id, f"{commit_id.decode()} is not a commit")
-        tree = repo[commit.tree]
-    except KeyError as exc:
-        raise CorruptRecord(run_id, f"object {exc} is missing") from None
-    assert isinstance(tree, Tree)
-    files = {entry.path: entry.sha for entry in tree.items()}
-    for needed in (RUN_JSON, PROMPT_MD):
-        if needed not in files:
-            raise CorruptRecord(run_id, f"the record tree has no {needed.decode()}")
-    try:
-        blob = repo[files[RUN_JSON]]
-    except KeyError:
-        raise CorruptRecord(run_id, "the run.json blob is missing") from None
-    record = RunRecord.from_json(blob.as_raw_string(), run_id)
-    if record.id != run_id:
-        raise CorruptRecord(run_id, f"run.json names another run ({record.id!r})")
-    return Snapshot(commit_id, record, files, tuple(commit.parents))
 
 
 def write_record_commit(
@@ -160,7 +103,7 @@ class RunStore:
 
     Args:
         repo_path: the repository: a worktree path, a gitdir, or a
-            :class:`git_iterare.repo.Repo` (its common dir is used, so all worktrees share
+            :class:`git_iterare.git.repo.Repo` (its common dir is used, so all worktrees share
             the records).
 
     Raises:
@@ -230,7 +173,7 @@ class RunStore:
 
         wanted = set(statuses) if statuses is not None else None
         out = []
-        for entry in index.load_entries(self.common_dir, self):
+        for entry in index.load_entries(self.common_dir, self.repo):
             rec = entry.record
             if rec is None:
                 continue
@@ -256,7 +199,7 @@ class RunStore:
         from git_iterare.runs import index
 
         def readable() -> list[index.Entry]:
-            return [e for e in index.load_entries(self.common_dir, self) if e.ok]
+            return [e for e in index.load_entries(self.common_dir, self.repo) if e.ok]
 
         if arg is None:
             entries = readable()

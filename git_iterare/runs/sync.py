@@ -32,7 +32,8 @@ from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
 from git_iterare.runs.record import STATUS_RANK, CorruptRecord
-from git_iterare.runs.store import LOG_JSONL, RunStore, Snapshot, read_snapshot, write_record_commit
+from git_iterare.runs.snapshot import LOG_JSONL, Snapshot, read_snapshot
+from git_iterare.runs.store import RunStore, write_record_commit
 
 REMOTE_NS = "refs/iterare-remote/"
 
@@ -63,7 +64,7 @@ class SyncResult:
 def default_remote(store: RunStore, *, for_push: bool = False) -> str:
     """The remote git would use: the branch's (push) remote, ``remote.pushDefault`` for
     pushes, else ``origin``."""
-    from git_iterare.repo import read_git_config
+    from git_iterare.proc import read_git_config
 
     branch = proc.git("symbolic-ref", "--short", "-q", "HEAD", check=False).stdout.strip()
     values = {e.key: e.value for e in read_git_config(r"^(branch\..*\.(remote|pushremote)|"
@@ -125,7 +126,7 @@ def fetch(store: RunStore, remote: str) -> SyncResult:
         if name.startswith("runs/"):
             run_id = name[len("runs/"):]
             try:
-                result.outcomes[run_id] = merge_run(store, run_id, sha.encode())
+                result.outcomes[run_id] = merge_record(store, run_id, sha.encode())
             except CorruptRecord as exc:
                 result.skipped[run_id] = exc.problem
             except UserError as exc:
@@ -207,7 +208,7 @@ def _rank(snap: Snapshot, repo_commit: Commit) -> tuple:
     return (STATUS_RANK.get(rec.status, 0), latest, repo_commit.commit_time)
 
 
-def merge_run(store: RunStore, run_id: str, theirs: bytes) -> str:
+def merge_record(store: RunStore, run_id: str, theirs: bytes) -> str:
     """Merge the record commit ``theirs`` into ``refs/iterare/runs/<id>``.
 
     Returns:

@@ -285,7 +285,7 @@ def ensure_image(config: Any, repo: Any = None,
 
     Args:
         config: a :class:`git_iterare.config.Config`.
-        repo: a :class:`git_iterare.repo.Repo`, or None (no project layer).
+        repo: a :class:`git_iterare.git.repo.Repo`, or None (no project layer).
         progress: receives one line per build step.
 
     Raises:

@@ -29,7 +29,7 @@ def find_page(name: str, section: str = "1") -> Path | None:
     here = Path(__file__).resolve().parent
     for folder in (
         Path(sys.prefix) / "share" / "man" / f"man{section}",
-        here.parent / "man",
+        here.parents[1] / "man",
     ):
         candidate = folder / filename
         if candidate.is_file():
@@ -46,7 +46,7 @@ def link_source_pages() -> None:
     checkout it links pages that are missing (silently skipped when the prefix is not
     writable).
     """
-    source = Path(__file__).resolve().parent.parent / "man"
+    source = Path(__file__).resolve().parents[2] / "man"
     target = Path(sys.prefix) / "share" / "man"
     if not (source / "git-iterare.1").is_file():
         return

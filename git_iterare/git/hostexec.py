@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from git_iterare.repo import Repo
-from git_iterare.workspace import common_git
+from git_iterare.git.repo import Repo, common_git
 
 #: The data file, inside the package.
 DATA_FILE = "host-executables.toml"

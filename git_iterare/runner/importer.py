@@ -8,7 +8,7 @@
    dulwich (its ``info/alternates`` is ignored: the agent could point it anywhere), checking
    each object's id against its content and its type against where it was referenced.
    The git CLI never runs inside the run gitdir.
-2. *Autocommit*: stage the worktree with :mod:`git_iterare.safegit` (no hooks, filters or
+2. *Autocommit*: stage the worktree with :mod:`git_iterare.git.safegit` (no hooks, filters or
    config from the agent) on top of the imported head, and when the tree differs write a
    commit (``git commit-tree``, author and committer the agent) with trailers.
 3. *Move the branch*: ``refs/heads/iterare/<id>`` in the main repository, with dulwich
@@ -26,22 +26,28 @@ import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from git_iterare import boundedfs, checkout, proc, safegit
+from git_iterare import boundedfs, proc
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.repo import Repo
-from git_iterare.workspace import (
+from git_iterare.git import checkout, safegit
+from git_iterare.git.repo import Repo, common_git
+from git_iterare.runner.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
     RunWorkspace,
+    branch_head,
     checkout_map_path,
     chown_tree,
-    common_git,
+    is_ancestor,
+    read_run_ref,
     worktree_admin_dir,
 )
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+if TYPE_CHECKING:
+    from dulwich.object_store import BaseObjectStore, DiskObjectStore
+
 TRAILER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 
 
@@ -73,7 +79,7 @@ class FinishResult:
         nested_repos: nested repositories in the worktree that were not committed.
         skipped: other paths of the worktree not committed (FIFOs, sockets, devices,
             files and directories over a limit; see
-            :class:`~git_iterare.safegit.Skipped`).
+            :class:`~git_iterare.git.safegit.Skipped`).
         rejected_head: why the run gitdir's branch was not imported (a symlinked or
             symbolic ref, a corrupt object, history not descending from the base or
             diverged), or None. The worktree is committed all the same, so its files are
@@ -91,7 +97,7 @@ class FinishResult:
     skipped: tuple[safegit.Skipped, ...] = ()
 
 
-def _own_object_store(path: Path):
+def _own_object_store(path: Path) -> DiskObjectStore:
     """A dulwich store over a run gitdir's object dir that never consults its alternates.
 
     The agent writes ``info/alternates``: following it would read (and import) objects
@@ -101,7 +107,7 @@ def _own_object_store(path: Path):
 
     class OwnObjectStore(DiskObjectStore):
         @property
-        def alternates(self):
+        def alternates(self) -> list[BaseObjectStore]:
             return []
 
     return OwnObjectStore(str(path))
@@ -122,66 +128,6 @@ def _check_plain_tree(root: Path) -> None:
                 raise OperationFailed(
                     f"{os.path.join(top, name)} is not a regular file or directory; "
                     "refusing to import from this run gitdir")
-
-
-def read_run_ref(gitdir: Path, ref: str) -> str | None:
-    """Read ``ref`` from a run gitdir without following anything the agent could plant.
-
-    Looks at the loose ref file, then ``packed-refs``. Every path component must be a
-    plain directory/file (no symlinks), and the value a 40-hex id (no ``ref:``).
-
-    Args:
-        gitdir: the run gitdir.
-        ref: full ref name, ``refs/heads/iterare/<id>``.
-
-    Returns:
-        The hex id, or None when the ref does not exist.
-
-    Raises:
-        OperationFailed: the ref is a symlink, symbolic, not a hex id, not a regular file,
-            or larger than :data:`~git_iterare.limits.MAX_REF_FILE_BYTES`
-            (``packed-refs``: :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`).
-    """
-    path = gitdir
-    for part in ref.split("/"):
-        path = path / part
-        if path.is_symlink():
-            raise OperationFailed(f"{path} is a symlink; refusing to read the run's ref")
-    try:
-        value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES,
-                                       limit_name="MAX_REF_FILE_BYTES").decode(
-            "utf-8", "replace").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    else:
-        if not HEX40.match(value):
-            raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
-        return value
-    packed = gitdir / "packed-refs"
-    try:
-        data = boundedfs.read_regular(packed, lim.MAX_PACKED_REFS_BYTES,
-                                      limit_name="MAX_PACKED_REFS_BYTES")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for line in data.decode("utf-8", "replace").splitlines():
-        sha, _, name = line.partition(" ")
-        if name == ref:
-            if not HEX40.match(sha):
-                raise OperationFailed(f"{packed}: bad id for {ref}")
-            return sha
-    return None
-
-
-def branch_head(repo: Repo, ref: str) -> str | None:
-    """The hex id ``ref`` points at in the main repository, None when it does not exist."""
-    result = common_git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
-    return str(result.stdout.strip()) if result.returncode == 0 else None
-
-
-def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
-    """True when ``ancestor`` is ``descendant`` or one of its ancestors (main repository)."""
-    return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
-                      check=False).returncode == 0
 
 
 def _raw_id(type_name: bytes, raw: bytes) -> str:
@@ -481,37 +427,10 @@ def _changes(repo: Repo, base: str, head: str) -> Changes:
     return Changes(files=files, insertions=ins, deletions=dels)
 
 
-def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | None:
-    """Describe work of a run not yet on its branch, or None when there is none.
-
-    Looks for commits in the run gitdir not imported, and for changes in the worktree not
-    committed (compared with the branch head ``head``).
-    """
-    problems = []
-    if ws.gitdir.is_dir():
-        try:
-            run_head = read_run_ref(ws.gitdir, ws.ref)
-        except OperationFailed as exc:
-            run_head, problems = None, [exc.message]
-        if run_head and (head is None or not is_ancestor(repo, run_head, head)):
-            problems.append("the run gitdir has commits that were not imported")
-    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink():
-        plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
-                                      checkout_map_path(ws), ws.ref, commit=False)
-        problems.extend(plan.pending)
-        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
-                              filters=plan.filter_text) as view:
-            tree = view.snapshot(head, drop=ws.included, unchanged=plan.unchanged,
-                                 gitlinks=plan.gitlinks)
-        if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
-            problems.append("the worktree has uncommitted changes")
-    return "; ".join(problems) or None
-
-
 def _return_ownership(repo: Repo, worktree: Path) -> None:
     """As root, give the run worktree back to the main worktree's owner.
 
-    :func:`~git_iterare.workspace.prepare_run` chowned it to the agent's uid; once the
+    :func:`~git_iterare.runner.workspace.prepare_run` chowned it to the agent's uid; once the
     agent has stopped, the user must be able to use git in it (git refuses a worktree
     owned by someone else: ``safe.directory``).
     """

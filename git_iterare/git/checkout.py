@@ -3,8 +3,8 @@
 The run's worktree holds the *full* tree of its base commit, whatever the user's own
 checkout looks like: sparse checkout (cone or not), ``skip-worktree`` and
 ``assume-unchanged`` bits belong to the user's worktree and index and are never looked
-at. Files are checked out by the host through :mod:`git_iterare.safegit` with the
-attributes and filter programs :mod:`git_iterare.filters` allows (the user's smudge
+at. Files are checked out by the host through :mod:`git_iterare.git.safegit` with the
+attributes and filter programs :mod:`git_iterare.git.filters` allows (the user's smudge
 filters, Git LFS offline, ``ident``, ``text``/``eol``, ``core.autocrlf``).
 
 Initialized submodules (a gitlink in the base whose ``.gitmodules`` name has a
@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import filters, proc, safegit
+from git_iterare import proc
+from git_iterare.git import filters, safegit
 
 MAP_VERSION = "iterare-checkout-v1"
 

@@ -20,7 +20,9 @@ Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw),
 ``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
 
 Everything the agent can write (worktree, run gitdir) is read back only through
-:mod:`git_iterare.importer` (dulwich) and :mod:`git_iterare.safegit` (hardened git).
+:func:`read_run_ref` (no symlinks, no symbolic refs), :mod:`git_iterare.runner.importer`
+(dulwich) and :mod:`git_iterare.git.safegit` (hardened git); :func:`unfinished_work` tells
+whether a run's trees hold work not yet on its branch (the importer, cleanup and reuse ask).
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare import boundedfs, checkout, proc, safegit, ui
+from git_iterare import boundedfs, proc, ui
+from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git import checkout, safegit
+from git_iterare.git.repo import Repo, common_git
+from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
 CONTAINER_WORKTREE = "/workspace"
@@ -60,21 +66,6 @@ RUN_GITDIR_CONFIG = f"""\
 \tname = {AGENT_NAME}
 \temail = {AGENT_EMAIL}
 """
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount for the container.
-
-    Attributes:
-        host: absolute path on the host.
-        container: absolute path inside the container.
-        read_only: mounted read-only.
-    """
-
-    host: Path
-    container: str
-    read_only: bool
 
 
 @dataclass(frozen=True)
@@ -170,11 +161,6 @@ def worktree_path(repo: Repo, run_id: str) -> Path:
 def gitdir_path(repo: Repo, run_id: str) -> Path:
     """``<common dir>/iterare/gitdirs/<id>``."""
     return repo.common_dir / "iterare" / "gitdirs" / run_id
-
-
-def common_git(repo: Repo, *args: str, **kwargs):
-    """Run git on the user's repository (its common dir), ignoring inherited GIT_* paths."""
-    return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
 
 
 def resolve_commit(repo: Repo, commitish: str) -> str:
@@ -343,7 +329,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
     # user's (npm install, direnv...) would run it on the host. No checkout: git would
     # copy the user's sparse-checkout patterns and take attributes from the base's tree;
-    # the host checks out the full tree itself (git_iterare.checkout).
+    # the host checks out the full tree itself (git_iterare.git.checkout).
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
                "--no-checkout", "--no-track", "-b", branch, str(worktree), base_commit,
                cwd=_top(repo))
@@ -378,7 +364,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
 
 def checkout_map_path(ws: RunWorkspace) -> Path:
     """``<common dir>/iterare/gitdirs/<id>.checkout``: what the host checked out for the
-    run (:mod:`git_iterare.checkout`); host-only, never mounted."""
+    run (:mod:`git_iterare.git.checkout`); host-only, never mounted."""
     return ws.gitdir.with_name(ws.run_id + ".checkout")
 
 
@@ -425,6 +411,96 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
         agent_uid=uid, agent_gid=gid, included=included)
 
 
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def read_run_ref(gitdir: Path, ref: str) -> str | None:
+    """Read ``ref`` from a run gitdir without following anything the agent could plant.
+
+    Looks at the loose ref file, then ``packed-refs``. Every path component must be a
+    plain directory/file (no symlinks), and the value a 40-hex id (no ``ref:``).
+
+    Args:
+        gitdir: the run gitdir.
+        ref: full ref name, ``refs/heads/iterare/<id>``.
+
+    Returns:
+        The hex id, or None when the ref does not exist.
+
+    Raises:
+        OperationFailed: the ref is a symlink, symbolic, not a hex id, not a regular file,
+            or larger than :data:`~git_iterare.limits.MAX_REF_FILE_BYTES`
+            (``packed-refs``: :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`).
+    """
+    path = gitdir
+    for part in ref.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise OperationFailed(f"{path} is a symlink; refusing to read the run's ref")
+    try:
+        value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES,
+                                       limit_name="MAX_REF_FILE_BYTES").decode(
+            "utf-8", "replace").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    else:
+        if not HEX40.match(value):
+            raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
+        return value
+    packed = gitdir / "packed-refs"
+    try:
+        data = boundedfs.read_regular(packed, lim.MAX_PACKED_REFS_BYTES,
+                                      limit_name="MAX_PACKED_REFS_BYTES")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for line in data.decode("utf-8", "replace").splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref:
+            if not HEX40.match(sha):
+                raise OperationFailed(f"{packed}: bad id for {ref}")
+            return sha
+    return None
+
+
+def branch_head(repo: Repo, ref: str) -> str | None:
+    """The hex id ``ref`` points at in the main repository, None when it does not exist."""
+    result = common_git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
+    return str(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
+    """True when ``ancestor`` is ``descendant`` or one of its ancestors (main repository)."""
+    return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
+                      check=False).returncode == 0
+
+
+def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | None:
+    """Describe work of a run not yet on its branch, or None when there is none.
+
+    Looks for commits in the run gitdir not imported, and for changes in the worktree not
+    committed (compared with the branch head ``head``).
+    """
+    problems = []
+    if ws.gitdir.is_dir():
+        try:
+            run_head = read_run_ref(ws.gitdir, ws.ref)
+        except OperationFailed as exc:
+            run_head, problems = None, [exc.message]
+        if run_head and (head is None or not is_ancestor(repo, run_head, head)):
+            problems.append("the run gitdir has commits that were not imported")
+    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink():
+        plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
+                                      checkout_map_path(ws), ws.ref, commit=False)
+        problems.extend(plan.pending)
+        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
+                              filters=plan.filter_text) as view:
+            tree = view.snapshot(head, drop=ws.included, unchanged=plan.unchanged,
+                                 gitlinks=plan.gitlinks)
+        if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
+            problems.append("the worktree has uncommitted changes")
+    return "; ".join(problems) or None
+
+
 def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
               agent_uid: int | None = None, *, alternates: str = CONTAINER_OBJECTS
               ) -> RunWorkspace:
@@ -440,12 +516,10 @@ def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
         OperationFailed: the previous run's branch is missing, or it has unfinished work;
             and whatever :func:`prepare_run` raises.
     """
-    from git_iterare import importer
-
-    head = importer.branch_head(repo, previous.ref)
+    head = branch_head(repo, previous.ref)
     if head is None:
         raise OperationFailed(f"run {previous.run_id} has no branch {previous.branch}")
-    pending = importer.unfinished_work(repo, previous, head)
+    pending = unfinished_work(repo, previous, head)
     if pending:
         raise OperationFailed(f"run {previous.run_id} has unfinished work ({pending})",
                               hint="finish that run first so its work is committed")
@@ -503,14 +577,12 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
             command to use).
         ExternalError: git failed.
     """
-    from git_iterare import importer
-
-    head = importer.branch_head(repo, ws.ref)
+    head = branch_head(repo, ws.ref)
     if not force:
         problems = []
         if head is not None and not merged and not _merged(repo, head):
             problems.append(f"{ws.branch} is not merged into any local branch")
-        pending = importer.unfinished_work(repo, ws, head)
+        pending = unfinished_work(repo, ws, head)
         if pending:
             problems.append(pending)
         if problems:

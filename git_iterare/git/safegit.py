@@ -10,7 +10,7 @@ is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never d
 * ``GIT_DIR`` is a fresh directory under ``<common dir>/iterare/tmp`` holding only a
   minimal config of ours (``core.hooksPath=/dev/null``, ``core.fsmonitor=false``; the
   user's ``core.autocrlf``/``core.eol`` carried over; filter drivers only when the caller
-  passes the user's, see :mod:`git_iterare.filters`), ``info/attributes`` that unsets
+  passes the user's, see :mod:`git_iterare.git.filters`), ``info/attributes`` that unsets
   ``filter`` for every path or, when the caller passes one, the text built from a trusted
   commit's attributes (``$GIT_DIR/info/attributes`` beats every ``.gitattributes`` in the
   tree), and ``info/exclude`` listing nested repositories.
@@ -311,7 +311,7 @@ class SafeGit:
             unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
                 host checked out from ``blob id``: recorded as that blob, never read
                 again (no clean filter runs on them; see
-                :func:`git_iterare.checkout.unchanged_entries`).
+                :func:`git_iterare.git.checkout.unchanged_entries`).
             gitlinks: ``(commit id, path)`` of submodules whose recorded commit changes.
 
         Returns:
@@ -359,9 +359,9 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
         index_file: the index to use; a fresh one inside the scratch dir when None.
         attributes: the scratch gitdir's ``info/attributes`` (it beats every
             ``.gitattributes`` in the worktree); None: :data:`SCRATCH_ATTRIBUTES`, no
-            filter for any path. See :func:`git_iterare.filters.attributes_text`.
+            filter for any path. See :func:`git_iterare.git.filters.attributes_text`.
         filters: config text appended to the scratch config: the user's filter drivers
-            (:func:`git_iterare.filters.filter_config`), never the agent's.
+            (:func:`git_iterare.git.filters.filter_config`), never the agent's.
         objects: the object directory to read and write; ``common_dir/objects`` when
             None (a submodule's, under ``.git/modules``, for its files).
 

@@ -1,4 +1,4 @@
-"""Finding the repository the way git does, and reading its configuration.
+"""Finding the repository the way git does.
 
 ``git iterare`` is started by git, so the current directory, ``git -C``, ``GIT_DIR`` and
 ``GIT_WORK_TREE`` already say which repository is meant; we ask ``git rev-parse`` rather
@@ -7,8 +7,10 @@ than guess, which also handles linked worktrees and subdirectories.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import ExternalError, UserError
@@ -94,46 +96,12 @@ def discover(cwd: str | Path | None = None) -> Repo:
     return Repo(git_dir=git_dir, common_dir=common_dir, work_tree=work_tree)
 
 
-@dataclass(frozen=True)
-class GitConfigEntry:
-    """One value from ``git config``: the key as git prints it (lower case), the value and
-    its origin (``file:/path`` or ``command line:``)."""
+def common_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """Run git on the user's repository (its common dir), ignoring inherited GIT_* paths.
 
-    key: str
-    value: str
-    origin: str
-
-
-def read_git_config(pattern: str, cwd: str | Path | None = None) -> list[GitConfigEntry]:
-    """Read git configuration entries whose key matches a regular expression.
-
-    Includes ``git -c`` values (git passes them in ``GIT_CONFIG_PARAMETERS``), and works
-    outside a repository (global and system files only).
-
-    Args:
-        pattern: extended regular expression matched against lower-cased keys, as
-            ``git config --get-regexp`` does.
-        cwd: directory to run in.
-
-    Returns:
-        Entries in git's order (system, global, local, worktree, command line), so later
-        entries override earlier ones.
+    Keyword arguments go to :func:`git_iterare.proc.run` (``check``, ``input``, ``text``).
 
     Raises:
-        ExternalError: git failed (a malformed config file, for instance).
+        ExternalError: git failed and ``check`` was not false.
     """
-    result = proc.git(
-        "config", "-z", "--show-origin", "--get-regexp", pattern, cwd=cwd, check=False
-    )
-    if result.returncode == 1:  # no key matched
-        return []
-    if result.returncode != 0:
-        raise ExternalError(["git", "config", "--get-regexp", pattern], result.returncode,
-                            result.stderr)
-    entries = []
-    fields = result.stdout.split("\0")
-    # -z with --show-origin gives: origin NUL key NEWLINE value NUL
-    for origin, keyval in zip(fields[0:-1:2], fields[1::2], strict=True):
-        key, _, value = keyval.partition("\n")
-        entries.append(GitConfigEntry(key=key, value=value, origin=origin))
-    return entries
+    return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)

@@ -16,7 +16,7 @@ user's worktree, with two guarantees on top:
 Hooks are switched off for the merge and the commit (``core.hooksPath=/dev/null``): the
 merged content is the agent's, and a hook directory inside the tree (``core.hooksPath =
 .githooks``) would otherwise run what the agent wrote there at once. Run
-:func:`git_iterare.hostexec.host_executable_changes` first to show such files.
+:func:`git_iterare.git.hostexec.host_executable_changes` first to show such files.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from git_iterare import proc
 from git_iterare.errors import ExternalError, OperationFailed, UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")

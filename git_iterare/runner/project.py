@@ -1,0 +1,87 @@
+"""Setting up: a repository's ``.iterare/`` (``git iterare init``), the user's
+configuration directory (``git iterare install``), and rewriting a project Dockerfile
+that builds on iterare's image so it builds on git-iterare's.
+
+A facade over :mod:`git_iterare.scaffold` and the image module's Dockerfile reading, so
+the command line touches no files itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_iterare.git.repo import Repo
+from git_iterare.scaffold import Written
+
+__all__ = ["DockerfileRewrite", "Written", "init", "install", "legacy_rewrite"]
+
+
+@dataclass(frozen=True)
+class DockerfileRewrite:
+    """A project Dockerfile that builds on iterare's image, and what it becomes.
+
+    Attributes:
+        path: the Dockerfile.
+        legacy: the iterare image it names.
+        text: its new content, ``FROM`` git-iterare's image.
+    """
+
+    path: Path
+    legacy: str
+    text: str
+
+    def apply(self) -> None:
+        """Write :attr:`text` to :attr:`path` (bytes that are not UTF-8 kept).
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        self.path.write_text(self.text, encoding="utf-8", errors="surrogateescape")
+
+
+def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
+    """Create ``.iterare/`` (config, Dockerfile FROM ``image``, example prompt, .gitignore)
+    in the main worktree of ``repo``; existing files are kept unless ``force``.
+
+    Raises:
+        UserError: the repository is bare.
+        OSError: a file cannot be written.
+    """
+    from git_iterare import scaffold
+    from git_iterare.errors import UserError
+
+    top = repo.main_work_tree
+    if top is None:
+        raise UserError("this is a bare repository; run `git iterare init` in a worktree")
+    return scaffold.init_project(top, image, force)
+
+
+def install() -> list[Written]:
+    """Create the global configuration directory (0700) and a commented config.toml.
+
+    Raises:
+        OSError: they cannot be written.
+    """
+    from git_iterare import scaffold
+
+    return scaffold.install_global()
+
+
+def legacy_rewrite(repo: Repo, image: str) -> DockerfileRewrite | None:
+    """The rewrite of ``repo``'s ``.iterare/Dockerfile`` when it builds on iterare's image
+    (``iterare init`` wrote it), FROM ``image``; None when it does not, or is unreadable.
+    """
+    from git_iterare import scaffold
+    from git_iterare.sandbox.image import legacy_dockerfile
+
+    dockerfile = repo.iterare_dir / "Dockerfile"
+    try:
+        text = dockerfile.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+    legacy = legacy_dockerfile(text, image)
+    if legacy is None:
+        return None
+    new = scaffold.DOCKERFILE.format(image=image) if legacy.names_only else legacy.text
+    return DockerfileRewrite(path=dockerfile, legacy=legacy.legacy, text=new)
