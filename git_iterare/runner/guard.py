@@ -174,7 +174,8 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
                        env: Mapping[str, str]) -> tuple[str, ...]:
     """The networks ``--docker-network`` and ``--docker-compose`` attach the run to (the
     user's own request: no approval), each refused when it would leave the sandbox's
-    namespace (:func:`git_iterare.sandbox.safety.check_network`).
+    namespace (:func:`git_iterare.sandbox.safety.check_network`); the compose network also
+    when it is not this checkout's (:func:`check_compose_owner`, which asks the engine).
 
     Args:
         repo: the repository; its main worktree holds the compose project.
@@ -184,7 +185,8 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
         env: the environment (``COMPOSE_PROJECT_NAME``).
 
     Raises:
-        UserError: a refused network name.
+        UserError: a refused network name, or a compose network of another directory.
+        OperationFailed: the engine cannot be reached (``--docker-compose`` only).
     """
     from git_iterare import ui
     from git_iterare.sandbox.networks import compose_network
@@ -198,7 +200,42 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
             ui.warn("--docker-compose: no compose file in the project; no network added")
         else:
             found.append(check_network(name, f"--docker-compose network {name}"))
+            if repo is not None:  # always, as the name came from its work tree
+                check_compose_owner(repo, name)
     return tuple(dict.fromkeys(n for n in found if n))
+
+
+def check_compose_owner(repo: Repo, network: str) -> None:
+    """Refuse the ``--docker-compose`` network ``network`` unless Docker Compose's labels
+    say it belongs to this checkout: every directory they name
+    (:func:`git_iterare.sandbox.networks.compose_owner_dirs`) is the repository's main work
+    tree or current work tree, or inside one (symlinks resolved). The repository chooses
+    the compose project's name; without this check it could name another project's
+    network. Asks the engine; nothing is created. A network the engine does not have is
+    left to :func:`network_cidrs`, which reports it.
+
+    Raises:
+        UserError: no label names a directory, or one names a directory outside the
+            checkout.
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.networks import compose_owner_dirs
+
+    owners = compose_owner_dirs(network)
+    if owners is None:
+        return
+    trees = [t.resolve() for t in (repo.main_work_tree, repo.work_tree) if t is not None]
+    hint = f"attach a network you choose with `--docker-network {network}`"
+    if not owners:
+        raise UserError(f"--docker-compose network {network}: Docker Compose's labels name "
+                        "no directory it belongs to, so it may be another project's",
+                        hint=hint)
+    for owner in owners:
+        real = Path(owner).resolve() if os.path.isabs(owner) else None
+        if real is None or not any(real == t or t in real.parents for t in trees):
+            raise UserError(f"--docker-compose network {network} belongs to the compose "
+                            f"project in {owner}, not to this checkout ({trees[0]})",
+                            hint=hint)
 
 
 def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:

@@ -81,6 +81,51 @@ def compose_network(directory: Path, env: Mapping[str, str]) -> str | None:
     return f"{name}_default" if name else None
 
 
+#: The label Docker Compose (v1 and v2) puts on a project's networks, containers, volumes.
+PROJECT_LABEL = "com.docker.compose.project"
+
+#: The label naming the directory a compose project was started from. Compose puts it on
+#: the project's containers (not on its networks); a network may carry it too.
+WORKING_DIR_LABEL = "com.docker.compose.project.working_dir"
+
+
+def compose_owner_dirs(name: str) -> tuple[str, ...] | None:
+    """The directories the engine's network ``name`` belongs to, by Docker Compose's
+    labels: the network's own ``com.docker.compose.project.working_dir`` label, and that
+    label of every container (running or not) of the compose project the network's
+    ``com.docker.compose.project`` label names.
+
+    A repository names the project (``name:``, ``COMPOSE_PROJECT_NAME`` in ``.env``) but
+    cannot set labels on the engine, so these directories tell whether a network of that
+    name is this checkout's.
+
+    Returns:
+        The directories as the labels give them (absolute paths on the machine that ran
+        Compose), sorted and without duplicates; empty when no label names one; None when
+        the engine has no such network.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"inspect the network {name}"):
+        try:
+            network = client().networks.get(name)
+        except docker.errors.NotFound:
+            return None
+        labels = network.attrs.get("Labels") or {}
+        found = [labels.get(WORKING_DIR_LABEL)]
+        project = labels.get(PROJECT_LABEL)
+        if isinstance(project, str) and project:
+            for container in client().containers.list(
+                    all=True, filters={"label": f"{PROJECT_LABEL}={project}"}):
+                found.append((container.labels or {}).get(WORKING_DIR_LABEL))
+    return tuple(sorted({d for d in found if isinstance(d, str) and d}))
+
+
 def network_names(name: str) -> tuple[str, ...]:
     """The names the containers on the engine's network ``name`` answer to there: their
     container names and network aliases (compose's service names), as Docker's embedded
