@@ -259,3 +259,29 @@ def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:
         cidrs += network_subnets(name)
     return tuple(dict.fromkeys(cidrs))
 
+
+
+def attached_names(networks: Sequence[str], domains: Sequence[str]) -> tuple[str, ...]:
+    """The names of containers on ``networks`` the sandbox's resolver may answer
+    (:func:`git_iterare.sandbox.networks.network_names`), without those that would shadow
+    an allowlisted or public name
+    (:func:`git_iterare.sandbox.networks.split_local_names`); one warning names what was
+    left out.
+
+    Args:
+        networks: the networks the run is attached to.
+        domains: the run's allowlist entries.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare import ui
+    from git_iterare.sandbox.networks import network_names, split_local_names
+
+    kept, dropped = split_local_names(
+        [n for net in networks for n in network_names(net)], domains)
+    if dropped:
+        ui.warn("names of containers on the attached networks that look like public or "
+                f"allowlisted names do not resolve in the sandbox: {', '.join(dropped)} "
+                "(use their addresses, or single-label names such as db)")
+    return kept

@@ -22,6 +22,7 @@ from git_iterare.errors import UserError
 from git_iterare.repo import Repo
 from git_iterare.runner.guard import (
     admit,
+    attached_names,
     check_network_on_engine,
     exclude_in_run,
     network_cidrs,
@@ -255,11 +256,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     if networks:  # only the subnets of the networks asked for get through the firewall
         import dataclasses
 
-        from git_iterare.sandbox.networks import network_names
-
         policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
-            (*policy.cidrs, *network_cidrs(networks)))), local_names=tuple(dict.fromkeys(
-                n for net in networks for n in network_names(net))))
+            (*policy.cidrs, *network_cidrs(networks)))),
+            local_names=attached_names(networks, policy.domains))
     image = ensure_image(config, repo, progress)
     record = store.create(
         request.name or prompt.run_name,

@@ -14,7 +14,7 @@ lower-cased, keeping ``a-z``, ``0-9``, ``_`` and ``-``, leading ``_``/``-`` drop
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from git_iterare.errors import UserError
@@ -164,6 +164,57 @@ def network_names(name: str) -> tuple[str, ...]:
                         and not container.id.startswith(alias)):
                     found.append(alias.lower())
     return tuple(dict.fromkeys(found))
+
+
+#: Name endings kept for local use, never delegated on the public internet: names under
+#: them (``db.local``, ``api.internal``) may stand for containers on an attached network.
+PRIVATE_SUFFIXES = ("local", "internal", "test", "localhost", "lan", "home.arpa")
+
+
+def _public_shaped(name: str) -> bool:
+    """Whether ``name`` has a dot and ends in a label shaped like a public top-level
+    domain (letters only, or an IDN ``xn--`` label), outside :data:`PRIVATE_SUFFIXES`."""
+    if "." not in name or any(name.endswith("." + s) for s in PRIVATE_SUFFIXES):
+        return False
+    last = name.rsplit(".", 1)[1]
+    return bool(re.fullmatch(r"[a-z]{2,63}|xn--[a-z0-9-]{1,59}", last))
+
+
+def split_local_names(names: Sequence[str], domains: Sequence[str]
+                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Split names of containers on attached networks into those the sandbox's resolver
+    may answer from Docker's DNS and those it must not.
+
+    A container's name and aliases come from whoever runs it (a repository's compose file
+    among them), and the resolver answers them before the allowlist: an alias
+    ``api.anthropic.com`` would take the agent's requests, credentials included, to that
+    container. Left out: names equal to, below or above an allowlisted name (``*.``
+    wildcards and ``name:port`` entries by their name), and names with a dot that end in
+    a public top-level-domain shape. Single labels (``db``, ``myproj-db-1``) and names
+    under :data:`PRIVATE_SUFFIXES` are kept.
+
+    Args:
+        names: lower-case host names (:func:`network_names`).
+        domains: the policy's allowlist entries (``name``, ``*.name``, ``name:port``).
+
+    Returns:
+        (kept, left out), each in the order given, without duplicates.
+    """
+    bases = set()
+    for entry in domains:
+        base = entry.strip().lower().removeprefix("*.").rstrip(".")
+        base = base.rsplit(":", 1)[0] if re.search(r":[0-9]+$", base) else base
+        if base:
+            bases.add(base)
+
+    def clashes(name: str) -> bool:
+        return any(name == b or name.endswith("." + b) or b.endswith("." + name)
+                   for b in bases)
+
+    unique = [n.lower().rstrip(".") for n in dict.fromkeys(names)]
+    dropped = tuple(dict.fromkeys(n for n in unique if clashes(n) or _public_shaped(n)))
+    kept = tuple(dict.fromkeys(n for n in unique if n not in dropped))
+    return kept, dropped
 
 
 def network_subnets(name: str) -> tuple[str, ...]:
