@@ -4,7 +4,8 @@
   following a symlink and without blocking on a FIFO), and only up to a limit.
 * :func:`walk` is an iterative :func:`os.walk` (Python 3.11's recurses, and a tree 1,000
   directories deep raises RecursionError); it never follows symlinks.
-* :func:`remove_tree` is an iterative :func:`shutil.rmtree`.
+* :func:`remove_tree` is an iterative :func:`shutil.rmtree`; :func:`make_removable`
+  gives the caller's own directories below a path back the permissions removal needs.
 """
 
 from __future__ import annotations
@@ -134,3 +135,50 @@ def remove_tree(path: Path | str) -> None:
             raise
         # Deeper than a path can name: rm walks by file descriptor, without a depth limit.
         subprocess.run(["rm", "-rf", "--", top], check=True, capture_output=True)
+
+
+def _add_owner_rwx(path: str) -> None:
+    """``chmod u+rwx`` the directory ``path`` when the caller owns it and it lacks any of
+    those bits; a symlink (or anything not a directory) is left alone, never followed.
+
+    Raises:
+        OSError: ``path`` cannot be looked at or changed.
+    """
+    flag = getattr(os, "O_PATH", None)
+    if flag is not None and os.path.isdir("/proc/self/fd"):
+        # Opened without following a symlink, then changed through that very inode.
+        try:
+            fd = os.open(path, flag | os.O_NOFOLLOW | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return
+            raise
+        try:
+            info = os.fstat(fd)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
+        finally:
+            os.close(fd)
+        return
+    info = os.lstat(path)
+    if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+            and info.st_mode & 0o700 != 0o700):
+        os.chmod(path, stat.S_IMODE(info.st_mode) | 0o700)
+
+
+def make_removable(path: Path | str) -> None:
+    """Give every directory at and below ``path`` that the caller owns ``u+rwx`` (what
+    listing and removing its entries needs), without following symlinks and without
+    recursion. Directories of other owners, and entries that cannot be looked at, are
+    left as they are: :func:`remove_tree` then names what it cannot remove. A missing
+    ``path`` is not an error.
+    """
+    stack = [os.fspath(path)]
+    while stack:
+        here = stack.pop()
+        try:
+            _add_owner_rwx(here)
+            with os.scandir(here) as entries:
+                stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue

@@ -178,7 +178,8 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
                        env: Mapping[str, str]) -> tuple[str, ...]:
     """The networks ``--docker-network`` and ``--docker-compose`` attach the run to (the
     user's own request: no approval), each refused when it would leave the sandbox's
-    namespace (:func:`git_iterare.sandbox.safety.check_network`).
+    namespace (:func:`git_iterare.sandbox.safety.check_network`); the compose network also
+    when it is not this checkout's (:func:`check_compose_owner`, which asks the engine).
 
     Args:
         repo: the repository; its main worktree holds the compose project.
@@ -188,7 +189,8 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
         env: the environment (``COMPOSE_PROJECT_NAME``).
 
     Raises:
-        UserError: a refused network name.
+        UserError: a refused network name, or a compose network of another directory.
+        OperationFailed: the engine cannot be reached (``--docker-compose`` only).
     """
     from git_iterare import ui
     from git_iterare.sandbox.networks import compose_network
@@ -202,6 +204,8 @@ def requested_networks(repo: Repo | None, names: Sequence[str], compose: bool,
             ui.warn("--docker-compose: no compose file in the project; no network added")
         else:
             found.append(check_network(name, f"--docker-compose network {name}"))
+            if repo is not None:  # always, as the name came from its work tree
+                check_compose_owner(repo, name)
     return tuple(dict.fromkeys(n for n in found if n))
 
 
@@ -219,13 +223,46 @@ def with_networks(policy: EgressPolicy, networks: Sequence[str]) -> EgressPolicy
         return policy
     import dataclasses
 
-    from git_iterare.sandbox.networks import network_gateways, network_names
+    from git_iterare.sandbox.networks import network_gateways
 
     return dataclasses.replace(
         policy, networks=network_cidrs(networks),
         hosts=tuple(dict.fromkeys((*policy.hosts, *(
             g for net in networks for g in network_gateways(net))))),
-        local_names=tuple(dict.fromkeys(n for net in networks for n in network_names(net))))
+        local_names=attached_names(networks, policy.domains))
+
+
+def check_compose_owner(repo: Repo, network: str) -> None:
+    """Refuse the ``--docker-compose`` network ``network`` unless Docker Compose's labels
+    say it belongs to this checkout: every directory they name
+    (:func:`git_iterare.sandbox.networks.compose_owner_dirs`) is the repository's main work
+    tree or current work tree, or inside one (symlinks resolved). The repository chooses
+    the compose project's name; without this check it could name another project's
+    network. Asks the engine; nothing is created. A network the engine does not have is
+    left to :func:`network_cidrs`, which reports it.
+
+    Raises:
+        UserError: no label names a directory, or one names a directory outside the
+            checkout.
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.networks import compose_owner_dirs
+
+    owners = compose_owner_dirs(network)
+    if owners is None:
+        return
+    trees = [t.resolve() for t in (repo.main_work_tree, repo.work_tree) if t is not None]
+    hint = f"attach a network you choose with `--docker-network {network}`"
+    if not owners:
+        raise UserError(f"--docker-compose network {network}: Docker Compose's labels name "
+                        "no directory it belongs to, so it may be another project's",
+                        hint=hint)
+    for owner in owners:
+        real = Path(owner).resolve() if os.path.isabs(owner) else None
+        if real is None or not any(real == t or t in real.parents for t in trees):
+            raise UserError(f"--docker-compose network {network} belongs to the compose "
+                            f"project in {owner}, not to this checkout ({trees[0]})",
+                            hint=hint)
 
 
 def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:
@@ -249,3 +286,29 @@ def network_cidrs(networks: Sequence[str]) -> tuple[str, ...]:
         cidrs += network_subnets(name)
     return tuple(dict.fromkeys(cidrs))
 
+
+
+def attached_names(networks: Sequence[str], domains: Sequence[str]) -> tuple[str, ...]:
+    """The names of containers on ``networks`` the sandbox's resolver may answer
+    (:func:`git_iterare.sandbox.networks.network_names`), without those that would shadow
+    an allowlisted or public name
+    (:func:`git_iterare.sandbox.networks.split_local_names`); one warning names what was
+    left out.
+
+    Args:
+        networks: the networks the run is attached to.
+        domains: the run's allowlist entries.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare import ui
+    from git_iterare.sandbox.networks import network_names, split_local_names
+
+    kept, dropped = split_local_names(
+        [n for net in networks for n in network_names(net)], domains)
+    if dropped:
+        ui.warn("names of containers on the attached networks that look like public or "
+                f"allowlisted names do not resolve in the sandbox: {', '.join(dropped)} "
+                "(use their addresses, or single-label names such as db)")
+    return kept

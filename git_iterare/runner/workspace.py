@@ -32,6 +32,7 @@ import errno
 import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -598,32 +599,65 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
 
 
 def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
-    """Remove worktree (and its registration), run gitdir and gitfile.
+    """Remove the run gitdir, the worktree, the gitfile and checkout map, then the
+    worktree's registration, in that order: whichever step fails, the worktree (or its
+    registration) is still there, so the run stays listed and cleanup can run again.
 
     Returns:
         (the worktree existed, the run gitdir existed).
 
     Raises:
         UserError: ``.iterare/worktrees`` is a symlink (see :func:`check_run_dirs`).
+        OperationFailed: an entry could not be removed, even after giving the user's own
+            directories ``u+rwx`` (one line naming it and what to do).
     """
     check_run_dirs(repo)
     removed_worktree = os.path.lexists(ws.worktree)
+    removed_gitdir = os.path.lexists(ws.gitdir)
+    _remove_run_tree(ws, ws.gitdir)
+    # The files go first, by our own removal (symlinks never followed, directories the
+    # agent locked opened up again): `git worktree remove` would unregister the worktree
+    # even when it fails to remove its files.
+    _remove_run_tree(ws, ws.worktree)
+    for path in (ws.gitfile, checkout_map_path(ws)):
+        _remove_run_tree(ws, path)
     admin = worktree_admin_dir(repo, ws.worktree)
     if admin is not None:
-        try:  # --force: skips git's own dirty check, which would run git status in there
+        try:  # the worktree is gone: this only drops git's registration of it
             common_git(repo, "worktree", "remove", "--force", str(ws.worktree),
                        cwd=_top(repo))
         except ExternalError:
             shutil.rmtree(admin, ignore_errors=True)
-    if os.path.lexists(ws.worktree):
-        boundedfs.remove_tree(ws.worktree)  # iterative: agent trees may be deep
-    removed_gitdir = os.path.lexists(ws.gitdir)
-    if removed_gitdir:
-        boundedfs.remove_tree(ws.gitdir)
-    for path in (ws.gitfile, checkout_map_path(ws)):
-        if os.path.lexists(path):
-            path.unlink()
     return removed_worktree, removed_gitdir
+
+
+def _remove_run_tree(ws: RunWorkspace, path: Path) -> None:
+    """Remove ``path`` (a tree or a file of the run); when that fails, give the user's own
+    directories in it ``u+rwx`` (:func:`boundedfs.make_removable`) and try once more.
+
+    Raises:
+        OperationFailed: it still cannot be removed.
+    """
+    try:
+        boundedfs.remove_tree(path)  # iterative: agent trees may be deep
+        return
+    except (OSError, subprocess.CalledProcessError):
+        boundedfs.make_removable(path)
+    try:
+        boundedfs.remove_tree(path)
+    except OSError as exc:
+        where = exc.filename or path
+        raise OperationFailed(
+            f"cannot remove {where} of run {ws.run_id}: {exc.strerror or exc}",
+            hint=f"make it yours and writable, e.g. `chmod -R u+rwX {path}` as its owner, "
+                 f"then run `git iterare cleanup {ws.run_id}` again") from None
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        raise OperationFailed(
+            f"cannot remove {path} of run {ws.run_id}: "
+            f"{detail[-1] if detail else 'rm failed'}",
+            hint=f"make it yours and writable, e.g. `chmod -R u+rwX {path}` as its owner, "
+                 f"then run `git iterare cleanup {ws.run_id}` again") from None
 
 
 def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:

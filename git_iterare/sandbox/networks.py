@@ -14,7 +14,7 @@ lower-cased, keeping ``a-z``, ``0-9``, ``_`` and ``-``, leading ``_``/``-`` drop
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,51 @@ def compose_network(directory: Path, env: Mapping[str, str]) -> str | None:
     return f"{name}_default" if name else None
 
 
+#: The label Docker Compose (v1 and v2) puts on a project's networks, containers, volumes.
+PROJECT_LABEL = "com.docker.compose.project"
+
+#: The label naming the directory a compose project was started from. Compose puts it on
+#: the project's containers (not on its networks); a network may carry it too.
+WORKING_DIR_LABEL = "com.docker.compose.project.working_dir"
+
+
+def compose_owner_dirs(name: str) -> tuple[str, ...] | None:
+    """The directories the engine's network ``name`` belongs to, by Docker Compose's
+    labels: the network's own ``com.docker.compose.project.working_dir`` label, and that
+    label of every container (running or not) of the compose project the network's
+    ``com.docker.compose.project`` label names.
+
+    A repository names the project (``name:``, ``COMPOSE_PROJECT_NAME`` in ``.env``) but
+    cannot set labels on the engine, so these directories tell whether a network of that
+    name is this checkout's.
+
+    Returns:
+        The directories as the labels give them (absolute paths on the machine that ran
+        Compose), sorted and without duplicates; empty when no label names one; None when
+        the engine has no such network.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"inspect the network {name}"):
+        try:
+            network = client().networks.get(name)
+        except docker.errors.NotFound:
+            return None
+        labels = network.attrs.get("Labels") or {}
+        found = [labels.get(WORKING_DIR_LABEL)]
+        project = labels.get(PROJECT_LABEL)
+        if isinstance(project, str) and project:
+            for container in client().containers.list(
+                    all=True, filters={"label": f"{PROJECT_LABEL}={project}"}):
+                found.append((container.labels or {}).get(WORKING_DIR_LABEL))
+    return tuple(sorted({d for d in found if isinstance(d, str) and d}))
+
+
 def network_names(name: str) -> tuple[str, ...]:
     """The names the containers on the engine's network ``name`` answer to there: their
     container names and network aliases (compose's service names), as Docker's embedded
@@ -120,6 +165,57 @@ def network_names(name: str) -> tuple[str, ...]:
                         and not container.id.startswith(alias)):
                     found.append(alias.lower())
     return tuple(dict.fromkeys(found))
+
+
+#: Name endings kept for local use, never delegated on the public internet: names under
+#: them (``db.local``, ``api.internal``) may stand for containers on an attached network.
+PRIVATE_SUFFIXES = ("local", "internal", "test", "localhost", "lan", "home.arpa")
+
+
+def _public_shaped(name: str) -> bool:
+    """Whether ``name`` has a dot and ends in a label shaped like a public top-level
+    domain (letters only, or an IDN ``xn--`` label), outside :data:`PRIVATE_SUFFIXES`."""
+    if "." not in name or any(name.endswith("." + s) for s in PRIVATE_SUFFIXES):
+        return False
+    last = name.rsplit(".", 1)[1]
+    return bool(re.fullmatch(r"[a-z]{2,63}|xn--[a-z0-9-]{1,59}", last))
+
+
+def split_local_names(names: Sequence[str], domains: Sequence[str]
+                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Split names of containers on attached networks into those the sandbox's resolver
+    may answer from Docker's DNS and those it must not.
+
+    A container's name and aliases come from whoever runs it (a repository's compose file
+    among them), and the resolver answers them before the allowlist: an alias
+    ``api.anthropic.com`` would take the agent's requests, credentials included, to that
+    container. Left out: names equal to, below or above an allowlisted name (``*.``
+    wildcards and ``name:port`` entries by their name), and names with a dot that end in
+    a public top-level-domain shape. Single labels (``db``, ``myproj-db-1``) and names
+    under :data:`PRIVATE_SUFFIXES` are kept.
+
+    Args:
+        names: lower-case host names (:func:`network_names`).
+        domains: the policy's allowlist entries (``name``, ``*.name``, ``name:port``).
+
+    Returns:
+        (kept, left out), each in the order given, without duplicates.
+    """
+    bases = set()
+    for entry in domains:
+        base = entry.strip().lower().removeprefix("*.").rstrip(".")
+        base = base.rsplit(":", 1)[0] if re.search(r":[0-9]+$", base) else base
+        if base:
+            bases.add(base)
+
+    def clashes(name: str) -> bool:
+        return any(name == b or name.endswith("." + b) or b.endswith("." + name)
+                   for b in bases)
+
+    unique = [n.lower().rstrip(".") for n in dict.fromkeys(names)]
+    dropped = tuple(dict.fromkeys(n for n in unique if clashes(n) or _public_shaped(n)))
+    kept = tuple(dict.fromkeys(n for n in unique if n not in dropped))
+    return kept, dropped
 
 
 def _ipam_configs(name: str) -> list[dict[str, Any]]:
