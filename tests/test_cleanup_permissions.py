@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import repo as repo_mod
-from git_iterare import workspace
+from git_iterare.git import repo as repo_mod
+from git_iterare.runner import workspace
 from git_iterare.runs.store import RunStore
 from tests.conftest import git
 from tests.runs_helpers import make_run
