@@ -12,7 +12,7 @@ from git_iterare.cli.registry import COMMANDS
 
 SOURCE = Path(__file__).parent.parent / "git_iterare"
 #: Shell code for completion: its quotes are the shells'.
-NOT_MESSAGES = {"completion.py"}
+NOT_MESSAGES = {"cli/completion_script.py"}
 _NAMES = "|".join(map(re.escape, COMMANDS))
 COMMAND = re.compile(rf"git iterare (?:-|(?:{_NAMES})\b)")
 

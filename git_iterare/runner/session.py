@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from git_iterare.config import Config
 from git_iterare.git.repo import Repo
+
+if TYPE_CHECKING:
+    from git_iterare.config import Config
 
 __all__ = ["Repo", "load_config", "open_repository", "set_verbose"]
 
