@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare.git import repo as repo_mod
 from git_iterare.errors import UserError
+from git_iterare.git import repo as repo_mod
 from git_iterare.runner.guard import check_compose_owner
 from tests.conftest import git, iterare
 
