@@ -67,7 +67,7 @@ def test_policy_from_config_orders_and_dedups(tmp_path: Path) -> None:
                                   ("10.1.0.0/16",), ("10.0.0.2",))
     assert json.loads(policy.to_json()) == {"v": 1, "domains": list(policy.domains),
                                             "cidrs": ["10.1.0.0/16"], "dns": ["10.0.0.2"],
-                                            "hosts": [], "local": []}
+                                            "hosts": [], "local": [], "networks": []}
 
 
 def test_policy_from_config_names_the_file(tmp_path: Path) -> None:

@@ -312,7 +312,7 @@ def test_docker_compose_network_reached(repo: Path, sandbox_user: None) -> None:
         assert "blocked-name-unresolved" in started.stdout
         rid = started.stdout.split()[2]
         rec = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
-        assert subnet in rec["policy"]["cidrs"]
+        assert subnet in rec["policy"]["networks"]
         assert rec["extra"]["networks"] == [network]
         assert subnet in iterare("show", rid, cwd=repo).stdout
         assert "db" in rec["policy"]["local"]
