@@ -52,7 +52,8 @@ def test_contract(agent: Agent) -> None:
 
 def test_contract_credentials_are_secret_env_or_home_files(agent: Agent) -> None:
     try:
-        creds = agent.credentials(make_config(), {"ANTHROPIC_API_KEY": "sk-ant-api-test"})
+        creds = agent.credentials(make_config(), {"ANTHROPIC_API_KEY": "sk-ant-api-test",
+                                                  "GEMINI_API_KEY": "gemini-test-key"})
     except UserError:
         pytest.fail("credentials in the environment must be enough")
     assert isinstance(creds, Credentials)
@@ -63,7 +64,7 @@ def test_contract_credentials_are_secret_env_or_home_files(agent: Agent) -> None
 def test_unknown_agent_lists_valid_names() -> None:
     with pytest.raises(UserError) as info:
         agents.get_agent("gpt")
-    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, shell) "
+    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, gemini, shell) "
                                    "(set run.agent or the prompt's `agent:` to one of them)")
 
 

@@ -480,8 +480,8 @@ def test_unknown_agent_in_frontmatter_names_the_file(project: Path) -> None:
     result = iterare("execute", "odd", cwd=project)
     path = project / ".iterare" / "prompts" / "odd.md"
     assert (result.returncode, result.stderr) == (
-        2, f"error: {path}: agent 'robot' is unknown (valid: claude, shell) (fix the prompt's "
-           "`agent:`)\n")
+        2, f"error: {path}: agent 'robot' is unknown (valid: claude, gemini, shell) "
+           "(fix the prompt's `agent:`)\n")
     assert git("for-each-ref", "refs/iterare", cwd=project).stdout == ""
 
 

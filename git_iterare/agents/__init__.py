@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 #: Agent name -> module defining ``AGENT``.
 REGISTRY: dict[str, str] = {
     "claude": "git_iterare.agents.claude",
+    "gemini": "git_iterare.agents.gemini",
     "shell": "git_iterare.agents.shell",
 }
 

@@ -103,6 +103,28 @@ class RunResult:
     summary: str = ""
 
 
+@dataclass(frozen=True)
+class ImageLayer:
+    """An agent's install step: a Dockerfile built on top of the run's image when the
+    agent runs (its program is not in git-iterare's image).
+
+    The build context holds the Dockerfile and ``ca.pem`` (the CA bundle of
+    ``docker.ca_bundle``, or an empty file). Build arguments given besides
+    :attr:`build_args`: ``BASE_IMAGE`` (the run's image id, which the result must be
+    ``FROM``) and ``BUILDER_IMAGE`` (git-iterare's own image id, which has ``npm``, for a
+    builder stage).
+
+    Attributes:
+        name: short name for the built image's tag (``gemini``).
+        dockerfile: the Dockerfile text.
+        build_args: further build arguments (name -> value).
+    """
+
+    name: str
+    dockerfile: str
+    build_args: Mapping[str, str] = field(default_factory=dict)
+
+
 def text_event(line: str) -> Event:
     """A plain output line."""
     return Event(kind="text", parts=(Part("text", line),), line=line)
@@ -170,6 +192,11 @@ class Agent:
     def environment(self, config: Config) -> dict[str, str]:
         """Non-secret environment variables for the agent process."""
         return {}
+
+    def image_layer(self, config: Config) -> ImageLayer | None:
+        """The install step to build on top of the run's image, or None (the default:
+        the agent's program is in the image already, or needs nothing)."""
+        return None
 
     def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
         """Secrets for the sandbox.

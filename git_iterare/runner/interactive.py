@@ -147,8 +147,12 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         network_cidrs,
         requested_networks,
     )
-    from git_iterare.runner.launch import ca_bundle_path, passthrough_env, sandbox_limits
-    from git_iterare.sandbox.image import ensure_image
+    from git_iterare.runner.launch import (
+        agent_image,
+        ca_bundle_path,
+        passthrough_env,
+        sandbox_limits,
+    )
 
     top = repo.work_tree
     if top is None:
@@ -169,7 +173,7 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
 
         policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
             (*policy.cidrs, *network_cidrs(networks)))))
-    image = ensure_image(config, repo, progress)
+    image = agent_image(config, repo, agent, progress)
     scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
     empty = scratch / "empty"
     empty.mkdir()

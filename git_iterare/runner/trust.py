@@ -40,12 +40,14 @@ from git_iterare.sandbox.trust import (
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,
 #: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, the Claude
-#: gateway (its host is allowlisted), the credentials directory (read into runs), and the
+#: gateway and Gemini's base URL (their hosts are allowlisted), the Gemini CLI version
+#: installed, the credentials directory (read into runs), and the
 #: resource limits and timeout when they are above the built-in ones.
 GATED_KEYS: tuple[str, ...] = (
     "docker.image", "docker.base_image", "docker.claude_version", "docker.network",
     "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
-    "mounts.volumes", "claude.base_url", "claude.credentials_path",
+    "mounts.volumes", "claude.base_url", "claude.credentials_path", "gemini.base_url",
+    "gemini.version",
     "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
 )
 

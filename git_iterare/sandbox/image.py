@@ -12,6 +12,9 @@ that file alone) is built on top into
 ``<image repository>:project-<hash>``, where the hash covers the Dockerfile and the id of
 the image it builds on; it is rebuilt when either changes.
 
+An agent whose program is not in the image (Gemini CLI) adds its install step on top of
+the run's image (:func:`ensure_layer`), cached the same way.
+
 iterare's image (``sohonet/iterare-llm``, see :func:`is_legacy_image`) is never used: as
 ``docker.image`` it stands for git-iterare's own image, and a project Dockerfile ``FROM``
 it is built from git-iterare's image instead (or, when it adds nothing, not built at
@@ -44,6 +47,7 @@ LABEL_BASE = "dev.iterare.base"
 LABEL_CLAUDE = "dev.iterare.claude-version"
 LABEL_CONTEXT_HASH = "dev.iterare.context-hash"
 LABEL_PROJECT_HASH = "dev.iterare.project-dockerfile-hash"
+LABEL_LAYER_HASH = "dev.iterare.layer-hash"
 
 Progress = Callable[[str], None]
 
@@ -196,6 +200,25 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
         return str(client().images.get(name).id)
 
 
+def _read_ca_bundle(ca_bundle: Path | None) -> bytes:
+    """The CA bundle's content for a build context's ``ca.pem`` (empty without one).
+
+    Raises:
+        UserError: the bundle cannot be read, or is not PEM.
+    """
+    if ca_bundle is None:
+        return b""
+    try:
+        ca = Path(ca_bundle).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read CA bundle {ca_bundle}: {exc.strerror}",
+                        hint="fix --ca-bundle or [docker] ca_bundle") from None
+    if b"-----BEGIN CERTIFICATE-----" not in ca:
+        raise UserError(f"{ca_bundle} is not a PEM CA bundle (no BEGIN CERTIFICATE)",
+                        hint="fix --ca-bundle or [docker] ca_bundle")
+    return ca
+
+
 def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | None = None,
                 claude_version: str = "latest", no_cache: bool = False,
                 progress: Progress = lambda line: None, verbose: bool = False) -> ImageRef:
@@ -214,16 +237,7 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
         UserError: the CA bundle cannot be read, or is not PEM.
         OperationFailed: the engine is unreachable or the build failed.
     """
-    ca = b""
-    if ca_bundle is not None:
-        try:
-            ca = Path(ca_bundle).read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read CA bundle {ca_bundle}: {exc.strerror}",
-                            hint="fix --ca-bundle or [docker] ca_bundle") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca:
-            raise UserError(f"{ca_bundle} is not a PEM CA bundle (no BEGIN CERTIFICATE)",
-                            hint="fix --ca-bundle or [docker] ca_bundle")
+    ca = _read_ca_bundle(ca_bundle)
     files = context_files()
     context = Path(tempfile.mkdtemp(prefix="iterare-build-"))
     try:
@@ -263,10 +277,10 @@ def image_status(name: str) -> ImageStatus:
                        dict(image.labels or {}))
 
 
-def project_image_name(image: str, digest: str) -> str:
-    """``<repository of image>:project-<first 12 hex of digest>``."""
+def project_image_name(image: str, digest: str, kind: str = "project") -> str:
+    """``<repository of image>:<kind>-<first 12 hex of digest>``."""
     repository = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
-    return f"{repository}:project-{digest[:12]}"
+    return f"{repository}:{kind}-{digest[:12]}"
 
 
 def ensure_image(config: Any, repo: Any = None,
@@ -339,6 +353,55 @@ def ensure_image(config: Any, repo: Any = None,
     finally:
         shutil.rmtree(context, ignore_errors=True)
     return ImageRef(project, image_id, base.sidecar)
+
+
+def ensure_layer(base: ImageRef, layer: str, dockerfile: str,
+                 build_args: Mapping[str, str] | None = None, *,
+                 ca_bundle: Path | None = None,
+                 progress: Progress = lambda line: None) -> ImageRef:
+    """``base`` with one more build on top (an agent's install step), built unless an
+    image of the same content exists.
+
+    The build context holds ``dockerfile`` and ``ca.pem`` (``ca_bundle``'s content, or
+    empty). Build arguments: ``build_args``, ``BASE_IMAGE`` (``base.id``) and
+    ``BUILDER_IMAGE`` (``base.sidecar``, git-iterare's own image). The result is tagged
+    ``<repository of base>:<layer>-<12 hex>``, the hash covering the Dockerfile, the
+    arguments and both image ids, so it is rebuilt when any of them changes.
+
+    Args:
+        base: the run's image (from :func:`ensure_image`).
+        layer: short name for the tag (``gemini``): letters, digits, ``-``.
+        dockerfile: the Dockerfile text.
+        build_args: further build arguments.
+        ca_bundle: PEM file of extra CAs for the build's downloads, or None.
+        progress: receives one line per build step.
+
+    Returns:
+        The built (or existing) image; its ``sidecar`` is ``base.sidecar``.
+
+    Raises:
+        UserError: bad CA bundle.
+        OperationFailed: the engine is unreachable or the build failed.
+    """
+    args = {**(build_args or {}), "BASE_IMAGE": base.id, "BUILDER_IMAGE": base.sidecar or base.id}
+    digest = _hash(dockerfile.encode(), *(f"{k}={v}".encode() for k, v in sorted(args.items())))
+    name = project_image_name(base.name, digest, layer)
+    existing = image_status(name)
+    if existing.present and existing.labels.get(LABEL_LAYER_HASH) == digest:
+        return ImageRef(name, existing.id, base.sidecar)
+    ca = _read_ca_bundle(ca_bundle)
+    progress(f"building {name} ({layer} on {base.name})")
+    context = Path(tempfile.mkdtemp(prefix="iterare-layer-build-"))
+    try:
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        (context / "ca.pem").write_bytes(ca)
+        image_id = _stream_build(
+            {"path": str(context), "tag": name, "pull": False, "buildargs": args,
+             "labels": {LABEL_LAYER_HASH: digest}},
+            name, progress, False)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return ImageRef(name, image_id, base.sidecar)
 
 
 def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress) -> ImageRef:
