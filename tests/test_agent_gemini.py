@@ -189,3 +189,18 @@ def test_error_events_and_a_failed_result() -> None:
     unknown = gemini.parse_line('{"type":"future_event"}')
     assert unknown == Event(kind="other", line='{"type":"future_event"}',
                             data={"type": "future_event"})
+
+
+def test_routine_notices_show_at_verbosity_2_and_errors_always() -> None:
+    """Gemini CLI's stderr joins its output in the sandbox's log: its routine notices are
+    hidden below verbosity 2; any other plain line (its own errors) shows, and is the
+    summary of a run that ended without a result."""
+    lines = ["YOLO mode is enabled. All tool calls will be automatically approved.",
+             "Ripgrep is not available. Falling back to GrepTool.",
+             "Invalid auth method selected."]
+    assert list(render_lines(lines, gemini, 1)) == [
+        "Invalid auth method selected.", "failed"]
+    assert list(render_lines(lines, gemini, 2))[:2] == lines[:2]
+    events = [gemini.parse_line(line) for line in lines]
+    assert [e.kind for e in events] == ["system", "system", "text"]
+    assert gemini.summarize(events, exit_code=41).summary == "Invalid auth method selected."

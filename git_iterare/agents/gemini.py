@@ -11,8 +11,9 @@ Configuration comes from a system settings file the install step writes
 override a repository's ``.gemini/settings.json``, and the CLI reads the file only when it
 and its folders are root's and not group- or world-writable, so the agent cannot change
 it). :data:`SETTINGS` selects API-key authentication (``GEMINI_API_KEY``) and turns off
-usage statistics, telemetry, update checks, the IDE link and the CLI's own tool sandbox
-(``GEMINI_SANDBOX=false`` too: the CLI must not try Docker or seatbelt inside ours).
+usage statistics, telemetry, update checks, the IDE link, terminal warnings and the CLI's
+own tool sandbox (``GEMINI_SANDBOX=false`` too: the CLI must not try Docker or seatbelt
+inside ours).
 
 Base URL: ``[gemini] base_url`` or the host's GOOGLE_GEMINI_BASE_URL, passed on as
 GOOGLE_GEMINI_BASE_URL. Gemini CLI 0.61 reads it for API-key authentication
@@ -83,7 +84,15 @@ SETTINGS: dict[str, Any] = {
     "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
     "tools": {"sandbox": False},
     "ide": {"enabled": False},
+    "ui": {"showCompatibilityWarnings": False},  # no terminal warnings on a pipe
 }
+
+#: Starts of lines Gemini CLI 0.61 writes to stderr on every run that say nothing about
+#: the task; the log shows them at verbosity 2 only.
+NOTICES = (
+    "YOLO mode is enabled.",
+    "Ripgrep is not available.",
+)
 
 #: Environment for every run: our settings, and never the CLI's own sandbox.
 QUIET_ENV = {
@@ -249,6 +258,8 @@ class Gemini(Agent):
         line = line.rstrip("\r\n")
         data = parse_json_object(line)
         if data is None:
+            if line.startswith(NOTICES):
+                return Event(kind="system", parts=(Part("text", line),), line=line)
             return text_event(line)
         kind = data.get("type")
         if kind == "message":
@@ -295,6 +306,7 @@ class Gemini(Agent):
         summary is the model's last words (its streamed pieces joined) or the error."""
         result: Mapping[str, Any] | None = None
         said: list[str] = []
+        printed = ""  # the last plain output line (the CLI's own errors are plain)
         closed = True  # the last assistant text ended (a tool call or result came since)
         turns = 0
         replying = False  # inside a model reply (its text and tool calls)
@@ -302,6 +314,8 @@ class Gemini(Agent):
             if event.kind == "result" and event.data is not None:
                 result = event.data
                 continue
+            if event.kind == "text" and event.line.strip():
+                printed = event.line.strip()
             if event.kind == "assistant" and not replying:
                 turns, replying = turns + 1, True
             elif event.kind == "user":
@@ -318,7 +332,7 @@ class Gemini(Agent):
         last_text = "".join(said).strip()
         failed_exit = exit_code not in (0, None)
         if result is None:
-            return RunResult(is_error=True, summary=last_text)
+            return RunResult(is_error=True, summary=last_text or printed)
         stats = result.get("stats")
         stats = stats if isinstance(stats, dict) else {}
         tokens: dict[str, int] = {}
@@ -339,6 +353,16 @@ class Gemini(Agent):
             duration_ms=_int(stats.get("duration_ms")),
             summary=(message or last_text).strip(),
         )
+
+
+    def render(self, event: Event, verbosity: int) -> str | None:
+        """As :meth:`Agent.render`; the CLI's routine notices (:data:`NOTICES`) show at
+        verbosity 2 only, dimmed."""
+        if event.kind == "system" and event.data is None:
+            from git_iterare.ui import paint, sanitize
+
+            return paint(sanitize(event.line), "dim") if verbosity >= 2 else None
+        return super().render(event, verbosity)
 
 
 AGENT = Gemini()
