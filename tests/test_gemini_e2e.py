@@ -111,3 +111,36 @@ def test_gemini_cli_end_to_end(project: Path, tmp_path: Path) -> None:
     assert iterare("merge", rid, cwd=project).returncode == 0
     assert (project / "notes.txt").read_text() == "made by gemini\n"
     assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
+
+
+def test_an_install_layer_is_built_once_per_content(sandbox_image: str) -> None:
+    """ensure_layer builds on the image it is given, reuses the result while the
+    Dockerfile, its arguments and the image below stay the same, and builds anew when
+    one changes; the build sees ca.pem and the image ids as arguments."""
+    from git_iterare.sandbox.image import ImageRef, ensure_layer, image_status
+
+    status = image_status(sandbox_image)
+    base = ImageRef(sandbox_image, status.id, status.id)
+    dockerfile = ("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG BUILDER_IMAGE\nARG WORD\n"
+                  "COPY ca.pem /ca.pem\n"
+                  "RUN echo \"$WORD ${BUILDER_IMAGE}\" > /layer.txt\n")
+    built: list[str] = []
+    made = []
+    try:
+        for word in ("one", "one", "two"):
+            ref = ensure_layer(base, "itr-test-layer", dockerfile, {"WORD": word},
+                               progress=built.append)
+            made.append(ref)
+        assert made[0] == made[1] and made[2].id != made[0].id
+        assert [line for line in built if line.startswith("building ")] == [
+            f"building {made[0].name} (itr-test-layer on {sandbox_image})",
+            f"building {made[2].name} (itr-test-layer on {sandbox_image})"]
+        assert made[0].name.startswith(sandbox_image.rsplit(":", 1)[0] + ":itr-test-layer-")
+        assert made[0].sidecar == status.id
+        shown = subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", made[2].id,
+                                "/layer.txt", "/ca.pem"], capture_output=True, text=True,
+                               check=True).stdout
+        assert shown == f"two {status.id}\n"  # ca.pem is empty without a bundle
+    finally:
+        for name in {ref.name for ref in made}:
+            subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
