@@ -51,19 +51,52 @@ def test_contract(agent: Agent) -> None:
 
 
 def test_contract_credentials_are_secret_env_or_home_files(agent: Agent) -> None:
+    store = agent.credential_store
+    env = {store.api_key_env: "sk-test-key"} if store is not None else {}
     try:
-        creds = agent.credentials(make_config(), {"ANTHROPIC_API_KEY": "sk-ant-api-test"})
+        creds = agent.credentials(make_config(), env)
     except UserError:
         pytest.fail("credentials in the environment must be enough")
     assert isinstance(creds, Credentials)
+    assert set(creds.env.values()) <= {"sk-test-key"}
     for path in creds.files:
         assert not path.startswith("/") and ".." not in path.split("/")
+
+
+def test_contract_keys_and_install(agent: Agent) -> None:
+    cfg = make_config()
+    for key in agent.config_keys:
+        assert config.KEYS[key.name] is key  # accepted by the configuration
+        assert cfg[key.name] == key.default
+    step = agent.install(cfg)
+    if step is not None:
+        assert "$PREFIX" in step.script and step.version
+    assert agent.name in agents.image_agents(cfg, [agent.name]).agents or step is None
+
+
+def test_agent_keys_work_in_every_layer(repo: Path) -> None:
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "config.toml").write_text('[codex]\nmodel = "gpt-x"\n')
+    cfg = config.load(None, None, env={"ITERARE_CLAUDE_MODEL": "opus"}, git_entries=[])
+    assert cfg["claude.model"] == "opus"
+    from git_iterare.repo import discover
+
+    cfg = config.load(discover(repo), None, env={}, git_entries=[])
+    assert (cfg["codex.model"], cfg.warnings) == ("gpt-x", ())
+
+
+def test_without_credentials_the_agent_names_the_command() -> None:
+    with pytest.raises(UserError) as info:
+        agents.get_agent("codex").credentials(make_config(), {})
+    assert info.value.render() == (
+        "no OpenAI credentials for agent codex: run `git iterare credentials --agent codex` "
+        "or set OPENAI_API_KEY")
 
 
 def test_unknown_agent_lists_valid_names() -> None:
     with pytest.raises(UserError) as info:
         agents.get_agent("gpt")
-    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, shell) "
+    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, codex, shell) "
                                    "(set run.agent or the prompt's `agent:` to one of them)")
 
 

@@ -190,7 +190,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         OperationFailed: Docker unreachable, image build failed, launch failed (then the
             run is recorded as failed and its worktree kept).
     """
-    from git_iterare.agents import get_agent
+    from git_iterare.agents import get_agent, image_agents
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
     from git_iterare.runs.store import RunStore
@@ -260,7 +260,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
             (*policy.cidrs, *network_cidrs(networks)))), local_names=tuple(dict.fromkeys(
                 n for net in networks for n in network_names(net))))
-    image = ensure_image(config, repo, progress)
+    image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
     record = store.create(
         request.name or prompt.run_name,
         prompt_name=prompt.name,
