@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 #: Usage every reply reports.
-USAGE = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 100},
+USAGE: dict[str, Any] = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 100},
          "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 5},
          "total_tokens": 1050}
 
