@@ -4,7 +4,6 @@ and reading the real Gemini CLI's stream-json output (no Docker, no network)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -12,9 +11,9 @@ import pytest
 
 from git_iterare import agents
 from git_iterare.agents.base import Credentials, Event
-from git_iterare.agents.gemini import QUIET_ENV, SETTINGS, SETTINGS_PATH, install_dockerfile
+from git_iterare.agents.gemini import INSTALL_DIR, QUIET_ENV, SETTINGS, SETTINGS_PATH
+from git_iterare.agents.render import render_lines
 from git_iterare.errors import UserError
-from git_iterare.logrender import render_lines
 from tests.test_agents import make_config
 
 #: Real output of Gemini CLI 0.61.0 against tests/fakeapi/gemini.py: text and a shell
@@ -68,53 +67,89 @@ def test_bad_base_url() -> None:
         gemini.required_domains(make_config(gemini_base_url="gw:80"))
 
 
-def test_credentials_from_the_environment_only() -> None:
-    creds = gemini.credentials(make_config(), {"GEMINI_API_KEY": " AIza-test \n"})
+def test_credentials_from_the_environment_then_the_store() -> None:
+    from git_iterare.config import global_config_dir
+
+    creds = gemini.credentials(make_config(), {"GEMINI_API_KEY": "AIza-test"})
     assert creds == Credentials(env={"GEMINI_API_KEY": "AIza-test"})
+    cfg = make_config()
     with pytest.raises(UserError) as info:
-        gemini.credentials(make_config(), {"ANTHROPIC_API_KEY": "sk-ant"})
+        gemini.credentials(cfg, {"ANTHROPIC_API_KEY": "sk-ant"})
     assert info.value.render() == (
-        "no Gemini API key: set GEMINI_API_KEY (export GEMINI_API_KEY=... (from Google AI "
-        "Studio), then run `git iterare execute` again)")
+        "no Gemini credentials for agent gemini: run `git iterare credentials --agent "
+        "gemini` or set GEMINI_API_KEY")
+    assert gemini.credential_store is not None
+    gemini.credential_store.store_token(cfg, "AIza-stored")
+    assert (global_config_dir() / "gemini-api-key").stat().st_mode & 0o777 == 0o600
+    assert gemini.credentials(cfg, {}) == Credentials(env={"GEMINI_API_KEY": "AIza-stored"})
 
 
-def test_install_step_is_a_self_contained_two_stage_build() -> None:
-    layer = gemini.image_layer(make_config(gemini_version="0.61.0"))
-    assert layer is not None
-    assert (layer.name, dict(layer.build_args)) == ("gemini", {"GEMINI_CLI_VERSION": "0.61.0"})
-    assert gemini.image_layer(make_config()).build_args == {  # type: ignore[union-attr]
-        "GEMINI_CLI_VERSION": "latest"}
-    text = install_dockerfile()
-    assert layer.dockerfile == text
-    froms = re.findall(r"^FROM .*$", text, re.MULTILINE)
-    assert froms == ["FROM ${BUILDER_IMAGE} AS gemini-install", "FROM ${BASE_IMAGE}"]
-    builder, final = text.split("\nFROM ${BASE_IMAGE}\n")
-    # The CA bundle is used by npm in the builder only; the result copies /opt/gemini.
-    assert "COPY ca.pem" in builder and "ca.pem" not in final
-    assert final.splitlines()[1:3] == ["COPY --from=gemini-install /opt/gemini /opt/gemini",
-                                       "ENV PATH=${PATH}:/opt/gemini/bin"]
-    assert '"node@22"' in builder and '"@google/gemini-cli@${GEMINI_CLI_VERSION}"' in builder
-    # The settings go in single-quoted: they must hold no quote, and come out as written.
-    quoted = re.search(r"printf '%s\\n' '([^']*)' > (\S+);", builder)
-    assert quoted is not None and quoted.group(2) == SETTINGS_PATH
-    assert json.loads(quoted.group(1)) == SETTINGS
-    assert SETTINGS["security"]["auth"]["selectedType"] == "gemini-api-key"
+def test_keys_are_declared_and_widening_ones_gated() -> None:
+    keys = {k.name: k for k in gemini.config_keys}
+    assert sorted(keys) == ["gemini.base_url", "gemini.model", "gemini.version"]
+    assert [n for n, k in sorted(keys.items()) if k.gated] == ["gemini.base_url",
+                                                              "gemini.version"]
+    assert make_config()["gemini.version"] == "latest"
 
 
-def test_install_step_wrapper_and_settings_come_out_as_meant(tmp_path: Path) -> None:
-    """The RUN line's printf commands, run by a real shell, write the wrapper and the
-    settings file the agent relies on."""
-    run = install_dockerfile().split("RUN set -eux; \\\n", 1)[1].split("\n\n", 1)[0]
-    commands = [c.strip() for c in run.replace("\\\n", "").split(";")]
-    wanted = [c for c in commands if c.startswith("printf")]
-    assert len(wanted) == 2
-    (tmp_path / "bin").mkdir()
-    script = "; ".join(c.replace("/opt/gemini", str(tmp_path)) for c in wanted)
-    subprocess.run(["sh", "-c", script], check=True)
-    assert (tmp_path / "bin" / "gemini").read_text() == (
-        f"#!/bin/sh\nexec {tmp_path}/node/bin/node "
-        f'{tmp_path}/cli/lib/node_modules/@google/gemini-cli/bundle/gemini.js "$@"\n')
-    assert json.loads((tmp_path / "settings.json").read_text()) == SETTINGS
+#: A stand-in for npm: installs a fake ``node`` package or Gemini CLI bundle under the
+#: ``--prefix`` it is given, and logs the package and the ``node`` it would run on.
+FAKE_NPM = """#!/bin/sh
+prefix= last=
+while [ $# -gt 0 ]; do
+    case $1 in --prefix) prefix=$2; shift ;; esac
+    last=$1; shift
+done
+echo "$last node=$(command -v node)" >> "$NPM_LOG"
+case $last in
+node@*)
+    mkdir -p "$prefix/bin"
+    printf '#!/bin/sh\\nif [ "$1" = --version ]; then echo v22.1.0; else shift; echo "$@"; fi\\n' \\
+        > "$prefix/bin/node"
+    chmod +x "$prefix/bin/node" ;;
+@google/gemini-cli@*)
+    mkdir -p "$prefix/lib/node_modules/@google/gemini-cli/bundle"
+    : > "$prefix/lib/node_modules/@google/gemini-cli/bundle/gemini.js" ;;
+esac
+"""
+
+
+def test_install_step_runs_the_cli_on_its_own_node(tmp_path: Path) -> None:
+    """The install script, run by a real shell as the image build runs it (``sh -eu``,
+    ``PREFIX``) with a stand-in npm: Node goes to $PREFIX/node, the CLI to $PREFIX/cli
+    with that Node first on PATH, the ``gemini`` wrapper runs the CLI on it, and the
+    settings file holds the agent's settings."""
+    step = gemini.install(make_config(gemini_version="0.61.0"))
+    assert step is not None and step.version == "0.61.0"
+    assert '"@google/gemini-cli@0.61.0"' in step.script and '"node@22"' in step.script
+    assert '--ignore-scripts --prefix "$PREFIX/cli"' in step.script
+    with pytest.raises(UserError, match="bad version"):
+        gemini.install(make_config(gemini_version="1.0; rm -rf /"))
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "npm").write_text(FAKE_NPM)
+    (tools / "npm").chmod(0o755)
+    prefix = tmp_path / "opt" / "gemini"
+    (prefix / "bin").mkdir(parents=True)  # as the image build makes it
+    log = tmp_path / "npm.log"
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "PREFIX": str(prefix), "NPM_LOG": str(log)}
+    subprocess.run(["sh", "-eu", "-c", step.script], env=env, check=True)
+    host_node = subprocess.run(["sh", "-c", "command -v node"], env=env, capture_output=True,
+                               text=True, check=False).stdout.strip()
+    assert log.read_text().splitlines() == [
+        f"node@22 node={host_node}", f"@google/gemini-cli@0.61.0 node={prefix}/node/bin/node"]
+    wrapper = prefix / "bin" / "gemini"
+    assert wrapper.read_text() == (
+        f"#!/bin/sh\nexec {prefix}/node/bin/node "
+        f'{prefix}/cli/lib/node_modules/@google/gemini-cli/bundle/gemini.js "$@"\n')
+    # The stand-in node echoes what follows the bundle: the wrapper passes ours on.
+    ran = subprocess.run([str(wrapper), "-p", "hi there"], capture_output=True, text=True,
+                         check=True).stdout
+    assert ran == "-p hi there\n"
+    assert json.loads((prefix / "settings.json").read_text()) == SETTINGS
+    assert (prefix / "VERSION").read_text() == "--version\n"
+    assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["gemini"]  # no node on PATH
+    assert f"{INSTALL_DIR}/settings.json" == SETTINGS_PATH
 
 
 def test_parse_real_stream() -> None:

@@ -38,11 +38,12 @@ reports no cost and no turn count (turns are counted from the stream, see
 tests/fakeapi/gemini.py.
 
 Image: Gemini CLI needs Node.js 20 or newer; the sandbox image's Node (Debian bookworm's
-18, which Claude Code runs on) stays as it is. :func:`install_dockerfile` is a
-self-contained Dockerfile that installs Node from the npm registry's ``node`` package and
-the CLI into :data:`INSTALL_DIR`, built on top of the run's image when a run uses this
-agent (see :meth:`Gemini.image_layer`); only ``/opt/gemini/bin`` (holding a ``gemini``
-wrapper) joins PATH, so ``node`` stays the image's own.
+18, which Claude Code runs on) stays as it is. The install step (:func:`install_script`)
+puts Node from the npm registry's ``node`` package and the CLI into :data:`INSTALL_DIR`
+with a ``gemini`` wrapper, the one executable linked onto PATH.
+
+Credentials: GEMINI_API_KEY from the host, else the key ``git iterare credentials
+--agent gemini`` stored (:data:`STORE`).
 """
 
 from __future__ import annotations
@@ -55,15 +56,16 @@ from urllib.parse import urlsplit
 
 from git_iterare.agents.base import (
     Agent,
-    Credentials,
     Event,
-    ImageLayer,
+    Install,
     Part,
     RunResult,
+    npm_install,
     parse_json_object,
     text_event,
 )
-from git_iterare.config import Config
+from git_iterare.agents.credstore import KeyFileStore
+from git_iterare.config import Config, Key
 from git_iterare.errors import UserError
 
 #: The Gemini API's host, reached when no base URL is set.
@@ -100,8 +102,18 @@ QUIET_ENV = {
     "GEMINI_SANDBOX": "false",
 }
 
-#: Host variable carrying the API key.
-CREDENTIAL_VAR = "GEMINI_API_KEY"
+#: The keys the gemini agent reads.
+KEYS = (
+    Key("gemini.version", "str", "latest",
+        "npm version of Gemini CLI installed in the sandbox image.", gated=True),
+    Key("gemini.base_url", "str", "",
+        "Route Gemini CLI through this URL (as GOOGLE_GEMINI_BASE_URL); its host is "
+        "allowlisted.", gated=True),
+    Key("gemini.model", "str", "", "Model Gemini CLI uses (default: its own choice)."),
+)
+
+#: The Gemini API key: kept in ``gemini-api-key``, handed over as GEMINI_API_KEY.
+STORE = KeyFileStore("Gemini", "GEMINI_API_KEY", "gemini-api-key")
 
 #: Tool input field that says best what a call does, by tool name.
 _TOOL_SUMMARY_FIELD = {
@@ -135,52 +147,30 @@ def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
     return str(url)
 
 
-def install_dockerfile() -> str:
-    """A Dockerfile that adds Gemini CLI to an image, self-contained.
-
-    Build arguments: ``BASE_IMAGE`` (the image to add it to), ``BUILDER_IMAGE`` (an image
-    with ``npm``: git-iterare's own), ``GEMINI_CLI_VERSION`` (npm version, default
-    ``latest``). The build context holds ``ca.pem`` (the CA bundle for npm behind a
-    TLS-intercepting proxy, or an empty file); it is used only in the builder stage and
-    never reaches the result. The result gains :data:`INSTALL_DIR` (Node, the CLI, a
-    ``bin/gemini`` wrapper, :data:`SETTINGS_PATH`) and ``/opt/gemini/bin`` at the end of
-    PATH; it needs only ``/bin/sh`` and glibc.
+def install_script(version: str) -> str:
+    """The install step (see :class:`~git_iterare.agents.base.Install`): Node.js
+    :data:`NODE_VERSION` from the npm registry's ``node`` package into ``$PREFIX/node``,
+    ``@google/gemini-cli@<version>`` into ``$PREFIX/cli`` (without install scripts: the
+    CLI is a prebuilt bundle, its native extras are optional), a ``$PREFIX/bin/gemini``
+    wrapper that runs the CLI on that Node, and :data:`SETTINGS` in
+    ``$PREFIX/settings.json`` (``PREFIX`` is :data:`INSTALL_DIR`). Only ``bin/gemini``
+    is linked onto PATH: the image's own ``node`` stays first.
     """
     # Single-quoted for the shell below (the settings hold no quote; a test checks).
     settings = json.dumps(SETTINGS, separators=(",", ":"), sort_keys=True)
-    wrapper = (f'#!/bin/sh\\nexec {INSTALL_DIR}/node/bin/node '
-               f'{INSTALL_DIR}/cli/lib/node_modules/@google/gemini-cli/bundle/gemini.js "$@"\\n')
     npm = "npm install --global --no-audit --no-fund --no-update-notifier"
+    bundle = '"$PREFIX/cli/lib/node_modules/@google/gemini-cli/bundle/gemini.js"'
     return f"""\
-# Gemini CLI for git-iterare (git_iterare/agents/gemini.py): Node {NODE_VERSION} from the npm
-# registry's `node` package and @google/gemini-cli, in {INSTALL_DIR}; the image's own
-# node stays first on PATH.
-ARG BASE_IMAGE
-ARG BUILDER_IMAGE
-FROM ${{BUILDER_IMAGE}} AS gemini-install
-ARG GEMINI_CLI_VERSION=latest
-COPY ca.pem /tmp/iterare-build-ca.pem
-RUN set -eux; \\
-    if [ -s /tmp/iterare-build-ca.pem ]; then \\
-        export NODE_EXTRA_CA_CERTS=/tmp/iterare-build-ca.pem; fi; \\
-    {npm} --prefix {INSTALL_DIR}/node "node@{NODE_VERSION}"; \\
-    {INSTALL_DIR}/node/bin/node --version; \\
-    PATH="{INSTALL_DIR}/node/bin:$PATH" {npm} --ignore-scripts --prefix {INSTALL_DIR}/cli \\
-        "@google/gemini-cli@${{GEMINI_CLI_VERSION}}"; \\
-    mkdir -p {INSTALL_DIR}/bin; \\
-    printf '{wrapper}' > {INSTALL_DIR}/bin/gemini; \\
-    chmod 0755 {INSTALL_DIR}/bin/gemini; \\
-    printf '%s\\n' '{settings}' > {SETTINGS_PATH}; \\
-    chmod 0644 {SETTINGS_PATH}; \\
-    chown -R 0:0 {INSTALL_DIR}; \\
-    chmod -R go-w {INSTALL_DIR}; \\
-    {INSTALL_DIR}/bin/gemini --version > {INSTALL_DIR}/VERSION
-
-FROM ${{BASE_IMAGE}}
-ARG GEMINI_CLI_VERSION=latest
-COPY --from=gemini-install {INSTALL_DIR} {INSTALL_DIR}
-ENV PATH=${{PATH}}:{INSTALL_DIR}/bin
-LABEL dev.iterare.gemini-version="${{GEMINI_CLI_VERSION}}"
+{npm} --prefix "$PREFIX/node" "node@{NODE_VERSION}"
+"$PREFIX/node/bin/node" --version
+PATH="$PREFIX/node/bin:$PATH" {npm} --ignore-scripts --prefix "$PREFIX/cli" \\
+    "@google/gemini-cli@{version}"
+mkdir -p "$PREFIX/bin"
+printf '#!/bin/sh\\nexec %s %s "$@"\\n' "$PREFIX/node/bin/node" {bundle} > "$PREFIX/bin/gemini"
+chmod 0755 "$PREFIX/bin/gemini"
+printf '%s\\n' '{settings}' > "$PREFIX/settings.json"
+chmod 0644 "$PREFIX/settings.json"
+"$PREFIX/bin/gemini" --version > "$PREFIX/VERSION"
 """
 
 
@@ -205,6 +195,13 @@ class Gemini(Agent):
     """The Gemini CLI."""
 
     name = "gemini"
+    config_keys = KEYS
+    credential_store = STORE
+
+    def install(self, config: Config) -> Install:
+        version = str(config["gemini.version"] or "latest")
+        npm_install("@google/gemini-cli", version, "gemini")  # refuses a bad version
+        return Install(script=install_script(version), version=version)
 
     def required_domains(self, config: Config) -> list[str]:
         url = base_url(config)
@@ -236,23 +233,6 @@ class Gemini(Agent):
         if url:
             env["GOOGLE_GEMINI_BASE_URL"] = url
         return env
-
-    def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
-        from git_iterare import proc
-
-        key = env.get(CREDENTIAL_VAR, "").strip()
-        if not key:
-            raise UserError(f"no Gemini API key: set {CREDENTIAL_VAR}",
-                            hint="export GEMINI_API_KEY=... (from Google AI Studio), then "
-                                 "run `git iterare execute` again")
-        proc.register_secret(key)
-        return Credentials(env={CREDENTIAL_VAR: key})
-
-    def image_layer(self, config: Config) -> ImageLayer | None:
-        """Gemini CLI on top of the run's image (see :func:`install_dockerfile`)."""
-        return ImageLayer(name="gemini", dockerfile=install_dockerfile(),
-                          build_args={"GEMINI_CLI_VERSION": config["gemini.version"]
-                                      or "latest"})
 
     def parse_line(self, line: str) -> Event:
         line = line.rstrip("\r\n")

@@ -25,23 +25,27 @@ def command(ctx: click.Context) -> None:
               type=click.Path(dir_okay=False),
               help="PEM CA bundle for downloads through a TLS-intercepting proxy "
                    "([docker] ca_bundle).")
+@click.option("--agents", metavar="LIST", default=None,
+              help="Agents to install, comma-separated ([docker] agents).")
 @click.option("--claude-version", metavar="V", default=None,
               help="npm version of Claude Code ([docker] claude_version).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every step.")
 @click.option("--tag", metavar="NAME", default=None,
               help="Image to create ([docker] image).")
-def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
-          no_cache: bool, tag: str | None) -> None:
+def build(base: str | None, ca_bundle: str | None, agents: str | None,
+          claude_version: str | None, no_cache: bool, tag: str | None) -> None:
     """Build the sandbox image (and the project's .iterare/Dockerfile on top)."""
     from pathlib import Path
 
     from git_iterare import proc
+    from git_iterare.agents import image_agents
     from git_iterare.runner.trust import require_approval
     from git_iterare.sandbox.image import build_image, ensure_image
 
     ctx = app()
     ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
-                          "docker.claude_version": claude_version, "docker.image": tag})
+                          "docker.agents": agents, "docker.claude_version": claude_version,
+                          "docker.image": tag})
     config = ctx.config
     repo = ctx.optional_repo()
     if repo is not None and repo.main_work_tree is not None:
@@ -51,13 +55,14 @@ def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
     ca = config["docker.ca_bundle"]
     name = config["docker.image"]
     click.echo(f"building {name} from {config['docker.base_image']}", err=True)
+    held = image_agents(config)
     ref = build_image(name, base=config["docker.base_image"],
                       ca_bundle=Path(ca).expanduser() if ca else None,
-                      claude_version=config["docker.claude_version"], no_cache=no_cache,
+                      agents=held.agents, installs=held.installs, no_cache=no_cache,
                       progress=ui.progress, verbose=proc.VERBOSE)
     click.echo(f"{ref.name} {ref.id}")
     if repo is not None and repo.main_work_tree is not None:
-        project = ensure_image(config, repo, ui.progress)
+        project = ensure_image(config, repo, ui.progress, **held._asdict())
         if project.name != ref.name:
             click.echo(f"{project.name} {project.id}")
 

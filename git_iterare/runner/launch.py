@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from git_iterare import ui
 from git_iterare.config import Config
@@ -30,10 +30,6 @@ from git_iterare.runner.guard import (
 )
 from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
-
-if TYPE_CHECKING:
-    from git_iterare.agents.base import Agent
-    from git_iterare.sandbox.image import ImageRef
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -172,26 +168,6 @@ def ca_bundle_path(config: Config) -> Path | None:
     return path
 
 
-def agent_image(config: Config, repo: Repo | None, agent: Agent,
-                progress: Callable[[str], None] = lambda line: None) -> ImageRef:
-    """The image a run of ``agent`` uses: :func:`git_iterare.sandbox.image.ensure_image`,
-    then the agent's install step on top when it has one
-    (:meth:`git_iterare.agents.base.Agent.image_layer`).
-
-    Raises:
-        UserError: bad CA bundle, or an unreadable project Dockerfile.
-        OperationFailed: the engine is unreachable or a build failed.
-    """
-    from git_iterare.sandbox.image import ensure_image, ensure_layer
-
-    image = ensure_image(config, repo, progress)
-    layer = agent.image_layer(config)
-    if layer is None:
-        return image
-    return ensure_layer(image, layer.name, layer.dockerfile, layer.build_args,
-                        ca_bundle=ca_bundle_path(config), progress=progress)
-
-
 def execute(repo: Repo, config: Config, request: ExecuteRequest,
             env: Mapping[str, str] | None = None,
             progress: Callable[[str], None] = lambda line: None) -> Any:
@@ -214,11 +190,12 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         OperationFailed: Docker unreachable, image build failed, launch failed (then the
             run is recorded as failed and its worktree kept).
     """
-    from git_iterare.agents import get_agent
+    from git_iterare.agents import get_agent, image_agents
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
+    from git_iterare.sandbox.image import ensure_image
 
     env = os.environ if env is None else env
     _warm_up_docker()
@@ -283,7 +260,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         policy = dataclasses.replace(policy, cidrs=tuple(dict.fromkeys(
             (*policy.cidrs, *network_cidrs(networks)))), local_names=tuple(dict.fromkeys(
                 n for net in networks for n in network_names(net))))
-    image = agent_image(config, repo, agent, progress)
+    image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
     record = store.create(
         request.name or prompt.run_name,
         prompt_name=prompt.name,

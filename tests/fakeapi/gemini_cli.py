@@ -1,57 +1,50 @@
 """Installing the real Gemini CLI for tests, once, into a cache directory (the host's Node
-must be 20 or newer; the sandbox image brings its own, see git_iterare/agents/gemini.py)."""
+must be 20 or newer; the sandbox image brings its own, see git_iterare/agents/gemini.py),
+and its system settings where the CLI accepts them."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import shutil
-import subprocess
+import tempfile
 from pathlib import Path
+
+from tests.fakeapi.npm_cli import cache_dir, install_cli
 
 #: The version tests pin (override with ITERARE_TEST_GEMINI_VERSION; "latest" works).
 GEMINI_VERSION = os.environ.get("ITERARE_TEST_GEMINI_VERSION", "0.61.0")
-
-
-def cache_dir() -> Path:
-    """``$ITERARE_TEST_CACHE/gemini``, default ``/tmp/iterare-test-cache/gemini``."""
-    base = os.environ.get("ITERARE_TEST_CACHE") or "/tmp/iterare-test-cache"
-    return Path(base) / "gemini"
-
-
-def installed_version(gemini: Path) -> str | None:
-    """What ``gemini --version`` says (``0.61.0``), or None when it does not run."""
-    try:
-        out = subprocess.run([str(gemini), "--version"], capture_output=True, text=True,
-                             timeout=60, check=True, env={**os.environ, "HOME": "/nonexistent"}
-                             ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.split()[-1] if out.split() else None
 
 
 def install_gemini(folder: Path | None = None, version: str = GEMINI_VERSION) -> Path:
     """The ``gemini`` executable, installed with npm into ``folder`` when missing.
 
     Raises:
-        RuntimeError: npm is missing, the host's Node is older than 20, or the install
-            failed (its output attached).
+        RuntimeError: npm is missing or the install failed (its output attached).
     """
-    folder = folder or cache_dir()
-    gemini = folder / "node_modules" / ".bin" / "gemini"
-    have = installed_version(gemini)
-    if have is not None and (version == "latest" or have == version):
-        return gemini
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        raise RuntimeError("node and npm are needed to install Gemini CLI for this test")
-    major = subprocess.run([node, "-p", "process.versions.node.split('.')[0]"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    if not major.isdigit() or int(major) < 20:
-        raise RuntimeError(f"Gemini CLI needs Node 20 or newer; {node} is {major or '?'}")
-    folder.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--no-fund", "--no-audit", "--ignore-scripts",
-                           "--prefix", str(folder), f"@google/gemini-cli@{version}"],
-                          capture_output=True, text=True, timeout=900, check=False)
-    if done.returncode != 0 or installed_version(gemini) is None:
-        raise RuntimeError(f"npm install of Gemini CLI failed:\n{done.stdout}{done.stderr}")
-    return gemini
+    return install_cli("@google/gemini-cli", version, "gemini", folder or cache_dir("gemini"))
+
+
+def system_settings(settings: dict[str, object] | None = None) -> Path:
+    """A system settings file for Gemini CLI on the host, as the install step writes
+    ``/opt/gemini/settings.json`` in the image (the agent's settings by default).
+
+    The CLI reads system settings only from a file whose folders up to ``/`` are root's
+    and not group- or world-writable, so it goes in a fresh folder under ``/run``
+    (removed when the test process exits).
+
+    Raises:
+        PermissionError: not root (no such folder can be made).
+    """
+    from git_iterare.agents.gemini import SETTINGS
+
+    if os.geteuid() != 0:
+        raise PermissionError("Gemini CLI's system settings need a folder of root's")
+    folder = Path(tempfile.mkdtemp(prefix="itr-gemini-", dir="/run"))
+    atexit.register(shutil.rmtree, folder, True)
+    folder.chmod(0o755)
+    path = folder / "settings.json"
+    path.write_text(json.dumps(SETTINGS if settings is None else settings))
+    path.chmod(0o644)
+    return path
