@@ -24,7 +24,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,12 +46,16 @@ class Key:
         type: one of ``str``, ``int``, ``float``, ``bool``, ``list``  (a list of strings).
         default: the built-in value.
         doc: one line for the generated config file and ``config --list``.
+        gated: set in a repository's ``.iterare/config.toml`` it acts only after the user
+            approved it (``git iterare trust``): it widens the sandbox or chooses what is
+            built, sent or read into it (an agent's gateway, install version, credentials).
     """
 
     name: str
     type: str
     default: Any
     doc: str
+    gated: bool = False
 
     @property
     def section(self) -> str:
@@ -64,9 +68,11 @@ class Key:
 
 DEFAULT_IMAGE = "git-iterare:latest"
 
-#: Every key git-iterare reads. iterare's keys (docker.image, session.shell,
+#: The keys of git-iterare itself. Each agent declares its own (its section, such as
+#: ``[claude]``, and its install version) as :attr:`git_iterare.agents.base.Agent.config_keys`;
+#: :data:`KEYS` holds both. iterare's keys (docker.image, session.shell,
 #: claude.credentials_path, firewall.allowed_domains, mounts.volumes) keep their names.
-KEYS: dict[str, Key] = {
+CORE_KEYS: dict[str, Key] = {
     k.name: k
     for k in (
         Key("docker.image", "str", DEFAULT_IMAGE,
@@ -76,8 +82,9 @@ KEYS: dict[str, Key] = {
             "context; read only from your own configuration, never the repository's."),
         Key("docker.base_image", "str", "node:20-bookworm-slim",
             "Debian bookworm based image `git iterare image build` starts from."),
-        Key("docker.claude_version", "str", "latest",
-            "npm version of Claude Code installed by `git iterare image build`."),
+        Key("docker.agents", "list", ["claude"],
+            "Agents installed in the sandbox image (`git iterare image build`); a run of "
+            "another agent adds it to the image first."),
         Key("docker.network", "str", "",
             "Docker network to attach the sandbox to (default: a bridge network of its own)."),
         Key("docker.dns", "list", [],
@@ -91,7 +98,8 @@ KEYS: dict[str, Key] = {
             "0 is refused: for no practical limit use a large value."),
         Key("docker.pids", "int", 1024,
             "Maximum number of processes in a run: 16 to 4194304 (0 is refused)."),
-        Key("run.agent", "str", "claude", "Agent that runs prompts: claude or shell."),
+        Key("run.agent", "str", "claude",
+            "Agent that runs prompts: claude, codex or shell."),
         Key("run.timeout", "int", 3600,
             "Wall-clock limit of a run, in seconds; 0 means no limit."),
         Key("run.max_budget_usd", "float", 0.0,
@@ -100,11 +108,6 @@ KEYS: dict[str, Key] = {
         Key("run.max_turns", "int", 0,
             "Model turns a run may take before it is stopped; 0 means no limit."),
         Key("session.shell", "str", "/bin/bash", "Shell for `git iterare interactive --shell`."),
-        Key("claude.credentials_path", "str", "",
-            "Directory holding Claude credentials (default: the global config directory)."),
-        Key("claude.base_url", "str", "",
-            "Route Claude through this gateway (ANTHROPIC_BASE_URL); its host is allowlisted."),
-        Key("claude.model", "str", "", "Model Claude Code uses (default: its own choice)."),
         Key("firewall.allowed_domains", "list", [],
             "Extra domains the sandbox may reach; `*.example.com` matches subdomains."),
         Key("firewall.allowed_cidrs", "list", [],
@@ -113,6 +116,51 @@ KEYS: dict[str, Key] = {
             "Extra bind mounts, SOURCE:TARGET[:ro|rw], as in iterare."),
     )
 }
+
+
+class KeyTable(Mapping[str, Key]):
+    """Every key git-iterare reads: :data:`CORE_KEYS`, then the keys the registered agents
+    declare, each placed with the other keys of its section (so a generated config file has
+    one table per section).
+
+    The agents are asked once, at the first lookup (:func:`git_iterare.agents.declared_keys`:
+    the agent registry is the one place that knows which agents exist).
+    """
+
+    def __init__(self, core: Mapping[str, Key]):
+        self._core = dict(core)
+        self._all: dict[str, Key] | None = None
+
+    def _table(self) -> dict[str, Key]:
+        if self._all is None:
+            from git_iterare.agents import declared_keys
+
+            keys = list(self._core.values())
+            for key in declared_keys():
+                if key.name in self._core:
+                    raise RuntimeError(f"agent key {key.name} is already a core key")
+                keys.append(key)
+            order = {section: i for i, section in
+                     enumerate(dict.fromkeys(k.section for k in keys))}
+            keys.sort(key=lambda k: order[k.section])  # stable: declaration order kept
+            self._all = {k.name: k for k in keys}
+        return self._all
+
+    def __getitem__(self, name: str) -> Key:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._table()
+
+
+#: Every key: :data:`CORE_KEYS` and the agents' own (see :class:`KeyTable`).
+KEYS: Mapping[str, Key] = KeyTable(CORE_KEYS)
 
 #: Keys only the user's own layers may set (global file, git config, environment,
 #: flags): a value in the repository's ``.iterare/config.toml`` is ignored with a warning.
@@ -300,7 +348,13 @@ def _normal(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
 
-_BY_NORMAL_NAME = {(_normal(k.section), _normal(k.key)): k for k in KEYS.values()}
+def _by_normal_name(parts: tuple[str, str]) -> Key | None:
+    """The key whose section and name are ``parts`` ignoring ``_``, ``-`` and case."""
+    wanted = (_normal(parts[0]), _normal(parts[1]))
+    for key in KEYS.values():
+        if (_normal(key.section), _normal(key.key)) == wanted:
+            return key
+    return None
 
 
 def _git_layer(
@@ -314,7 +368,7 @@ def _git_layer(
         if len(parts) != 3:
             warnings.append(f"git config: unknown key {entry.key}")
             continue
-        key = _BY_NORMAL_NAME.get((_normal(parts[1]), _normal(parts[2])))
+        key = _by_normal_name((parts[1], parts[2]))
         if key is None:
             warnings.append(f"git config: unknown key {entry.key}")
             continue

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from git_iterare import agents, config
-from git_iterare.agents.base import Agent, Credentials, Event, RunResult
+from git_iterare.agents.base import Agent, Credentials, Event, Part, RunResult
 from git_iterare.agents.claude import QUIET_ENV
 from git_iterare.errors import UserError
 
@@ -51,20 +51,54 @@ def test_contract(agent: Agent) -> None:
 
 
 def test_contract_credentials_are_secret_env_or_home_files(agent: Agent) -> None:
+    store = agent.credential_store
+    env = {store.api_key_env: "sk-test-key"} if store is not None else {}
     try:
-        creds = agent.credentials(make_config(), {"ANTHROPIC_API_KEY": "sk-ant-api-test"})
+        creds = agent.credentials(make_config(), env)
     except UserError:
         pytest.fail("credentials in the environment must be enough")
     assert isinstance(creds, Credentials)
+    assert set(creds.env.values()) <= {"sk-test-key"}
     for path in creds.files:
         assert not path.startswith("/") and ".." not in path.split("/")
+
+
+def test_contract_keys_and_install(agent: Agent) -> None:
+    cfg = make_config()
+    for key in agent.config_keys:
+        assert config.KEYS[key.name] is key  # accepted by the configuration
+        assert cfg[key.name] == key.default
+    step = agent.install(cfg)
+    if step is not None:
+        assert "$PREFIX" in step.script and step.version
+    assert agent.name in agents.image_agents(cfg, [agent.name]).agents or step is None
+
+
+def test_agent_keys_work_in_every_layer(repo: Path) -> None:
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "config.toml").write_text('[codex]\nmodel = "gpt-x"\n')
+    cfg = config.load(None, None, env={"ITERARE_CLAUDE_MODEL": "opus"}, git_entries=[])
+    assert cfg["claude.model"] == "opus"
+    from git_iterare.repo import discover
+
+    cfg = config.load(discover(repo), None, env={}, git_entries=[])
+    assert (cfg["codex.model"], cfg.warnings) == ("gpt-x", ())
+
+
+def test_without_credentials_the_agent_names_the_command() -> None:
+    with pytest.raises(UserError) as info:
+        agents.get_agent("codex").credentials(make_config(), {})
+    assert info.value.render() == (
+        "no OpenAI credentials for agent codex: run `git iterare credentials --agent codex` "
+        "or set OPENAI_API_KEY")
 
 
 def test_unknown_agent_lists_valid_names() -> None:
     with pytest.raises(UserError) as info:
         agents.get_agent("gpt")
-    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, shell) "
-                                   "(set run.agent or the prompt's `agent:` to one of them)")
+    assert info.value.render() == ("unknown agent 'gpt' (valid: claude, codex, gemini, "
+                                   "shell) (set run.agent or the prompt's `agent:` to one "
+                                   "of them)")
 
 
 # --- claude ----------------------------------------------------------------------------
@@ -181,3 +215,116 @@ def test_shell_needs_nothing() -> None:
     assert shell.credentials(make_config(), {}) == Credentials()
     assert shell.parse_line('{"type": "result"}') == Event(
         kind="text", parts=shell.parse_line('{"type": "result"}').parts, line='{"type": "result"}')
+
+
+# --- codex -----------------------------------------------------------------------------
+
+#: Real output of Codex CLI 0.171.0 against tests/fakeapi/openai_server.py (a message, a
+#: shell command that commits, a closing message).
+CODEX_STREAM = (DATA / "codex-stream.jsonl").read_text().splitlines()
+
+
+def test_codex_command_runs_without_its_own_sandbox_or_prompts() -> None:
+    argv = agents.get_agent("codex").command(prompt_file="/run/iterare/prompt.md",
+                                             config=make_config(codex_model="gpt-x"))
+    assert argv[:5] == ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh",
+                        "/run/iterare/prompt.md"]
+    codex = argv[5:]
+    assert codex[:2] == ["codex", "exec"] and codex[-1] == "-"  # the prompt from stdin
+    assert {"--json", "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check"} <= set(codex)
+    assert codex[codex.index("--model") + 1] == "gpt-x"
+    settings = [codex[i + 1] for i, a in enumerate(codex) if a == "-c"]
+    assert settings[:2] == [
+        'model_provider="iterare"',
+        'model_providers.iterare={name = "OpenAI", base_url = "https://api.openai.com/v1", '
+        'env_key = "OPENAI_API_KEY", wire_api = "responses", supports_websockets = false}']
+    assert {"analytics.enabled=false", "features.plugins=false"} <= set(settings)
+
+
+def test_codex_network_default_and_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    codex = agents.get_agent("codex")
+    assert codex.required_domains(make_config()) == ["api.openai.com"]
+    cfg = make_config(codex_base_url="http://gw.example:8080/v1")
+    assert codex.required_domains(cfg) == ["gw.example:8080"]
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://llm.corp.example/openai/v1")
+    assert codex.required_domains(make_config()) == ["llm.corp.example"]
+    assert 'base_url = "https://llm.corp.example/openai/v1"' in " ".join(
+        codex.command(prompt_file="/p", config=make_config()))
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "http://", 'http://x/"] evil', "http://x/\n"])
+def test_codex_bad_gateway(url: str) -> None:
+    with pytest.raises(UserError, match=r"^codex.base_url: .* is not an http\(s\) URL"):
+        agents.get_agent("codex").required_domains(make_config(codex_base_url=url))
+
+
+def test_codex_parses_real_stream() -> None:
+    codex = agents.get_agent("codex")
+    events = [codex.parse_line(line) for line in CODEX_STREAM]
+    assert [e.kind for e in events] == ["system", "other", "assistant", "assistant", "user",
+                                        "assistant", "result"]
+    use = events[3].parts[0]
+    assert (use.kind, use.name) == ("tool_use", "shell")
+    assert "git commit -q -m 'Add notes'" in use.text
+    assert events[4].parts[0].text.endswith(" Add notes\n")
+    assert not events[4].parts[0].is_error
+    result = codex.summarize(events, exit_code=0)
+    assert result == RunResult(is_error=False, tokens={
+        "input": 2000, "cache_read": 200, "cache_creation": 0, "output": 100,
+        "reasoning": 10}, summary="Created notes.txt and committed it.")
+    shown = [codex.render(e, 1) for e in events]
+    assert shown[2] == "I will add the notes file."
+    assert shown[3] is not None and "shell: " in shown[3]
+    assert shown[6] is None  # the closing summary line stands for it
+
+
+def test_codex_failed_turn_is_an_error_shown_at_every_verbosity() -> None:
+    codex = agents.get_agent("codex")
+    lines = ['{"type":"thread.started","thread_id":"t"}', '{"type":"turn.started"}',
+             '{"type":"error","message":"Reconnecting... 1/5"}',
+             '{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized"}}']
+    events = [codex.parse_line(line) for line in lines]
+    result = codex.summarize(events, exit_code=1)
+    assert (result.is_error, result.summary) == (True, "unexpected status 401 Unauthorized")
+    assert codex.render(events[3], 0) == "error: unexpected status 401 Unauthorized"
+    assert codex.render(events[2], 0) is None and codex.render(events[2], 2) is not None
+    # Cut short (no turn.completed): failed, whatever the exit status.
+    assert codex.summarize(events[:2], exit_code=0).is_error
+
+
+def test_codex_other_items() -> None:
+    codex = agents.get_agent("codex")
+    change = codex.parse_line(json.dumps({"type": "item.completed", "item": {
+        "type": "file_change", "status": "completed",
+        "changes": [{"path": "a.py", "kind": "update"}, {"path": "b.py", "kind": "add"}]}}))
+    assert change.parts[0].text == "update a.py, add b.py"
+    todo = codex.parse_line(json.dumps({"type": "item.updated", "item": {
+        "type": "todo_list", "items": [{"text": "x", "completed": True},
+                                       {"text": "y", "completed": False}]}}))
+    assert todo.parts[0] == Part("thinking", "[x] x\n[ ] y")
+    failed = codex.parse_line(json.dumps({"type": "item.completed", "item": {
+        "type": "command_execution", "command": "false", "aggregated_output": "",
+        "exit_code": 1, "status": "failed"}}))
+    assert failed.parts[0].is_error
+
+
+def test_image_holds_the_agents_asked_for() -> None:
+    from git_iterare.sandbox.image import context_files, dockerfile
+
+    plan = agents.image_agents(make_config(), ["codex", "shell"])
+    assert plan.agents == ["claude", "codex"]  # shell installs nothing
+    assert set(plan.installs) == {"claude", "codex", "gemini"}
+    assert '"@openai/codex@latest"' in plan.installs["codex"].script
+    files = context_files(plan.agents, plan.installs)
+    text = files["Dockerfile"].decode()
+    assert "FROM system AS agent-codex" in text
+    assert "COPY --from=agent-codex /opt/codex /opt/codex" in text
+    assert files["install-codex.sh"] == plan.installs["codex"].script.encode()
+    with pytest.raises(ValueError, match="bad agent name"):
+        dockerfile(b"# @agent-stages\n# @agent-copies\n", ["Bad Name"])
+    with pytest.raises(UserError, match=r"docker.agents: unknown agent 'gpt'"):
+        agents.image_agents(make_config(docker_agents="claude,gpt"))
+    with pytest.raises(UserError, match=r"bad version"):
+        agents.image_agents(make_config(codex_version="1.0; rm -rf /"))

@@ -124,7 +124,9 @@ def test_corrupt_records_are_listed_and_named(repo: Path) -> None:
 
 def test_show(repo: Path) -> None:
     store = RunStore(repo)
-    rec = make_run(repo, "fix-bug", prompt_text="Fix it.\nCarefully.\n", created=T0)
+    # The closing words come from the agent that wrote the log (Claude's result event).
+    rec = make_run(repo, "fix-bug", prompt_text="Fix it.\nCarefully.\n", created=T0,
+                   agent="claude")
     assert rec.base_commit is not None
     work = commit_on_branch(repo, f"iterare/{rec.id}", "a.txt", "one\ntwo\n")
     store.transition(rec.id, "running", started=T0)
@@ -138,7 +140,7 @@ def test_show(repo: Path) -> None:
         f"run:       {rec.id}\n"
         "status:    succeeded (exit 0)\n"
         "prompt:    fix-bug (.iterare/prompts/fix-bug.md)\n"
-        "agent:     shell\n"
+        "agent:     claude\n"
         f"branch:    iterare/{rec.id}\n"
         f"base:      main {rec.base_commit}\n"
         f"head:      {work}\n"

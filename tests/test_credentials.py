@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare import agents, config, credentials, proc
+from git_iterare import agents, config, proc
 from git_iterare.agents.base import Credentials
+from git_iterare.agents.claude_credentials import STORE
 from git_iterare.errors import OperationFailed, UserError
 from tests.conftest import iterare
 
@@ -124,10 +125,10 @@ def test_verbose_never_echoes_secret(tmp_path: Path) -> None:
 def test_readable_file_fixed_with_warning(store: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
     # iterare copied its credential files 0644: the user's own files are made 0600.
-    credentials.store_token(store, "sk-ant-api03-z")
+    STORE.store_token(cfg(), "sk-ant-api03-z")
     path = store / "anthropic-api-key"
     path.chmod(0o644)
-    loaded = credentials.load(cfg())
+    loaded = STORE.load(cfg())
     assert loaded is not None and loaded.env == {"ANTHROPIC_API_KEY": "sk-ant-api03-z"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert capsys.readouterr().err == (
@@ -137,19 +138,19 @@ def test_readable_file_fixed_with_warning(store: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
 def test_readable_file_of_another_user_refused(store: Path) -> None:
-    credentials.store_token(store, "sk-ant-api03-z")
+    STORE.store_token(cfg(), "sk-ant-api03-z")
     path = store / "anthropic-api-key"
     path.chmod(0o640)
     os.chown(path, 54321, 54321)
     with pytest.raises(UserError, match=r"readable by other users \(mode 0640\) and owned "
                                         r"by uid 54321, not you"):
-        credentials.load(cfg())
+        STORE.load(cfg())
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 def test_loaded_secret_is_redacted(store: Path) -> None:
-    credentials.store_token(store, "sk-ant-api03-redactme")
-    credentials.load(cfg())
+    STORE.store_token(cfg(), "sk-ant-api03-redactme")
+    STORE.load(cfg())
     assert proc.redact("x sk-ant-api03-redactme y") == "x *** y"
 
 
@@ -164,16 +165,16 @@ def test_login_in_sandbox_hook(tmp_path: Path, store: Path) -> None:
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    stored = credentials.login_in_sandbox(launcher, store, scratch)
+    stored = STORE.login_in_sandbox(launcher, cfg(), scratch)
     assert calls == [(["claude", "auth", "login"], scratch)]
     assert stored.paths == (store / ".credentials.json",)
 
 
 def test_login_in_sandbox_failure(tmp_path: Path, store: Path) -> None:
     with pytest.raises(OperationFailed, match=r"exit status 1"):
-        credentials.login_in_sandbox(lambda argv, home: 1, store, tmp_path)
+        STORE.login_in_sandbox(lambda argv, home: 1, cfg(), tmp_path)
     with pytest.raises(OperationFailed, match=r"without storing a login"):
-        credentials.login_in_sandbox(lambda argv, home: 0, store, tmp_path)
+        STORE.login_in_sandbox(lambda argv, home: 0, cfg(), tmp_path)
 
 
 def test_pasted_token_is_not_echoed(tmp_path: Path, store: Path) -> None:

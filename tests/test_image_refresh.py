@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from git_iterare import config as config_module
-from git_iterare.sandbox.image import LABEL_CONTEXT_HASH, _hash, context_files, ensure_image
+from git_iterare.sandbox.image import (
+    LABEL_CONTEXT_HASH,
+    context_files,
+    context_hash,
+    ensure_image,
+)
 from tests.sandbox_fixtures import BASE_IMAGE, CA_BUNDLE
 
 pytestmark = pytest.mark.docker
@@ -32,8 +37,7 @@ def test_stale_image_is_rebuilt_from_its_base(tmp_path: Path, sandbox_image: str
         template = f'{{{{index .Config.Labels "{LABEL_CONTEXT_HASH}"}}}}'
         labels = subprocess.run(["docker", "image", "inspect", "-f", template, ref.id],
                                 capture_output=True, text=True, check=True).stdout.strip()
-        files = context_files()
-        assert labels == _hash(files["Dockerfile"], files["sidecar"])
+        assert labels == context_hash(context_files())
         assert ensure_image(cfg, None, lines.append) == ref  # current now: used as it is
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)

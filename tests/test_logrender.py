@@ -11,7 +11,7 @@ import pytest
 
 from git_iterare import agents, ui
 from git_iterare.agents.base import RunResult
-from git_iterare.logrender import format_duration, format_summary, render_lines
+from git_iterare.agents.render import format_duration, format_summary, render_lines
 from git_iterare.ui import sanitize
 
 LINES = (Path(__file__).parent / "data" / "claude-stream.jsonl").read_text().splitlines()

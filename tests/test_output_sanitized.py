@@ -33,9 +33,9 @@ TERMINAL_BYTES = (b"\x1b", b"\x07", b"\x9b", "\u202e".encode())
 
 
 def agent_run(repo: Path, files: dict[str, str], name: str = "agent") -> str:
-    """A finished run whose branch adds ``files`` (name -> text) on top of main."""
+    """A finished run of Claude whose branch adds ``files`` (name -> text) on top of main."""
     store = RunStore(repo)
-    rec = make_run(repo, name, created=T0)
+    rec = make_run(repo, name, created=T0, agent="claude")
     git("checkout", "-q", "-b", f"iterare/{rec.id}", "main", cwd=repo)
     for path, text in files.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)

@@ -496,22 +496,25 @@ def test_unknown_agent_in_frontmatter_names_the_file(project: Path) -> None:
     result = iterare("execute", "odd", cwd=project)
     path = project / ".iterare" / "prompts" / "odd.md"
     assert (result.returncode, result.stderr) == (
-        2, f"error: {path}: agent 'robot' is unknown (valid: claude, shell) (fix the prompt's "
-           "`agent:`)\n")
+        2, f"error: {path}: agent 'robot' is unknown (valid: claude, codex, gemini, shell) "
+           "(fix the prompt's `agent:`)\n")
     assert git("for-each-ref", "refs/iterare", cwd=project).stdout == ""
 
 
 LOGIN_SCRIPT = """\
 import sys
 from pathlib import Path
-from git_iterare import config, credentials
+from git_iterare import config
+from git_iterare.agents import get_agent
+from git_iterare.agents.claude_credentials import STORE
 from git_iterare.runner.interactive import login_launcher
 scratch, folder, login_json = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-launch = login_launcher(None, config.load(None))
+cfg = config.load(None, {"claude.credentials_path": str(folder)})
+launch = login_launcher(None, cfg, get_agent("claude"))
 # Stands in for `claude auth login` (which needs a browser): it leaves the same file.
 argv = ["sh", "-c", 'mkdir -p ~/.claude && printf %s "$0" > ~/.claude/.credentials.json'
         ' && echo logged-in-as-$(id -u)', login_json]
-print(credentials.login_in_sandbox(launch, folder, scratch, argv=argv).describe())
+print(STORE.login_in_sandbox(launch, cfg, scratch, argv=argv).describe())
 """
 
 

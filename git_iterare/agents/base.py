@@ -1,13 +1,15 @@
 """What every agent adapter provides, and the values it exchanges with the runner.
 
-An agent knows how to start itself inside the sandbox (argv, environment, credentials,
-the domains it must reach) and how to read its own output (one line at a time, into
-:class:`Event` values, then a :class:`RunResult`). It knows nothing about Docker: the
-runner mounts the prompt file, writes credential files into the agent's home, and feeds
-output lines back.
+An agent knows its configuration keys, how its program is installed into the image, how
+to start itself inside the sandbox (argv, environment, credentials, the domains it must
+reach), how its credentials are kept on the host, and how to read its own output (one
+line at a time, into :class:`Event` values, then a :class:`RunResult`). It knows nothing
+about Docker: the runner mounts the prompt file, writes credential files into the agent's
+home, and feeds output lines back; the image build runs its install script.
 
-:class:`Agent` gives defaults (no domains, no environment, no credentials, every line a
-text event) so a trivial agent only says how to start; see ``shell.py``.
+:class:`Agent` gives defaults (no keys, nothing to install, no domains, no environment, no
+credentials, every line a text event) so a trivial agent only says how to start; see
+``shell.py``. The list of what an agent declares is in :mod:`git_iterare.agents`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from git_iterare.config import Config
+from git_iterare.config import Config, Key
+from git_iterare.errors import UserError
+
+if TYPE_CHECKING:
+    from git_iterare.agents.credstore import CredentialStore
 
 #: Where the runner mounts the prompt body inside the sandbox (read-only, outside the
 #: worktree). Agents receive it as ``prompt_file``; this is only the conventional value.
@@ -103,6 +109,45 @@ class RunResult:
     summary: str = ""
 
 
+@dataclass(frozen=True)
+class Install:
+    """How an agent's program gets into git-iterare's sandbox image.
+
+    Attributes:
+        script: POSIX shell run as root (``set -eu``) in a build stage of its own that
+            starts from the image's system stage (Debian bookworm with git, curl, Node.js
+            and npm). It installs everything under ``$PREFIX`` (``/opt/<agent name>``),
+            executables in ``$PREFIX/bin``: the final image copies ``$PREFIX`` alone and
+            links ``$PREFIX/bin/*`` into ``/usr/local/bin``. ``NODE_EXTRA_CA_CERTS`` and
+            ``SSL_CERT_FILE`` name the build's CA bundle when one was given (downloads
+            through a TLS-intercepting proxy); nothing else of the stage is kept.
+        version: the version asked for (``latest`` or a version number), shown as the
+            image label ``dev.iterare.<agent name>-version``.
+    """
+
+    script: str
+    version: str
+
+
+def npm_install(package: str, version: str, executable: str) -> Install:
+    """The :class:`Install` of an npm package (``@openai/codex``) at ``version``, with a
+    check that ``executable`` runs (its ``--version`` is kept in ``$PREFIX/VERSION``).
+
+    Raises:
+        UserError: ``version`` is not an npm version or tag (letters, digits, ``.-_+~^``).
+    """
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~^-]{0,63}", version):
+        raise UserError(f"{package}: bad version {version!r}",
+                        hint="use `latest` or a version number such as 1.2.3")
+    return Install(
+        script=(f'npm install --global --prefix "$PREFIX" --no-audit --no-fund '
+                f'--no-update-notifier "{package}@{version}"\n'
+                f'"$PREFIX/bin/{executable}" --version > "$PREFIX/VERSION"\n'),
+        version=version)
+
+
 def text_event(line: str) -> Event:
     """A plain output line."""
     return Event(kind="text", parts=(Part("text", line),), line=line)
@@ -129,6 +174,23 @@ class Agent:
 
     #: Registry name, as in ``run.agent`` and frontmatter ``agent:``.
     name: str = ""
+
+    #: Configuration keys this agent reads (its ``[<name>]`` section by convention), with
+    #: their defaults; git-iterare's configuration accepts them in every layer.
+    config_keys: tuple[Key, ...] = ()
+
+    #: Where its credentials are kept on the host and how ``git iterare credentials``
+    #: stores them; None for an agent that needs none.
+    credential_store: CredentialStore | None = None
+
+    def install(self, config: Config) -> Install | None:
+        """How the agent's program is installed into the sandbox image, or None when the
+        image needs nothing for it.
+
+        Raises:
+            UserError: a configured version is malformed.
+        """
+        return None
 
     def required_domains(self, config: Config) -> list[str]:
         """Domains the sandbox must let this agent reach (wildcards ``*.x.com`` allowed)."""
@@ -172,13 +234,28 @@ class Agent:
         return {}
 
     def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
-        """Secrets for the sandbox.
+        """Secrets for the sandbox: by default the host's :attr:`~CredentialStore.api_key_env`
+        when set, else what :attr:`credential_store` keeps; none without a store.
 
         Raises:
             UserError: the agent needs credentials and none are stored (naming the
                 command that stores them).
         """
-        return Credentials()
+        from git_iterare import proc
+
+        store = self.credential_store
+        if store is None:
+            return Credentials()
+        value = env.get(store.api_key_env, "") if store.api_key_env else ""
+        if value:
+            proc.register_secret(value)
+            return Credentials(env={store.api_key_env: value})
+        found = store.load(config)
+        if found is None:
+            raise UserError(f"no {store.label} credentials for agent {self.name}: run "
+                            f"`git iterare credentials --agent {self.name}` or set "
+                            f"{store.api_key_env}")
+        return found
 
     def parse_line(self, line: str) -> Event:
         """Turn one output line (newline stripped or not) into an :class:`Event`."""
@@ -202,8 +279,8 @@ class Agent:
         Verbosity 0 shows what the agent says; 1 adds tool calls; 2 adds tool results,
         system events and unknown lines. Colors come from :func:`git_iterare.ui.paint`.
         The closing summary line is not rendered here (see
-        :func:`git_iterare.logrender.render_lines`).
+        :func:`git_iterare.agents.render.render_lines`).
         """
-        from git_iterare.logrender import render_event
+        from git_iterare.agents.render import render_event
 
         return render_event(event, verbosity)

@@ -33,13 +33,30 @@ from git_iterare.agents.base import (
     Agent,
     Credentials,
     Event,
+    Install,
     Part,
     RunResult,
+    npm_install,
     parse_json_object,
     text_event,
 )
-from git_iterare.config import Config
+from git_iterare.agents.claude_credentials import STORE
+from git_iterare.config import Config, Key
 from git_iterare.errors import UserError
+
+#: The keys the claude agent reads. ``docker.claude_version`` keeps its name from before
+#: agents declared their keys; the others are iterare's (``credentials_path``) or ours.
+KEYS = (
+    Key("docker.claude_version", "str", "latest",
+        "npm version of Claude Code installed in the sandbox image.", gated=True),
+    Key("claude.credentials_path", "str", "",
+        "Directory holding Claude credentials (default: the global config directory).",
+        gated=True),
+    Key("claude.base_url", "str", "",
+        "Route Claude through this gateway (ANTHROPIC_BASE_URL); its host is allowlisted.",
+        gated=True),
+    Key("claude.model", "str", "", "Model Claude Code uses (default: its own choice)."),
+)
 
 #: Hosts Claude Code needs without a gateway: the API, and the OAuth token endpoint.
 ANTHROPIC_DOMAINS = ["api.anthropic.com", "platform.claude.com"]
@@ -140,6 +157,12 @@ class Claude(Agent):
     """The Claude Code CLI."""
 
     name = "claude"
+    config_keys = KEYS
+    credential_store = STORE
+
+    def install(self, config: Config) -> Install:
+        return npm_install("@anthropic-ai/claude-code",
+                           config["docker.claude_version"] or "latest", "claude")
 
     def required_domains(self, config: Config) -> list[str]:
         url = base_url(config)
@@ -184,13 +207,13 @@ class Claude(Agent):
         return env
 
     def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
-        from git_iterare import credentials, proc
+        from git_iterare import proc
 
         for var in CREDENTIAL_VARS:
             if env.get(var):
                 proc.register_secret(env[var])
                 return Credentials(env={var: env[var]})
-        found = credentials.load(config)
+        found = STORE.load(config)
         if found is None:
             raise UserError("no Claude credentials: run `git iterare credentials`")
         return found

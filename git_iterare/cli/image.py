@@ -25,19 +25,22 @@ def command(ctx: click.Context) -> None:
               type=click.Path(dir_okay=False),
               help="PEM CA bundle for downloads through a TLS-intercepting proxy "
                    "([docker] ca_bundle).")
+@click.option("--agents", metavar="LIST", default=None,
+              help="Agents to install, comma-separated ([docker] agents).")
 @click.option("--claude-version", metavar="V", default=None,
               help="npm version of Claude Code ([docker] claude_version).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every step.")
 @click.option("--tag", metavar="NAME", default=None,
               help="Image to create ([docker] image).")
-def build(base: str | None, ca_bundle: str | None, claude_version: str | None,
-          no_cache: bool, tag: str | None) -> None:
+def build(base: str | None, ca_bundle: str | None, agents: str | None,
+          claude_version: str | None, no_cache: bool, tag: str | None) -> None:
     """Build the sandbox image (and the project's .iterare/Dockerfile on top)."""
     from git_iterare.runner import image
 
     ctx = app()
     ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
-                          "docker.claude_version": claude_version, "docker.image": tag})
+                          "docker.agents": agents, "docker.claude_version": claude_version,
+                          "docker.image": tag})
     config = ctx.config
     for ref in image.build(ctx.optional_repo(), config, no_cache=no_cache,
                            progress=ui.progress,

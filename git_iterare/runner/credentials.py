@@ -1,97 +1,101 @@
-"""Storing the credentials runs use (``git iterare credentials``): from a login in the
-sandbox, an environment variable, a token, or the user's own Claude Code login.
+"""``git iterare credentials``: storing an agent's credentials, the way its store says.
 
-The command line parses flags and reads what the user typed or named; every decision and
-file written is here, over :mod:`git_iterare.credentials` (storage, 0600) and
-:func:`git_iterare.runner.interactive.login_launcher` (the sandboxed login).
+The command parses options and reads what the user types; this module picks the agent
+and its :class:`~git_iterare.agents.credstore.CredentialStore`, checks that the
+repository may choose where they go, and stores them: a token, the API key in the
+environment, the login the agent's CLI left on the host, or a login made inside the
+sandbox.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from git_iterare.agents.credstore import Stored, clean_token
 from git_iterare.config import Config
-from git_iterare.credentials import Stored
-from git_iterare.git.repo import Repo
+from git_iterare.errors import UserError
+from git_iterare.repo import Repo
 
-__all__ = ["Method", "Stored", "TokenReader", "store"]
-
-#: How to obtain credentials: ``login`` (Claude Code's login, in the sandbox, needs a
-#: terminal), ``env`` (``ANTHROPIC_API_KEY``), ``token`` (what ``read_token`` returns) or
-#: ``auto`` (copy the user's Claude Code login when there is one, else ``token``).
-Method = Literal["login", "env", "token", "auto"]
-
-#: Returns ``(text, source)``: a pasted or read API key or token, and where it came from
-#: for messages (``stdin``, a file name).
-TokenReader = Callable[[], tuple[str, str]]
+#: Asks the user for a token: called with the prompt text, returns ``(text, source)``
+#: where ``source`` names it in errors (``stdin``, ``the token``).
+AskToken = Callable[[str], tuple[str, str]]
 
 
-def store(repo: Repo | None, config: Config, method: Method, *, force: bool = False,
-          read_token: TokenReader | None = None,
-          progress: Callable[[str], None] = lambda line: None) -> Stored:
-    """Store credentials (0600) in the configured credentials folder.
+@dataclass(frozen=True)
+class CredentialsRequest:
+    """What ``git iterare credentials`` was asked to do.
 
-    Args:
-        repo: the repository, or None outside one; a repository's own
-            ``claude.credentials_path`` acts only once approved (``git iterare trust``).
-        config: the effective configuration.
-        method: see :data:`Method`.
+    Attributes:
+        agent: whose credentials; None for ``run.agent``.
         force: replace credentials already stored.
-        read_token: asked for the token (``token``, and ``auto`` without a Claude Code
-            login); required for those methods.
-        progress: receives progress lines of the sandbox's start (``login``).
+        api_key_env: store the key in the agent's API key variable.
+        token: ``(text, source)`` read from ``--token-file``, or None.
+        login: log in inside the sandbox (needs a terminal: ``terminal``).
+        terminal: stdin is a terminal.
+    """
 
-    Returns:
-        What was stored (:meth:`Stored.describe` says it without the secret).
+    agent: str | None = None
+    force: bool = False
+    api_key_env: bool = False
+    token: tuple[str, str] | None = None
+    login: bool = False
+    terminal: bool = False
+
+
+def store_credentials(repo: Repo | None, config: Config, request: CredentialsRequest,
+                      ask_token: AskToken,
+                      progress: Callable[[str], None] = lambda line: None) -> Stored:
+    """Store credentials for an agent as ``request`` says; without a token, login or
+    variable, copy the login its CLI left in the user's home, else ``ask_token``.
 
     Raises:
-        UserError: ``login`` without a terminal; credentials already stored and not
-            ``force``; an empty or malformed token; the environment variable unset.
-        OperationFailed: the repository's credentials path is not approved; the login in
-            the sandbox failed.
+        UserError: an unknown agent, or one needing no credentials; conflicting options;
+            ``--login`` without a terminal; a repository's unapproved setting choosing
+            where credentials go; credentials already stored without ``force``; a bad
+            token or an unset variable.
+        OperationFailed: the login in the sandbox failed.
     """
-    import os
-    import sys
+    from git_iterare.agents import get_agent
 
-    from git_iterare import credentials
-    from git_iterare.errors import UserError
-
-    if repo is not None and repo.main_work_tree is not None:
+    if sum((request.api_key_env, request.token is not None, request.login)) > 1:
+        raise UserError("give one of --api-key-env, --token-file and --login")
+    agent = get_agent(request.agent or config["run.agent"])
+    store = agent.credential_store
+    if store is None:
+        raise UserError(f"agent {agent.name} needs no credentials",
+                        hint="give --agent with an agent that talks to a model")
+    if repo is not None and repo.main_work_tree is not None and store.location_keys:
         from git_iterare.runner.trust import require_approval
 
-        # A repository's claude.credentials_path would choose where tokens are written.
-        require_approval(repo, config, only={"claude.credentials_path"})
-    folder = credentials.credentials_dir(config)
-    if method == "login":
-        if not sys.stdin.isatty():
+        # A repository's choice of credentials directory would choose where tokens go.
+        require_approval(repo, config, only=set(store.location_keys))
+    if request.login:
+        import shutil
+        import tempfile
+
+        from git_iterare.runner.interactive import login_launcher
+
+        if not request.terminal:
             raise UserError("--login needs a terminal", hint="use --token-file or "
                             "--api-key-env where there is none")
-        return _login(repo, config, folder, force, progress)
-    if method == "env":
-        return credentials.store_api_key_from_env(folder, os.environ, force=force)
-    if method == "auto" and credentials.claude_login_files(Path.home())[0].is_file():
-        return credentials.copy_claude_login(folder, Path.home(), force=force)
-    if method == "auto" and credentials.existing(folder) and not force:
-        credentials.store_token(folder, "", force=False)  # raises: already stored
-    if read_token is None:
-        raise TypeError(f"method {method!r} needs read_token")
-    text, source = read_token()
-    return credentials.store_token(folder, credentials.clean_token(text, source), force=force)
-
-
-def _login(repo: Repo | None, config: Config, folder: Path, force: bool,
-           progress: Callable[[str], None]) -> Stored:
-    import shutil
-    import tempfile
-
-    from git_iterare import credentials
-    from git_iterare.runner.interactive import login_launcher
-
-    scratch = Path(tempfile.mkdtemp(prefix="iterare-login-home-"))
-    try:
-        launch = login_launcher(repo, config, progress=progress)
-        return credentials.login_in_sandbox(launch, folder, scratch, force=force)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix="iterare-login-home-"))
+        try:
+            launch = login_launcher(repo, config, agent, progress=progress)
+            return store.login_in_sandbox(launch, config, scratch, force=request.force)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if request.api_key_env:
+        return store.store_api_key_from_env(config, os.environ, force=request.force)
+    if request.token is not None:
+        text, source = request.token
+        return store.store_token(config, clean_token(text, source), force=request.force)
+    home = Path.home()
+    if store.host_login(home) is not None:
+        return store.copy_login(config, home, force=request.force)
+    if not request.force:
+        store.refuse_existing(config)
+    text, source = ask_token(store.token_prompt)
+    return store.store_token(config, clean_token(text, source), force=request.force)

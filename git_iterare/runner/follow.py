@@ -89,7 +89,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     """
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.logrender import format_summary
+    from git_iterare.agents.render import format_summary
     from git_iterare.runner.finish import finish
     from git_iterare.runner.ownership import container_of, engine_of
     from git_iterare.runs.status import ACTIVE

@@ -39,7 +39,8 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
 
     Args:
         repo: the repository, or None outside one (no project layer).
-        config: the effective configuration (``docker.*`` keys).
+        config: the effective configuration (``docker.*`` keys; ``docker.agents`` and the
+            agents' own keys pick the agents installed).
         no_cache: rebuild every step.
         progress: receives one line per build step (every output line under
             ``--verbose``).
@@ -54,6 +55,7 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
         UserError: the CA bundle cannot be read or is not PEM.
     """
     from git_iterare import proc
+    from git_iterare.agents import image_agents
     from git_iterare.runner.trust import require_approval
     from git_iterare.sandbox.image import build_image, ensure_image
 
@@ -64,13 +66,14 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
         require_approval(repo, config)
     ca = config["docker.ca_bundle"]
     announce(f"building {config['docker.image']} from {config['docker.base_image']}")
+    held = image_agents(config)
     ref = build_image(config["docker.image"], base=config["docker.base_image"],
                       ca_bundle=Path(ca).expanduser() if ca else None,
-                      claude_version=config["docker.claude_version"], no_cache=no_cache,
+                      agents=held.agents, installs=held.installs, no_cache=no_cache,
                       progress=progress, verbose=proc.VERBOSE)
     made = [ref]
     if project:
-        layered = ensure_image(config, repo, progress)
+        layered = ensure_image(config, repo, progress, **held._asdict())
         if layered.name != ref.name:
             made.append(layered)
     return made

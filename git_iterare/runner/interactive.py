@@ -24,6 +24,7 @@ from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
+    from git_iterare.agents.base import Agent
     from git_iterare.sandbox import SandboxSpec
 
 
@@ -140,7 +141,7 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     import secrets
 
     from git_iterare import sandbox
-    from git_iterare.agents import get_agent
+    from git_iterare.agents import get_agent, image_agents
     from git_iterare.runner.guard import (
         admit,
         check_network_on_engine,
@@ -166,7 +167,8 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
-    image = ensure_image(config, repo, progress)
+    image = ensure_image(config, repo, progress,
+                         **image_agents(config, [agent.name])._asdict())
     scratch = Path(tempfile.mkdtemp(prefix="iterare-session-"))
     empty = scratch / "empty"
     empty.mkdir()
@@ -213,23 +215,18 @@ def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-#: Where Claude Code's login talks to, besides the agent's own API domains.
-LOGIN_DOMAINS = ("claude.ai", "*.claude.ai", "console.anthropic.com", "platform.claude.com",
-                 "api.anthropic.com", "statsig.anthropic.com")
-
-
-def login_launcher(repo: Repo | None, config: Config,
+def login_launcher(repo: Repo | None, config: Config, agent: Agent,
                    progress: Callable[[str], None] = lambda line: None
                    ) -> Callable[[Sequence[str], Path], int]:
-    """A launcher for :func:`git_iterare.credentials.login_in_sandbox`.
+    """A launcher for :meth:`git_iterare.agents.credstore.CredentialStore.login_in_sandbox`.
 
     The returned ``launch(argv, home)`` runs ``argv`` on the user's terminal in the sandbox
-    image, as the agent user (the caller's uid, or 1000 for root, never root), with
-    ``home`` mounted as its home directory and egress limited to Claude's login and API
-    domains; it returns the exit status.
+    image (holding ``agent``), as the agent user (the caller's uid, or 1000 for root, never
+    root), with ``home`` mounted as its home directory and egress limited to the agent's
+    API domains and its store's ``login_domains``; it returns the exit status.
     """
     from git_iterare import sandbox
-    from git_iterare.agents import get_agent
+    from git_iterare.agents import image_agents
     from git_iterare.runner.guard import check_network_on_engine, checked_network
     from git_iterare.runner.spec import sandbox_spec
     from git_iterare.runner.trust import require_approval
@@ -241,10 +238,12 @@ def login_launcher(repo: Repo | None, config: Config,
         network = checked_network(config)
         require_approval(repo, config)
         check_network_on_engine(network)
-        agent = get_agent("claude")
+        store = agent.credential_store
+        login_domains = store.login_domains if store is not None else ()
         policy = sandbox.policy_from_config(
-            config, [*agent.required_domains(config), *LOGIN_DOMAINS])
-        image = ensure_image(config, repo, progress)
+            config, [*agent.required_domains(config), *login_domains])
+        image = ensure_image(config, repo, progress,
+                             **image_agents(config, [agent.name])._asdict())
         out_dir = Path(tempfile.mkdtemp(prefix="iterare-login-"))
         session = f"login-{secrets.token_hex(4)}"
         uid, gid = sandbox.agent_ids()

@@ -230,7 +230,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         OperationFailed: Docker unreachable, image build failed, launch failed (then the
             run is recorded as failed and its worktree kept).
     """
-    from git_iterare.agents import get_agent
+    from git_iterare.agents import get_agent, image_agents
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
     from git_iterare.runs.store import RunStore
@@ -293,7 +293,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
-    image = ensure_image(config, repo, progress)
+    image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
     record = store.create(
         request.name or prompt.run_name,
         prompt_name=prompt.name,

@@ -39,15 +39,22 @@ from git_iterare.sandbox.trust import (
 
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,
-#: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, the Claude
-#: gateway (its host is allowlisted), the credentials directory (read into runs), and the
-#: resource limits and timeout when they are above the built-in ones.
+#: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, and the
+#: resource limits and timeout when they are above the built-in ones. The agents' own
+#: keys marked ``gated`` (their gateways, whose hosts are allowlisted, install versions and
+#: credentials directories) join them: see :func:`gated_keys`.
 GATED_KEYS: tuple[str, ...] = (
-    "docker.image", "docker.base_image", "docker.claude_version", "docker.network",
+    "docker.image", "docker.base_image", "docker.network",
     "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
-    "mounts.volumes", "claude.base_url", "claude.credentials_path",
-    "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
+    "mounts.volumes", "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
 )
+
+
+def gated_keys() -> tuple[str, ...]:
+    """:data:`GATED_KEYS` and every agent key declared ``gated``."""
+    from git_iterare.config import KEYS
+
+    return (*GATED_KEYS, *(k.name for k in KEYS.values() if k.gated and k.name not in GATED_KEYS))
 
 
 def _narrows(key: str, value: object, default: object) -> bool:
@@ -115,7 +122,7 @@ def _project_file(repo: Repo) -> str:
 
 
 def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
-    """The :data:`GATED_KEYS` whose effective value comes from the project file and is not
+    """The :func:`gated_keys` whose effective value comes from the project file and is not
     the default; for ``firewall.allowed_domains`` only entries beyond the built-in ones."""
     from git_iterare.config import KEYS
     from git_iterare.sandbox.image import is_legacy_image
@@ -123,7 +130,7 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
 
     project = _project_file(repo)
     out: dict[str, object] = {}
-    for key in GATED_KEYS:
+    for key in gated_keys():
         if config.origin(key) != project:
             continue
         value = config[key]

@@ -13,9 +13,9 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from git_iterare.logrender import REPORTED
+from git_iterare.agents.render import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
-from git_iterare.runs.status import parse_iso
+from git_iterare.runs.status import ACTIVE, parse_iso
 from git_iterare.ui import sanitize, sanitize_line
 
 if TYPE_CHECKING:
@@ -184,14 +184,16 @@ def blocked_more(egress: dict[str, Any] | None) -> int:
     return (counted if isinstance(counted, int) and counted > 0 else 0) + over
 
 
-def log_summary(log: bytes) -> tuple[int, str | None]:
-    """``(number of lines, text of the last result event or None)`` of a ``log.jsonl``.
+def log_summary(log: bytes, agent: str | None = None) -> tuple[int, str | None]:
+    """``(number of lines, the agent's closing words or None)`` of a ``log.jsonl``.
 
-    A result event is a JSON object with ``"type": "result"`` (Claude Code's stream-json
-    final event); its ``result`` (or ``subtype``) is shown. Lines are counted without
-    being copied, and the last result is looked for among the last
-    :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` lines only.
+    The closing words are what the agent that wrote the log (``agent``, a record's
+    ``agent`` field; :func:`git_iterare.agents.for_record`) reports as its result
+    (:attr:`~git_iterare.agents.base.RunResult.summary`), read from the last
+    :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` lines only; None when it says nothing.
+    Lines are counted without being copied.
     """
+    from git_iterare.agents import for_record
     from git_iterare.limits import MAX_LINE_BYTES, MAX_SUMMARY_EVENTS
 
     count = 0
@@ -202,25 +204,17 @@ def log_summary(log: bytes) -> tuple[int, str | None]:
         if log[start:end].strip():
             count += 1
         start = end + 1
-    last = None
+    tail: list[str] = []
     end = len(log)
-    for _ in range(MAX_SUMMARY_EVENTS):
-        if end <= 0:
-            break
+    while end > 0 and len(tail) < MAX_SUMMARY_EVENTS:
         begin = log.rfind(b"\n", 0, end - 1) + 1 if end > 1 else 0
         raw = log[begin:end]
         end = begin
-        if not raw.strip() or len(raw) > MAX_LINE_BYTES or b'"result"' not in raw:
-            continue
-        try:
-            event = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("type") == "result":
-            value = event.get("result", event.get("subtype"))
-            last = value if isinstance(value, str) else json.dumps(value)
-            break
-    return count, last
+        if raw.strip() and len(raw) <= MAX_LINE_BYTES:
+            tail.append(raw.decode("utf-8", "replace"))
+    reader = for_record(agent)
+    summary = reader.summarize([reader.parse_line(line) for line in reversed(tail)]).summary
+    return count, summary or None
 
 
 def engine_text(extra: Any) -> str | None:
@@ -287,7 +281,7 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     out.append(paint("Prompt:", "bold"))
     out.extend(f"    {line}" for line in sanitize(prompt).splitlines())
     out.append("")
-    count, last = log_summary(log)
+    count, last = log_summary(log, rec.agent)
     out.append(paint("Log:", "bold") + f" {count} line{'s' if count != 1 else ''}")
     if last is not None:
         out.append(f"    last result {REPORTED}: {sanitize_line(last)}")

@@ -3,9 +3,15 @@
 The image is built from ``container/Dockerfile`` and ``container/sidecar`` (shipped in
 ``git_iterare/data/container``) with the classic builder of the Docker API, which every
 engine supports (the SDK cannot drive BuildKit). The build context is a temporary
-directory holding those two files and ``ca.pem`` (the CA bundle, or an empty file); the
-Dockerfile copies ``ca.pem`` only into the stage that runs npm, so it never reaches the
-final image (it stays in the engine's local build cache until pruned).
+directory holding those two files, one install script per agent the image holds
+(``install-<agent>.sh``: what the caller gives as :class:`AgentInstall` values; this
+module does not know the agents) and ``ca.pem`` (the CA bundle, or an empty file). The
+Dockerfile gets one stage per agent (see :func:`dockerfile`), which alone sees ``ca.pem``,
+so the bundle never reaches the final image (it stays in the engine's local build cache
+until pruned). The image's labels name its agents (``dev.iterare.agents``) and their
+versions (``dev.iterare.<agent>-version``), and its context hash covers all of it: a run
+of an agent the image lacks, or a changed install step, rebuilds it (with every agent it
+held, plus the new one).
 
 A project's ``.iterare/Dockerfile`` (``FROM`` the sandbox image; its build context holds
 that file alone) is built on top into
@@ -26,11 +32,11 @@ import hashlib
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import client, docker_errors
@@ -41,7 +47,7 @@ DEFAULT_IMAGE_NAME = "git-iterare:latest"
 
 LABEL_IMAGE = "dev.iterare.image"
 LABEL_BASE = "dev.iterare.base"
-LABEL_CLAUDE = "dev.iterare.claude-version"
+LABEL_AGENTS = "dev.iterare.agents"
 LABEL_CONTEXT_HASH = "dev.iterare.context-hash"
 LABEL_PROJECT_HASH = "dev.iterare.project-dockerfile-hash"
 
@@ -148,10 +154,101 @@ class ImageStatus:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def context_files() -> dict[str, bytes]:
-    """The sandbox image's build files (``Dockerfile``, ``sidecar``) by name."""
+class AgentInstall(Protocol):
+    """How one agent's program is installed (:class:`git_iterare.agents.base.Install`).
+
+    Attributes:
+        script: POSIX shell run as root with ``set -eu`` in a stage of its own, installing
+            under ``$PREFIX`` (``/opt/<agent>``), executables in ``$PREFIX/bin``;
+            ``NODE_EXTRA_CA_CERTS`` names the build's CA bundle when one was given.
+        version: the version asked for, for the image's labels.
+    """
+
+    @property
+    def script(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+#: An agent's name in an image: it names a stage, a directory and a label.
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+#: The Dockerfile lines replaced by the agents' stages and by their copies.
+STAGES_MARK = "# @agent-stages"
+COPIES_MARK = "# @agent-copies"
+
+
+def version_label(agent: str) -> str:
+    """The label holding the version of ``agent`` asked for (``dev.iterare.claude-version``)."""
+    return f"dev.iterare.{agent}-version"
+
+
+def dockerfile(template: bytes, agents: Sequence[str]) -> bytes:
+    """The Dockerfile building the image with ``agents``.
+
+    :data:`STAGES_MARK` becomes, per agent, a stage ``agent-<name>`` from ``system``
+    running ``install-<name>.sh`` with ``PREFIX=/opt/<name>`` (and the CA bundle for
+    npm); :data:`COPIES_MARK` becomes the copies of each ``/opt/<name>`` into the final
+    stage and the links of its ``bin/*`` into ``/usr/local/bin``.
+
+    Raises:
+        ValueError: a name is not lower-case letters, digits and ``-``, or a mark is
+            missing from ``template``.
+    """
+    for name in agents:
+        if not _AGENT_NAME.match(name):
+            raise ValueError(f"bad agent name for the image: {name!r}")
+    stages = []
+    for name in agents:
+        stages += [
+            f"FROM system AS agent-{name}",
+            "COPY ca.pem /tmp/iterare-build-ca.pem",
+            f"COPY install-{name}.sh /tmp/iterare-install.sh",
+            "RUN set -eu; \\",
+            "    if [ -s /tmp/iterare-build-ca.pem ]; then "
+            "export NODE_EXTRA_CA_CERTS=/tmp/iterare-build-ca.pem; fi; \\",
+            f"    export PREFIX=/opt/{name}; mkdir -p \"$PREFIX/bin\"; \\",
+            "    sh -eu /tmp/iterare-install.sh",
+            "",
+        ]
+    copies = [f"COPY --from=agent-{name} /opt/{name} /opt/{name}" for name in agents]
+    if agents:
+        bins = " ".join(f"/opt/{name}/bin/*" for name in agents)
+        copies.append(f"RUN set -eu; for exe in {bins}; do "
+                      f"if [ -e \"$exe\" ]; then ln -sf \"$exe\" /usr/local/bin/; fi; done")
+    text = template.decode()
+    lines = text.splitlines()
+    if STAGES_MARK not in lines or COPIES_MARK not in lines:
+        raise ValueError("the sandbox Dockerfile lacks its agent marks")
+    out: list[str] = []
+    for line in lines:
+        out += stages if line == STAGES_MARK else copies if line == COPIES_MARK else [line]
+    return ("\n".join(out) + "\n").encode()
+
+
+def context_files(agents: Sequence[str] = (),
+                  installs: Mapping[str, AgentInstall] | None = None) -> dict[str, bytes]:
+    """The sandbox image's build files by name: ``Dockerfile`` (with the stages of
+    ``agents``, see :func:`dockerfile`), ``sidecar`` and ``install-<agent>.sh`` for each
+    of ``agents``.
+
+    Raises:
+        KeyError: an agent of ``agents`` is not in ``installs``.
+        ValueError: as :func:`dockerfile`.
+    """
     root = resources.files("git_iterare") / "data" / "container"
-    return {name: (root / name).read_bytes() for name in ("Dockerfile", "sidecar")}
+    files = {"Dockerfile": dockerfile((root / "Dockerfile").read_bytes(), agents),
+             "sidecar": (root / "sidecar").read_bytes()}
+    for name in agents:
+        files[f"install-{name}.sh"] = (installs or {})[name].script.encode()
+    return files
+
+
+def context_hash(files: Mapping[str, bytes]) -> str:
+    """The hash of a build context (:func:`context_files`), kept as the image's
+    :data:`LABEL_CONTEXT_HASH` label."""
+    return _hash(*(part for name in sorted(files) for part in (name.encode(), files[name])))
 
 
 def _hash(*parts: bytes) -> str:
@@ -197,15 +294,18 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
 
 
 def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | None = None,
-                claude_version: str = "latest", no_cache: bool = False,
-                progress: Progress = lambda line: None, verbose: bool = False) -> ImageRef:
+                agents: Sequence[str] = (), installs: Mapping[str, AgentInstall] | None = None,
+                no_cache: bool = False, progress: Progress = lambda line: None,
+                verbose: bool = False) -> ImageRef:
     """Build the sandbox image.
 
     Args:
         name: image name and tag to create (``git-iterare:latest``).
         base: Debian bookworm based image (``BASE_IMAGE`` build argument).
         ca_bundle: PEM file of extra CAs for the build's downloads (npm), or None.
-        claude_version: npm version of ``@anthropic-ai/claude-code`` (``latest``).
+        agents: the agents to install, by name (an empty list builds the sandbox alone:
+            the shell agent needs nothing more).
+        installs: how to install each of ``agents`` (more entries are ignored).
         no_cache: build every step afresh.
         progress: called with one line per build step (and every output line when
             ``verbose``).
@@ -224,7 +324,8 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
         if b"-----BEGIN CERTIFICATE-----" not in ca:
             raise UserError(f"{ca_bundle} is not a PEM CA bundle (no BEGIN CERTIFICATE)",
                             hint="fix --ca-bundle or [docker] ca_bundle")
-    files = context_files()
+    agents = sorted(set(agents))
+    files = context_files(agents, installs)
     context = Path(tempfile.mkdtemp(prefix="iterare-build-"))
     try:
         for fname, data in files.items():
@@ -233,13 +334,13 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
         (context / "ca.pem").write_bytes(ca)
         labels = {
             LABEL_BASE: base,
-            LABEL_CLAUDE: claude_version,
-            LABEL_CONTEXT_HASH: _hash(files["Dockerfile"], files["sidecar"]),
+            LABEL_AGENTS: ",".join(agents),
+            LABEL_CONTEXT_HASH: context_hash(files),
+            **{version_label(a): (installs or {})[a].version for a in agents},
         }
         image_id = _stream_build(
             {"path": str(context), "tag": name, "nocache": no_cache, "pull": False,
-             "buildargs": {"BASE_IMAGE": base, "CLAUDE_CODE_VERSION": claude_version},
-             "labels": labels},
+             "buildargs": {"BASE_IMAGE": base}, "labels": labels},
             name, progress, verbose)
     finally:
         shutil.rmtree(context, ignore_errors=True)
@@ -270,13 +371,15 @@ def project_image_name(image: str, digest: str) -> str:
 
 
 def ensure_image(config: Any, repo: Any = None,
-                 progress: Progress = lambda line: None) -> ImageRef:
+                 progress: Progress = lambda line: None, *, agents: Sequence[str] = (),
+                 installs: Mapping[str, AgentInstall] | None = None) -> ImageRef:
     """The image a run uses, building what is missing or stale.
 
     Builds ``docker.image`` when it does not exist (base ``docker.base_image``, CA
-    ``docker.ca_bundle``, Claude Code ``docker.claude_version``), or when git-iterare
-    built it from other container files than this version's (its context-hash label
-    differs; it is rebuilt from the base it was built from); then, when the
+    ``docker.ca_bundle``, the ``agents``), or when git-iterare built it from another
+    build context than this one's (its context-hash label differs: other container files,
+    another install step, or it lacks one of ``agents``; it is rebuilt from the base it was
+    built from, with the agents it held that ``installs`` knows and ``agents``); then, when the
     repository has ``.iterare/Dockerfile``, builds it on top unless an image with the same
     content hash exists. When ``docker.image`` is an image git-iterare did not build, the
     agent runs in it and the sidecar in :data:`DEFAULT_IMAGE_NAME` (built when needed):
@@ -287,6 +390,9 @@ def ensure_image(config: Any, repo: Any = None,
         config: a :class:`git_iterare.config.Config`.
         repo: a :class:`git_iterare.git.repo.Repo`, or None (no project layer).
         progress: receives one line per build step.
+        agents: the agents the image must hold, by name.
+        installs: how to install every agent that has an install step, by name (also
+            those only the existing image holds).
 
     Raises:
         UserError: bad CA bundle, or an unreadable project Dockerfile.
@@ -302,10 +408,10 @@ def ensure_image(config: Any, repo: Any = None,
         # Not built by git iterare (a user's own image): the agent runs in it as it is,
         # the sidecar in git-iterare's own image.
         own = _own_image(config, DEFAULT_IMAGE_NAME, image_status(DEFAULT_IMAGE_NAME),
-                         progress)
+                         progress, agents, installs or {})
         base = ImageRef(name, status.id, own.id)
     else:
-        base = _own_image(config, name, status, progress)
+        base = _own_image(config, name, status, progress, agents, installs or {})
     dockerfile = repo.iterare_dir / "Dockerfile" if repo is not None else None
     if dockerfile is None or not dockerfile.is_file():
         return base
@@ -341,19 +447,23 @@ def ensure_image(config: Any, repo: Any = None,
     return ImageRef(project, image_id, base.sidecar)
 
 
-def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress) -> ImageRef:
-    """git-iterare's own image ``name``, built when missing or built from other container
-    files than this version's (then from the base it was built from)."""
-    files = context_files()
-    if status.present and status.labels.get(LABEL_CONTEXT_HASH) == _hash(
-            files["Dockerfile"], files["sidecar"]):
+def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress,
+               agents: Sequence[str], installs: Mapping[str, AgentInstall]) -> ImageRef:
+    """git-iterare's own image ``name``, built when missing or built from another context
+    than the one for its agents and ``agents`` (then from the base it was built from)."""
+    held = [a for a in status.labels.get(LABEL_AGENTS, "").split(",") if a in installs]
+    wanted = sorted({*held, *agents})
+    if status.present and status.labels.get(LABEL_CONTEXT_HASH) == context_hash(
+            context_files(wanted, installs)):
         return ImageRef(name, status.id, status.id)
-    why = "missing" if not status.present else "built by another git-iterare version"
+    missing = [a for a in wanted if a not in held]
+    why = ("missing" if not status.present
+           else f"adding {', '.join(missing)}" if missing and LABEL_AGENTS in status.labels
+           else "built by another git-iterare version")
     progress(f"building {name} ({why})")
     ca = config["docker.ca_bundle"]
     base_image = (status.labels.get(LABEL_BASE) or config["docker.base_image"]
                   or DEFAULT_BASE_IMAGE)
     built = build_image(name, base=base_image, ca_bundle=Path(ca).expanduser() if ca else None,
-                        claude_version=config["docker.claude_version"] or "latest",
-                        progress=progress)
+                        agents=wanted, installs=installs, progress=progress)
     return ImageRef(built.name, built.id, built.id)

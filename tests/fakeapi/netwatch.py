@@ -3,13 +3,14 @@
 Used as ``unshare --net --mount python3 -m tests.fakeapi.netwatch SPEC.json`` (root): the
 namespace has only a loopback interface, ``/etc/resolv.conf`` is bind-mounted (privately,
 in the new mount namespace) to point at a logging resolver on 127.0.0.1:53 that answers
-NXDOMAIN to everything, and the fake Anthropic API listens on 127.0.0.1:8765. Nothing can
-leave the machine, and every name the command tries to resolve is seen.
+NXDOMAIN to everything, and a fake API listens on 127.0.0.1:8765. Nothing can leave the
+machine, and every name the command tries to resolve is seen.
 
-SPEC.json: ``{"turns": [...], "argv": [...], "env": {...}, "cwd": "...", "user": "..."}``
-(``user`` optional: run through ``runuser``). Prints one JSON object: ``returncode``,
-``stdout``, ``stderr``, ``dns`` (names asked, in order) and ``requests`` (the fake API's
-request log).
+SPEC.json: ``{"turns": [...], "argv": [...], "env": {...}, "cwd": "...", "user": "...",
+"api": "anthropic"}`` (``user`` optional: run through ``runuser``; ``api``: ``anthropic``,
+the default, ``openai`` for tests/fakeapi/openai_server.py or ``gemini`` for
+tests/fakeapi/gemini.py). Prints one JSON object: ``returncode``, ``stdout``, ``stderr``,
+``dns`` (names asked, in order) and ``requests`` (the fake API's request log).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from tests.fakeapi.server import FakeAnthropic
 
@@ -60,7 +62,17 @@ def main(spec_path: str) -> int:
     dns.bind(("127.0.0.1", 53))
     threading.Thread(target=serve_dns, args=(dns, names), daemon=True).start()
     log = Path(resolv.parent) / "requests.jsonl"
-    with FakeAnthropic(spec["turns"], log, port=API_PORT):
+    if spec.get("api") == "openai":
+        from tests.fakeapi.openai_server import FakeOpenAI
+
+        server: Any = FakeOpenAI(spec["turns"], log, port=API_PORT)
+    elif spec.get("api") == "gemini":
+        from tests.fakeapi.gemini import FakeGemini
+
+        server = FakeGemini(spec["turns"], log, port=API_PORT)
+    else:
+        server = FakeAnthropic(spec["turns"], log, port=API_PORT)
+    with server:
         runas = ["runuser", "-u", spec["user"], "--"] if spec.get("user") else []
         env = [f"{k}={v}" for k, v in spec["env"].items()]
         done = subprocess.run([*runas, "env", "-i", *env, *spec["argv"]], cwd=spec["cwd"],

@@ -32,6 +32,9 @@ is appended to the log file as one JSON line: method, path, headers (``x-api-key
 ``authorization`` redacted), JSON body, and the turn it took (or null).
 
 Message format source: https://docs.anthropic.com/en/api/messages-streaming
+
+The scaffolding (:class:`Script`, :class:`BaseHandler`, :class:`FakeServer`, :func:`main`)
+serves the other fake APIs too (:mod:`tests.fakeapi.gemini`).
 """
 
 from __future__ import annotations
@@ -43,12 +46,12 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 #: Answer to requests that take no turn.
 SIDE_ANSWER = "ok"
 
-_SECRET_HEADERS = {"x-api-key", "authorization", "proxy-authorization"}
+_SECRET_HEADERS = {"x-api-key", "x-goog-api-key", "authorization", "proxy-authorization"}
 
 
 def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
@@ -158,11 +161,17 @@ def stream_events(message: dict[str, Any]) -> list[bytes]:
     return events
 
 
-class Handler(BaseHTTPRequestHandler):
-    """Answers one request; ``server.script`` holds the shared :class:`Script`."""
+class BaseHandler(BaseHTTPRequestHandler):
+    """What every fake API's handler shares: the request log, JSON replies, a 200 ``{}``
+    to GET and HEAD, and the opening of a server-sent event stream.
+
+    ``server.script`` holds the shared :class:`Script`; subclasses define ``do_POST``.
+    """
 
     protocol_version = "HTTP/1.1"
-    server_version = "fake-anthropic/1"
+    server_version = "fake-api/1"
+    #: Header carrying the request id in replies.
+    request_id_header = "request-id"
 
     @property
     def script(self) -> Script:
@@ -190,10 +199,21 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
-        self.send_header("request-id", "req_fake")
+        self.send_header(self.request_id_header, "req_fake")
         self.end_headers()
         if not head:
             self.wfile.write(payload)
+
+    def _start_event_stream(self) -> None:
+        """Send the headers of a ``text/event-stream`` reply whose body ends when the
+        connection does (the caller then writes the events)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header(self.request_id_header, "req_fake")
+        self.send_header("Connection", "close")  # the body ends when the connection does
+        self.end_headers()
+        self.close_connection = True
 
     def do_GET(self) -> None:
         self._record(None)
@@ -202,6 +222,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._record(None)
         self._json(200, {}, head=True)
+
+
+class Handler(BaseHandler):
+    """Speaks the Anthropic Messages API."""
+
+    server_version = "fake-anthropic/1"
 
     def do_POST(self) -> None:
         body = self._read_body()
@@ -238,20 +264,17 @@ class Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             self._json(200, message)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("request-id", "req_fake")
-        self.send_header("Connection", "close")  # the body ends when the connection does
-        self.end_headers()
-        self.close_connection = True
+        self._start_event_stream()
         for event in stream_events(message):
             self.wfile.write(event)
             self.wfile.flush()
 
 
-class FakeAnthropic:
-    """The server in a background thread, for tests.
+_S = TypeVar("_S", bound="FakeServer")
+
+
+class FakeServer:
+    """A fake API in a background thread, for tests; subclasses set :attr:`handler`.
 
     Args:
         turns: from :func:`load_script`.
@@ -264,11 +287,14 @@ class FakeAnthropic:
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
+    #: The request handler speaking the API.
+    handler: type[BaseHandler] = BaseHandler
+
     def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
                  host: str = "127.0.0.1", port: int = 0,
                  input_tokens_per_turn: int | None = None):
         self.script = Script(turns, log_path, input_tokens_per_turn)
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd = ThreadingHTTPServer((host, port), self.handler)
         self.httpd.daemon_threads = True
         self.httpd.script = self.script  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
@@ -276,11 +302,11 @@ class FakeAnthropic:
 
     @property
     def url(self) -> str:
-        """``http://host:port``, the value for ANTHROPIC_BASE_URL."""
+        """``http://host:port``, the value for the agent's base URL setting."""
         host, port = self.httpd.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> FakeAnthropic:
+    def start(self: _S) -> _S:
         self._thread.start()
         return self
 
@@ -289,15 +315,23 @@ class FakeAnthropic:
         self.httpd.server_close()
         self._thread.join()
 
-    def __enter__(self) -> FakeAnthropic:
+    def __enter__(self: _S) -> _S:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fake Anthropic Messages API for tests.")
+class FakeAnthropic(FakeServer):
+    """The fake Anthropic Messages API (see the module docstring)."""
+
+    handler = Handler
+
+
+def main(argv: list[str] | None = None, server_class: type[FakeServer] = FakeAnthropic,
+         description: str = "Fake Anthropic Messages API for tests.") -> int:
+    """The command line of a fake API server (``--script``, ``--log``, ``--host``, ...)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--script", required=True, help="JSON file of turns")
     parser.add_argument("--log", help="append every request to this file (JSON lines)")
     parser.add_argument("--host", default="127.0.0.1")
@@ -305,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-tokens-per-turn", type=int, default=None,
                         help="report this many input tokens for every turn taken")
     args = parser.parse_args(argv)
-    server = FakeAnthropic(load_script(args.script), args.log, args.host, args.port,
-                           args.input_tokens_per_turn)
+    server = server_class(load_script(args.script), args.log, args.host, args.port,
+                          args.input_tokens_per_turn)
     print(f"listening on {server.url}", flush=True)
     try:
         server.httpd.serve_forever()
