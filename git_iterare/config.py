@@ -30,40 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from git_iterare.errors import UserError
+from git_iterare.settings import Key, global_config_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
-
-
-@dataclass(frozen=True)
-class Key:
-    """A configuration key.
-
-    Attributes:
-        name: ``section.key`` as written in TOML (``[section]`` then ``key = ...``).
-        type: one of ``str``, ``int``, ``float``, ``bool``, ``list``  (a list of strings).
-        default: the built-in value.
-        doc: one line for the generated config file and ``config --list``.
-        gated: set in a repository's ``.iterare/config.toml`` it acts only after the user
-            approved it (``git iterare trust``): it widens the sandbox or chooses what is
-            built, sent or read into it (an agent's gateway, install version, credentials).
-    """
-
-    name: str
-    type: str
-    default: Any
-    doc: str
-    gated: bool = False
-
-    @property
-    def section(self) -> str:
-        return self.name.split(".", 1)[0]
-
-    @property
-    def key(self) -> str:
-        return self.name.split(".", 1)[1]
 
 
 DEFAULT_IMAGE = "git-iterare:latest"
@@ -177,16 +149,6 @@ _TYPE_NAMES = {
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0", ""}
-
-
-def global_config_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/iterare``, or ``~/.config/iterare`` (the XDG base directory spec).
-
-    This also holds credentials (0600 files) and is created 0700 by ``git iterare install``.
-    """
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "iterare"
 
 
 def legacy_global_config(env: Mapping[str, str] | None = None) -> Path:

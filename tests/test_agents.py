@@ -79,7 +79,7 @@ def test_agent_keys_work_in_every_layer(repo: Path) -> None:
     (repo / ".iterare" / "config.toml").write_text('[codex]\nmodel = "gpt-x"\n')
     cfg = config.load(None, None, env={"ITERARE_CLAUDE_MODEL": "opus"}, git_entries=[])
     assert cfg["claude.model"] == "opus"
-    from git_iterare.repo import discover
+    from git_iterare.git.repo import discover
 
     cfg = config.load(discover(repo), None, env={}, git_entries=[])
     assert (cfg["codex.model"], cfg.warnings) == ("gpt-x", ())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "git_iterare"
-CHECKED = ("runner",)
+CHECKED = ("runner", "agents")
 
 
 def _any_in_signatures(path: Path) -> list[str]:

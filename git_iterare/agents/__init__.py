@@ -45,7 +45,7 @@ from git_iterare.errors import UserError
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Install
-    from git_iterare.config import Config, Key
+    from git_iterare.settings import Key, Settings
 
 #: Agent name -> module defining ``AGENT``.
 REGISTRY: dict[str, str] = {
@@ -118,7 +118,7 @@ class ImageAgents(NamedTuple):
     installs: dict[str, Install]
 
 
-def image_agents(config: Config, also: Iterable[str] = ()) -> ImageAgents:
+def image_agents(config: Settings, also: Iterable[str] = ()) -> ImageAgents:
     """What the image must hold for ``config`` and the agents in ``also`` (a run's).
 
     Raises:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from git_iterare.config import Config, Key
+from git_iterare.agents.values import Credentials, Event, Install, Part, RunResult
 from git_iterare.errors import UserError
+from git_iterare.settings import Key, Settings
+
+__all__ = ["PROMPT_FILE", "Agent", "Credentials", "Event", "Install", "Part", "RunResult",
+           "npm_install", "parse_json_object", "text_event"]
 
 if TYPE_CHECKING:
     from git_iterare.agents.credstore import CredentialStore
@@ -28,105 +31,6 @@ if TYPE_CHECKING:
 #: Where the runner mounts the prompt body inside the sandbox (read-only, outside the
 #: worktree). Agents receive it as ``prompt_file``; this is only the conventional value.
 PROMPT_FILE = "/run/iterare/prompt.md"
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Secrets an agent needs inside the sandbox.
-
-    Attributes:
-        env: secret environment variables (name -> value); never logged or recorded.
-        files: files to create under the agent user's home, path relative to the home
-            (``.claude/.credentials.json``) -> content; the runner writes them 0600.
-    """
-
-    env: Mapping[str, str] = field(default_factory=dict)
-    files: Mapping[str, bytes] = field(default_factory=dict)
-
-    def secrets(self) -> list[str]:
-        """Every secret value, for :func:`git_iterare.proc.register_secret`."""
-        return [v for v in self.env.values() if v]
-
-
-@dataclass(frozen=True)
-class Part:
-    """One piece of an agent's message.
-
-    Attributes:
-        kind: ``text``, ``thinking``, ``tool_use`` or ``tool_result``.
-        text: the text; for tool_use a one-line summary of the input (the command, the
-            file); for tool_result the tool's output.
-        name: the tool's name (tool_use), empty otherwise.
-        detail: the full tool input as JSON (tool_use), empty otherwise.
-        is_error: a tool_result that reports a failure.
-    """
-
-    kind: str
-    text: str
-    name: str = ""
-    detail: str = ""
-    is_error: bool = False
-
-
-@dataclass(frozen=True)
-class Event:
-    """One output line of an agent, understood.
-
-    Attributes:
-        kind: ``text`` (a plain line), ``system``, ``assistant``, ``user`` (tool results
-            fed back), ``result`` (the agent's final report) or ``other`` (JSON we do not
-            know; shown at the highest verbosity).
-        parts: message pieces (assistant and user events).
-        line: the line as read, without its newline.
-        data: the parsed JSON object, or None for a text line.
-    """
-
-    kind: str
-    parts: tuple[Part, ...] = ()
-    line: str = ""
-    data: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run came to, as far as the agent's output tells.
-
-    Attributes:
-        is_error: the agent failed (or stopped without a final report).
-        cost_usd: what the run cost, in US dollars, when the agent reports it.
-        tokens: token counts by kind (``input``, ``output``, ``cache_read``,
-            ``cache_creation``); empty when unknown.
-        turns: model turns, when known.
-        duration_ms: the agent's own wall-clock time, milliseconds, when known.
-        summary: the agent's closing words (or the last output line), possibly empty.
-    """
-
-    is_error: bool
-    cost_usd: float | None = None
-    tokens: Mapping[str, int] = field(default_factory=dict)
-    turns: int | None = None
-    duration_ms: int | None = None
-    summary: str = ""
-
-
-@dataclass(frozen=True)
-class Install:
-    """How an agent's program gets into git-iterare's sandbox image.
-
-    Attributes:
-        script: POSIX shell run as root (``set -eu``) in a build stage of its own that
-            starts from the image's system stage (Debian bookworm with git, curl, Node.js
-            and npm). It installs everything under ``$PREFIX`` (``/opt/<agent name>``),
-            executables in ``$PREFIX/bin``: the final image copies ``$PREFIX`` alone and
-            links ``$PREFIX/bin/*`` into ``/usr/local/bin``. ``NODE_EXTRA_CA_CERTS`` and
-            ``SSL_CERT_FILE`` name the build's CA bundle when one was given (downloads
-            through a TLS-intercepting proxy); nothing else of the stage is kept.
-        version: the version asked for (``latest`` or a version number), shown as the
-            image label ``dev.iterare.<agent name>-version``.
-    """
-
-    script: str
-    version: str
 
 
 def npm_install(package: str, version: str, executable: str) -> Install:
@@ -153,7 +57,7 @@ def text_event(line: str) -> Event:
     return Event(kind="text", parts=(Part("text", line),), line=line)
 
 
-def parse_json_object(line: str) -> dict[str, Any] | None:
+def parse_json_object(line: str) -> dict[str, object] | None:
     """``line`` parsed as a JSON object, or None when it is not one."""
     stripped = line.strip()
     if not stripped.startswith("{"):
@@ -168,7 +72,7 @@ def parse_json_object(line: str) -> dict[str, Any] | None:
 class Agent:
     """Base of the agent adapters; subclasses set :attr:`name` and :meth:`command`.
 
-    Methods take the effective :class:`~git_iterare.config.Config`; ``env`` is the host
+    Methods take the effective :class:`~git_iterare.settings.Settings`; ``env`` is the host
     environment (``os.environ`` in production).
     """
 
@@ -183,7 +87,7 @@ class Agent:
     #: stores them; None for an agent that needs none.
     credential_store: CredentialStore | None = None
 
-    def install(self, config: Config) -> Install | None:
+    def install(self, config: Settings) -> Install | None:
         """How the agent's program is installed into the sandbox image, or None when the
         image needs nothing for it.
 
@@ -192,11 +96,11 @@ class Agent:
         """
         return None
 
-    def required_domains(self, config: Config) -> list[str]:
+    def required_domains(self, config: Settings) -> list[str]:
         """Domains the sandbox must let this agent reach (wildcards ``*.x.com`` allowed)."""
         return []
 
-    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+    def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         """The argv the sandbox runs as the agent user, in the worktree.
 
         Args:
@@ -211,7 +115,7 @@ class Agent:
     #: :meth:`limit_args`; git-iterare watches the reported cost for the others.
     own_limits: frozenset[str] = frozenset()
 
-    def limit_args(self, limits: Mapping[str, Any]) -> list[str]:
+    def limit_args(self, limits: Mapping[str, object]) -> list[str]:
         """Arguments appended to :meth:`command` so the agent stops itself at the run's
         limits.
 
@@ -224,16 +128,16 @@ class Agent:
         """
         return []
 
-    def interactive_command(self, config: Config) -> list[str] | None:
+    def interactive_command(self, config: Settings) -> list[str] | None:
         """The argv of a terminal session with this agent, or None when it has none
         (``git iterare interactive`` then needs ``--shell``)."""
         return None
 
-    def environment(self, config: Config) -> dict[str, str]:
+    def environment(self, config: Settings) -> dict[str, str]:
         """Non-secret environment variables for the agent process."""
         return {}
 
-    def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
+    def credentials(self, config: Settings, env: Mapping[str, str]) -> Credentials:
         """Secrets for the sandbox: by default the host's :attr:`~CredentialStore.api_key_env`
         when set, else what :attr:`credential_store` keeps; none without a store.
 

@@ -41,8 +41,8 @@ from git_iterare.agents.base import (
     text_event,
 )
 from git_iterare.agents.claude_credentials import STORE
-from git_iterare.config import Config, Key
 from git_iterare.errors import UserError
+from git_iterare.settings import Key, Settings
 
 #: The keys the claude agent reads. ``docker.claude_version`` keeps its name from before
 #: agents declared their keys; the others are iterare's (``credentials_path``) or ours.
@@ -89,7 +89,7 @@ _TOOL_SUMMARY_FIELD = {
 }
 
 
-def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
+def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
     """The gateway URL: ``[claude] base_url``, else ANTHROPIC_BASE_URL, else "".
 
     Raises:
@@ -106,7 +106,7 @@ def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
     return str(url)
 
 
-def tool_summary(name: str, tool_input: Any) -> str:
+def tool_summary(name: str, tool_input: object) -> str:
     """One line saying what a tool call does (its command, file or pattern)."""
     if isinstance(tool_input, dict):
         value = tool_input.get(_TOOL_SUMMARY_FIELD.get(name, ""))
@@ -115,7 +115,7 @@ def tool_summary(name: str, tool_input: Any) -> str:
     return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
 
 
-def _tool_result_text(content: Any) -> str:
+def _tool_result_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -126,7 +126,7 @@ def _tool_result_text(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
-def _parts(content: Any) -> tuple[Part, ...]:
+def _parts(content: object) -> tuple[Part, ...]:
     if isinstance(content, str):
         return (Part("text", content),)
     parts = []
@@ -149,7 +149,7 @@ def _parts(content: Any) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -160,11 +160,11 @@ class Claude(Agent):
     config_keys = KEYS
     credential_store = STORE
 
-    def install(self, config: Config) -> Install:
+    def install(self, config: Settings) -> Install:
         return npm_install("@anthropic-ai/claude-code",
                            config["docker.claude_version"] or "latest", "claude")
 
-    def required_domains(self, config: Config) -> list[str]:
+    def required_domains(self, config: Settings) -> list[str]:
         url = base_url(config)
         if url:
             parts = urlsplit(url)
@@ -174,7 +174,7 @@ class Claude(Agent):
             return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
         return list(ANTHROPIC_DOMAINS)
 
-    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+    def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         argv = ["claude", "--print", "--output-format", "stream-json", "--verbose",
                 "--dangerously-skip-permissions"]
         if config["claude.model"]:
@@ -184,29 +184,30 @@ class Claude(Agent):
 
     own_limits = frozenset({"max_budget_usd", "max_turns"})
 
-    def limit_args(self, limits: Mapping[str, Any]) -> list[str]:
+    def limit_args(self, limits: Mapping[str, object]) -> list[str]:
         """Claude Code's ``--max-budget-usd`` and ``--max-turns`` (``--print`` only)."""
         argv = []
-        if limits.get("max_budget_usd"):
-            argv += ["--max-budget-usd", f"{float(limits['max_budget_usd']):g}"]
-        if limits.get("max_turns"):
-            argv += ["--max-turns", str(int(limits["max_turns"]))]
+        budget, turns = limits.get("max_budget_usd"), limits.get("max_turns")
+        if isinstance(budget, (int, float)) and budget:
+            argv += ["--max-budget-usd", f"{float(budget):g}"]
+        if isinstance(turns, (int, float)) and turns:
+            argv += ["--max-turns", str(int(turns))]
         return argv
 
-    def interactive_command(self, config: Config) -> list[str] | None:
+    def interactive_command(self, config: Settings) -> list[str] | None:
         argv = ["claude", "--dangerously-skip-permissions"]
         if config["claude.model"]:
             argv += ["--model", config["claude.model"]]
         return argv
 
-    def environment(self, config: Config) -> dict[str, str]:
+    def environment(self, config: Settings) -> dict[str, str]:
         env = dict(QUIET_ENV)
         url = base_url(config)
         if url:
             env["ANTHROPIC_BASE_URL"] = url
         return env
 
-    def credentials(self, config: Config, env: Mapping[str, str]) -> Credentials:
+    def credentials(self, config: Settings, env: Mapping[str, str]) -> Credentials:
         from git_iterare import proc
 
         for var in CREDENTIAL_VARS:
@@ -230,8 +231,9 @@ class Claude(Agent):
             return Event(kind=str(kind), parts=_parts(content), line=line, data=data)
         if kind == "system":
             facts = [f"{k} {data[k]}" for k in ("model", "cwd") if isinstance(data.get(k), str)]
-            if isinstance(data.get("tools"), list):
-                facts.append(f"{len(data['tools'])} tools")
+            tools = data.get("tools")
+            if isinstance(tools, list):
+                facts.append(f"{len(tools)} tools")
             parts = (Part("text", ", ".join(facts)),) if facts else ()
             return Event(kind="system", parts=parts, line=line, data=data)
         if kind == "result":

@@ -31,8 +31,8 @@ from git_iterare.agents.credstore import (
     read_token,
     write_private,
 )
-from git_iterare.config import Config, global_config_dir
 from git_iterare.errors import UserError
+from git_iterare.settings import Settings, global_config_dir
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Credentials
@@ -77,11 +77,11 @@ class ClaudeStore(CredentialStore):
     login_domains = LOGIN_DOMAINS
     location_keys = ("claude.credentials_path",)
 
-    def directory(self, config: Config) -> Path:
+    def directory(self, config: Settings) -> Path:
         custom = config["claude.credentials_path"]
         return Path(os.path.expanduser(custom)) if custom else global_config_dir()
 
-    def load(self, config: Config) -> Credentials | None:
+    def load(self, config: Settings) -> Credentials | None:
         from git_iterare.agents.base import Credentials
 
         folder = self.directory(config)
@@ -100,7 +100,7 @@ class ClaudeStore(CredentialStore):
             files[CLAUDE_JSON] = settings
         return Credentials(files=files)
 
-    def store_token(self, config: Config, token: str, *, force: bool = False) -> Stored:
+    def store_token(self, config: Settings, token: str, *, force: bool = False) -> Stored:
         """Store an API key (``sk-ant-api...``) or an OAuth token (anything else)."""
         proc.register_secret(token)
         is_api_key = token.startswith("sk-ant-api")
@@ -114,7 +114,7 @@ class ClaudeStore(CredentialStore):
         source = claude_login_files(home)[0]
         return source if source.is_file() else None
 
-    def copy_login(self, config: Config, home: Path, *, force: bool = False) -> Stored:
+    def copy_login(self, config: Settings, home: Path, *, force: bool = False) -> Stored:
         """Copy a Claude Code login from ``home`` (``~/.claude/.credentials.json``, and
         ``~/.claude.json`` when present)."""
         source, settings = claude_login_files(home)

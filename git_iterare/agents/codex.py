@@ -49,8 +49,8 @@ from git_iterare.agents.base import (
     text_event,
 )
 from git_iterare.agents.credstore import KeyFileStore
-from git_iterare.config import Config, Key
 from git_iterare.errors import UserError
+from git_iterare.settings import Key, Settings
 
 #: The Responses API without a gateway.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -72,7 +72,7 @@ STORE = KeyFileStore("OpenAI", "OPENAI_API_KEY", "openai-api-key")
 PROVIDER = "iterare"
 
 
-def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
+def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
     """The Responses API root: ``[codex] base_url``, else OPENAI_BASE_URL, else
     :data:`DEFAULT_BASE_URL`.
 
@@ -93,7 +93,7 @@ def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
     return url
 
 
-def config_args(config: Config) -> list[str]:
+def config_args(config: Settings) -> list[str]:
     """The ``-c`` overrides every Codex command gets (see the module docstring)."""
     provider = ("{name = \"OpenAI\", base_url = " + json.dumps(base_url(config))
                 + ", env_key = \"OPENAI_API_KEY\", wire_api = \"responses\", "
@@ -107,15 +107,15 @@ def config_args(config: Config) -> list[str]:
     return argv
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _item_parts(phase: str, item: Mapping[str, Any]) -> tuple[str, tuple[Part, ...]]:
+def _item_parts(phase: str, item: Mapping[str, object]) -> tuple[str, tuple[Part, ...]]:
     """The event kind and parts of one ``item.*`` event (``phase``: started, updated or
     completed); ``("other", ())`` for what shows only at the highest verbosity."""
     kind = item.get("type")
@@ -176,23 +176,23 @@ class Codex(Agent):
     config_keys = KEYS
     credential_store = STORE
 
-    def install(self, config: Config) -> Install:
+    def install(self, config: Settings) -> Install:
         return npm_install("@openai/codex", config["codex.version"] or "latest", "codex")
 
-    def required_domains(self, config: Config) -> list[str]:
+    def required_domains(self, config: Settings) -> list[str]:
         parts = urlsplit(base_url(config))
         if not parts.hostname:
             return []
         # The firewall opens 80 and 443 for a name, or only the port it names.
         return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
 
-    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+    def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         argv = ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check",
                 "--dangerously-bypass-approvals-and-sandbox", *config_args(config), "-"]
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
-    def interactive_command(self, config: Config) -> list[str] | None:
+    def interactive_command(self, config: Settings) -> list[str] | None:
         return ["codex", "--dangerously-bypass-approvals-and-sandbox", *config_args(config)]
 
     def parse_line(self, line: str) -> Event:
@@ -201,8 +201,9 @@ class Codex(Agent):
         if data is None:
             return text_event(line)
         kind = str(data.get("type", ""))
-        if kind.startswith("item.") and isinstance(data.get("item"), dict):
-            event_kind, parts = _item_parts(kind[len("item."):], data["item"])
+        item = data.get("item")
+        if kind.startswith("item.") and isinstance(item, dict):
+            event_kind, parts = _item_parts(kind[len("item."):], item)
             return Event(kind=event_kind, parts=parts, line=line, data=data)
         if kind == "thread.started":
             return Event(kind="system", parts=(Part("text", f"thread {data.get('thread_id')}"),),

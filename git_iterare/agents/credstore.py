@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare import proc
-from git_iterare.config import Config, global_config_dir
 from git_iterare.errors import OperationFailed, UserError
+from git_iterare.settings import Settings, global_config_dir
 
 if TYPE_CHECKING:
-    from git_iterare.agents.base import Credentials
+    from git_iterare.agents.values import Credentials
 
 #: Runs ``argv`` interactively (terminal attached) in the sandbox with ``home`` mounted
 #: read-write as the agent user's home directory; returns its exit status.
@@ -194,15 +194,15 @@ class CredentialStore:
     login_domains: tuple[str, ...] = ()
     location_keys: tuple[str, ...] = ()
 
-    def directory(self, config: Config) -> Path:
+    def directory(self, config: Settings) -> Path:
         """The directory the files are kept in."""
         return global_config_dir()
 
-    def existing(self, config: Config) -> list[Path]:
+    def existing(self, config: Settings) -> list[Path]:
         """The credential files already stored."""
         return existing(self.directory(config), self.files)
 
-    def refuse_existing(self, config: Config) -> None:
+    def refuse_existing(self, config: Settings) -> None:
         """Raise the standard refusal when credentials are stored.
 
         Raises:
@@ -213,7 +213,7 @@ class CredentialStore:
             raise UserError(f"{self.label} credentials already stored in {found[0]}",
                             hint="use --force to replace them")
 
-    def load(self, config: Config) -> Credentials | None:
+    def load(self, config: Settings) -> Credentials | None:
         """The stored credentials as the agent hands them to a run, or None when none are.
 
         Raises:
@@ -221,7 +221,7 @@ class CredentialStore:
         """
         return None
 
-    def store_token(self, config: Config, token: str, *, force: bool = False) -> Stored:
+    def store_token(self, config: Settings, token: str, *, force: bool = False) -> Stored:
         """Store a token (an API key, or what the agent's login prints).
 
         Raises:
@@ -229,7 +229,7 @@ class CredentialStore:
         """
         raise NotImplementedError
 
-    def store_api_key_from_env(self, config: Config, env: Mapping[str, str], *,
+    def store_api_key_from_env(self, config: Settings, env: Mapping[str, str], *,
                                force: bool = False) -> Stored:
         """Store the key in :attr:`api_key_env`.
 
@@ -248,7 +248,7 @@ class CredentialStore:
         or None (``git iterare credentials`` without options then asks for a token)."""
         return None
 
-    def copy_login(self, config: Config, home: Path, *, force: bool = False) -> Stored:
+    def copy_login(self, config: Settings, home: Path, *, force: bool = False) -> Stored:
         """Store the login the agent's CLI keeps under ``home``.
 
         Raises:
@@ -257,7 +257,7 @@ class CredentialStore:
         """
         raise UserError(f"{self.label}: no login to copy", hint="give a token")
 
-    def login_in_sandbox(self, launch: Launcher, config: Config, scratch: Path, *,
+    def login_in_sandbox(self, launch: Launcher, config: Settings, scratch: Path, *,
                          force: bool = False, argv: Sequence[str] | None = None) -> Stored:
         """Run :attr:`login_command` in the sandbox with ``scratch`` as the agent's home
         (``launch(argv, scratch)``, see :data:`Launcher`), then store the login it left
@@ -301,13 +301,13 @@ class KeyFileStore(CredentialStore):
         self.files = (key_file,)
         self.token_prompt = f"Paste an {label} API key"
 
-    def load(self, config: Config) -> Credentials | None:
-        from git_iterare.agents.base import Credentials
+    def load(self, config: Settings) -> Credentials | None:
+        from git_iterare.agents.values import Credentials
 
         value = read_token(self.directory(config) / self.key_file)
         return None if value is None else Credentials(env={self.api_key_env: value})
 
-    def store_token(self, config: Config, token: str, *, force: bool = False) -> Stored:
+    def store_token(self, config: Settings, token: str, *, force: bool = False) -> Stored:
         proc.register_secret(token)
         folder = self.directory(config)
         prepare(folder, self.files, force, self.label)

@@ -65,8 +65,8 @@ from git_iterare.agents.base import (
     text_event,
 )
 from git_iterare.agents.credstore import KeyFileStore
-from git_iterare.config import Config, Key
 from git_iterare.errors import UserError
+from git_iterare.settings import Key, Settings
 
 #: The Gemini API's host, reached when no base URL is set.
 GEMINI_DOMAINS = ["generativelanguage.googleapis.com"]
@@ -130,7 +130,7 @@ _TOOL_SUMMARY_FIELD = {
 }
 
 
-def base_url(config: Config, env: Mapping[str, str] | None = None) -> str:
+def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
     """The base URL: ``[gemini] base_url``, else GOOGLE_GEMINI_BASE_URL, else "".
 
     Raises:
@@ -174,7 +174,7 @@ chmod 0644 "$PREFIX/settings.json"
 """
 
 
-def tool_summary(name: str, parameters: Any) -> str:
+def tool_summary(name: str, parameters: object) -> str:
     """One line saying what a tool call does (its command, file or pattern)."""
     if isinstance(parameters, dict):
         value = parameters.get(_TOOL_SUMMARY_FIELD.get(name, ""))
@@ -183,11 +183,11 @@ def tool_summary(name: str, parameters: Any) -> str:
     return json.dumps(parameters, ensure_ascii=False, separators=(",", ":"))
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -198,12 +198,12 @@ class Gemini(Agent):
     config_keys = KEYS
     credential_store = STORE
 
-    def install(self, config: Config) -> Install:
+    def install(self, config: Settings) -> Install:
         version = str(config["gemini.version"] or "latest")
         npm_install("@google/gemini-cli", version, "gemini")  # refuses a bad version
         return Install(script=install_script(version), version=version)
 
-    def required_domains(self, config: Config) -> list[str]:
+    def required_domains(self, config: Settings) -> list[str]:
         url = base_url(config)
         if url:
             parts = urlsplit(url)
@@ -213,21 +213,21 @@ class Gemini(Agent):
             return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
         return list(GEMINI_DOMAINS)
 
-    def _argv(self, config: Config) -> list[str]:
+    def _argv(self, config: Settings) -> list[str]:
         argv = ["gemini", "--approval-mode", "yolo", "--skip-trust"]
         if config["gemini.model"]:
             argv += ["--model", config["gemini.model"]]
         return argv
 
-    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+    def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         argv = [*self._argv(config), "--output-format", "stream-json"]
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
-    def interactive_command(self, config: Config) -> list[str] | None:
+    def interactive_command(self, config: Settings) -> list[str] | None:
         return self._argv(config)
 
-    def environment(self, config: Config) -> dict[str, str]:
+    def environment(self, config: Settings) -> dict[str, str]:
         env = dict(QUIET_ENV)
         url = base_url(config)
         if url:

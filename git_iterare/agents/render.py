@@ -13,12 +13,25 @@ piece of the agent's text goes through :func:`git_iterare.ui.sanitize` first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from git_iterare.agents.values import Event, RunResult
 from git_iterare.ui import paint, sanitize, sanitize_line
 
-if TYPE_CHECKING:
-    from git_iterare.agents.base import Agent, Event, RunResult
+
+class LogReader(Protocol):
+    """What :func:`render_lines` needs of an agent
+    (:class:`git_iterare.agents.base.Agent` is one): it reads its own log."""
+
+    def parse_line(self, line: str) -> Event:
+        """One output line, understood."""
+
+    def render(self, event: Event, verbosity: int) -> str | None:
+        """The text shown for ``event`` at ``verbosity``, or None for nothing."""
+
+    def summarize(self, events: Iterable[Event], *, exit_code: int | None = None
+                  ) -> RunResult:
+        """The run's outcome as the events report it."""
 
 #: Longest tool-call summary shown at verbosity 1 (characters); 2 shows all of it.
 TOOL_LINE_LIMIT = 200
@@ -99,7 +112,7 @@ def format_summary(result: RunResult) -> str:
 REPORTED = "(reported by the agent)"
 
 
-def render_lines(lines: Iterable[str], agent: Agent, verbosity: int = 0, raw: bool = False,
+def render_lines(lines: Iterable[str], agent: LogReader, verbosity: int = 0, raw: bool = False,
                  *, exit_code: int | None = None) -> Iterator[str]:
     """Render an agent's output log, one string per shown event, then a summary line.
 

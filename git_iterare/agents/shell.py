@@ -9,7 +9,7 @@ every output line is a text event, and the exit status decides success.
 from __future__ import annotations
 
 from git_iterare.agents.base import Agent
-from git_iterare.config import Config
+from git_iterare.settings import Settings
 
 
 class Shell(Agent):
@@ -17,7 +17,7 @@ class Shell(Agent):
 
     name = "shell"
 
-    def command(self, *, prompt_file: str, config: Config) -> list[str]:
+    def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         return ["bash", "-eu", prompt_file]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from git_iterare.agents.credstore import Stored, clean_token
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.repo import Repo
+from git_iterare.git.repo import Repo
 
 #: Asks the user for a token: called with the prompt text, returns ``(text, source)``
 #: where ``source`` names it in errors (``stdin``, ``the token``).

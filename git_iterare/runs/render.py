@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from git_iterare.agents.render import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
-from git_iterare.runs.status import ACTIVE, parse_iso
+from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line
 
 if TYPE_CHECKING:
