@@ -14,7 +14,7 @@ from git_iterare.cli.context import app, project_option
 @click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
 @click.option("--reuse", "-r", metavar="RUN", help="Start from the result of run RUN.")
-@click.option("--agent", help="Agent to run: claude or shell (default: run.agent).")
+@click.option("--agent", help="Agent to run: claude, codex or shell (default: run.agent).")
 @click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
 @click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
 @click.option("--timeout", type=click.IntRange(min=0), metavar="SECONDS",
