@@ -19,7 +19,7 @@ EXAMPLE_PROMPT = """\
 # Optional YAML frontmatter (as in iterare): workspace names the run, branch is the base.
 workspace: example
 branch: main
-# agent: claude        # or shell: run this body as a bash script in the sandbox
+# agent: claude        # or codex, or shell: run this body as a bash script
 # timeout: 1800        # seconds
 ---
 

@@ -239,7 +239,8 @@ def test_codex_command_runs_without_its_own_sandbox_or_prompts() -> None:
         'model_provider="iterare"',
         'model_providers.iterare={name = "OpenAI", base_url = "https://api.openai.com/v1", '
         'env_key = "OPENAI_API_KEY", wire_api = "responses", supports_websockets = false}']
-    assert {"analytics.enabled=false", "features.plugins=false"} <= set(settings)
+    assert {"analytics.enabled=false", "features.plugins=false",
+            "features.unbounded_connection_retries=false"} <= set(settings)
 
 
 def test_codex_network_default_and_gateway(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,9 @@ import pytest
 
 from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
+from tests.fakeapi.openai_server import USAGE, FakeOpenAI
 from tests.fakeapi.server import FakeAnthropic
-from tests.sandbox_fixtures import NET
+from tests.sandbox_fixtures import CA_BUNDLE, NET
 from tests.terminal import in_terminal as _in_terminal
 
 pytestmark = pytest.mark.docker
@@ -209,6 +210,67 @@ def test_files_the_agent_locked_are_committed_and_cleaned_up(project: Path) -> N
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert not list((project / ".iterare" / "worktrees").glob(f"*{rid}*"))
     assert rid not in iterare("list", cwd=project).stdout
+
+
+CODEX_TURNS: list[list[dict[str, Any]]] = [
+    [{"type": "message", "text": "I will add the notes file."},
+     {"type": "shell", "command": "echo 'made by codex' > notes.txt && git add notes.txt && "
+                                  "git commit -qm 'Add notes' && git log --oneline -1"}],
+    [{"type": "shell", "command": "echo 'second file' > second.txt"}],
+    [{"type": "message", "text": "Added notes.txt and second.txt."}],
+]
+
+
+def test_codex_end_to_end(project: Path, tmp_path: Path) -> None:
+    """The real Codex CLI, added to the image by the run that asks for it, in the real
+    sandbox, against the fake Responses API through the allowlist."""
+    requests = tmp_path / "requests.jsonl"
+    with FakeOpenAI(CODEX_TURNS, requests, host=NET["GATEWAY_V4"]) as api:
+        port = api.url.split(":")[-1].split("/")[0]
+        with (project / ".iterare" / "config.toml").open("a") as config:
+            # fakeapi.test answers the gateway's address: only a CIDR entry opens it.
+            config.write(f'[codex]\nbase_url = "http://fakeapi.test:{port}/v1"\n'
+                         f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
+        git("commit", "-qam", "gateway", cwd=project)
+        assert iterare("trust", "--yes", cwd=project).returncode == 0
+        prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: codex\n")
+        # The run adds codex to the image: npm needs the proxy's CA (the user's setting).
+        env = {"OPENAI_API_KEY": "sk-proj-test-key-not-real",
+               "ITERARE_DOCKER_CA_BUNDLE": CA_BUNDLE}
+        started = iterare("execute", "notes", "-f", "-v", "1", cwd=project, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+    rid = run_id(started.stdout)
+    assert "I will add the notes file." in started.stdout
+    assert "Added notes.txt and second.txt." in started.stdout
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by codex\n"
+    assert git("show", f"iterare/{rid}:second.txt", cwd=project).stdout == "second file\n"
+    subjects = git("log", "--format=%s", f"main..iterare/{rid}", cwd=project).stdout
+    assert subjects.splitlines() == [f"iterare: work left uncommitted by run {rid}",
+                                     "Add notes"]
+    rec = record(project, rid)
+    assert (rec["status"], rec["agent"]) == ("succeeded", "codex")
+    assert rec["tokens"]["input"] == 3 * USAGE["input_tokens"]
+    assert rec["tokens"]["output"] == 3 * USAGE["output_tokens"]
+    assert rec["cost_usd"] is None  # Codex reports none
+    sent = [json.loads(line) for line in requests.read_text().splitlines()]
+    assert [(r["method"], r["path"], r["turn"]) for r in sent] == [
+        ("POST", "/v1/responses", 0), ("POST", "/v1/responses", 1),
+        ("POST", "/v1/responses", 2)]
+    raw = iterare("log", rid, "--raw", cwd=project).stdout
+    assert "sk-proj-test-key-not-real" not in raw
+    assert '"type":"turn.completed"' in raw
+    rendered = iterare("log", rid, "-v", "1", cwd=project).stdout.splitlines()
+    assert rendered[0] == "I will add the notes file."
+    assert any(line.startswith("> shell: ") and "git commit -qm 'Add notes'" in line
+               for line in rendered)
+    assert rendered[-2:] == ["Added notes.txt and second.txt.", "done"]
+    shown = iterare("show", rid, cwd=project).stdout
+    assert "tokens:    input 3000" in shown
+    assert "last result (reported by the agent): Added notes.txt and second.txt." in shown
+    labels = subprocess.run(["docker", "image", "inspect", "-f",
+                             '{{index .Config.Labels "dev.iterare.agents"}}', rec["image"]],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert labels == "claude,codex"
 
 
 def test_agent_crash_keeps_work_and_fails(project: Path) -> None:

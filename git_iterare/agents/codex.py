@@ -16,7 +16,9 @@ WebSocket five times (about seven seconds) before falling back to HTTPS; the cus
 sends the key as a bearer token and streams over HTTPS (server-sent events) at once.
 ``analytics.enabled = false`` and ``features.plugins = false`` stop the lookups of
 ab.chatgpt.com, chatgpt.com, github.com and api.github.com: with them Codex resolves no
-name but the gateway's.
+name but the gateway's. ``features.unbounded_connection_retries = false`` ends a run whose
+gateway cannot be reached (``turn.failed`` after five tries, about half a minute) instead of
+waiting for the network until the run's timeout.
 
 Output (``--json``): one JSON object a line: ``thread.started`` (``thread_id``),
 ``turn.started``, ``item.started`` / ``item.updated`` / ``item.completed`` (``item``:
@@ -101,6 +103,7 @@ def config_args(config: Settings) -> list[str]:
     argv = ["-c", f"model_provider={json.dumps(PROVIDER)}",
             "-c", f"model_providers.{PROVIDER}={provider}",
             "-c", "analytics.enabled=false", "-c", "features.plugins=false",
+            "-c", "features.unbounded_connection_retries=false",
             "-c", "check_for_update_on_startup=false"]
     if config["codex.model"]:
         argv += ["--model", str(config["codex.model"])]
