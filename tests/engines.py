@@ -120,6 +120,28 @@ class DindEngine:
         return client(Engine("dind-test", self.tcp_url, TLS(
             True, str(certs / "ca.pem"), str(certs / "cert.pem"), str(certs / "key.pem"))))
 
+    def restart_dockerd(self) -> float:
+        """Restart the engine's dockerd (its entrypoint starts it again): containers
+        running in it are stopped, as when the engine's host reboots; images and volumes
+        stay. Returns the seconds until it answered again.
+
+        Raises:
+            RuntimeError: it did not answer within :data:`START_TIMEOUT` seconds.
+        """
+        began = time.monotonic()
+        old = _run("docker", "exec", self.container, "cat", "/var/run/docker.pid").stdout.strip()
+        _run("docker", "exec", self.container, "kill", old)
+        deadline = began + START_TIMEOUT
+        while True:
+            now = subprocess.run(["docker", "exec", self.container, "cat",
+                                  "/var/run/docker.pid"], capture_output=True, text=True,
+                                 check=False).stdout.strip()
+            if now and now != old and _docker_ready(self.seed, self.tcp_url):
+                return time.monotonic() - began
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd in {self.container} did not come back")
+            time.sleep(0.3)
+
     def load_image(self, name: str) -> str:
         """Copy image ``name`` from the local engine into this one through the API;
         return its id."""

@@ -226,6 +226,12 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     budget = run_budget(config, prompt, request)
     ca_bundle = ca_bundle_path(config)
     more_mounts = list(admitted.mounts)
+    from git_iterare.sandbox.remote import shares_filesystem
+
+    if not shares_filesystem():
+        from git_iterare.runner.ship import check_request
+
+        check_request(more_mounts)  # host paths mean nothing to a remote engine
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
@@ -321,6 +327,14 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     mounts = [sandbox.Mount(m.host, m.container, m.read_only)
               for m in wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects")]
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
+    remote = None
+    from git_iterare.sandbox.remote import shares_filesystem
+
+    if not shares_filesystem():  # the engine sees none of these files: see runner.ship
+        from git_iterare.runner import ship
+
+        remote = ship.remote_trees(repo, record.id, {PROMPT_FILE: body.encode("utf-8")})
+        command, mounts = ship.wrap_command(command), []
     spec = sandbox.SandboxSpec(
         image=record.image,
         sidecar_image=record.extra["sidecar_image"],
@@ -343,8 +357,18 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         tty=request.tty,
         stdin=request.tty,
         ca_bundle=ca_bundle,
+        remote=remote,
     )
-    sidecar = sandbox.begin(spec, start=False)
+    if remote is not None:
+        from git_iterare.runner import ship
+
+        ship.make_volumes(repo, remote, spec.all_labels())
+    try:
+        sidecar = sandbox.begin(spec, start=False)
+    except BaseException:
+        _drop_volumes(remote)
+        raise
+    shipped = None
     with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
@@ -352,6 +376,11 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
         try:
             ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
+            if remote is not None:
+                from git_iterare.runner import ship
+
+                shipped = ship.ship(repo, ws, remote, spec.sidecar_image,
+                                    spec.all_labels())
             container = sandbox.launch(spec, sidecar, started)
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
@@ -360,9 +389,23 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
                 started.exception()
             with contextlib.suppress(BaseException):
                 sandbox.remove_sidecar(sidecar)
+            _drop_volumes(remote)
             raise
+    if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
+        store.update(record.id, lambda r: r.replace(
+            extra={**r.extra, "shipped": shipped.to_json()}), f"{record.id} shipped")
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))
+
+
+def _drop_volumes(remote: Any) -> None:
+    """Remove the volumes of a remote run that did not start (not the object cache)."""
+    if remote is None:
+        return
+    from git_iterare.sandbox.remote import remove_volumes
+
+    with contextlib.suppress(Exception):
+        remove_volumes((remote.work, remote.git))
 
 
 def _undo_launch(repo: Repo, store: Any, run_id: str) -> bool:

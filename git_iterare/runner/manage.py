@@ -115,6 +115,15 @@ def diff(repo: Repo, record: Any, git_args: list[str]) -> int:
     from git_iterare.runs.status import ACTIVE
 
     record = settle(repo, record)
+    from git_iterare.runner.ship import is_remote
+
+    if record.status in ACTIVE and record.container and is_remote(record):
+        from git_iterare.runner.ownership import is_local
+        from git_iterare.runner.ship import live_tree
+
+        if is_local(repo, record):  # the agent's work so far, from its engine
+            return diff_run(repo, _base_commit(record, "diff"), live_tree(repo, record),
+                            git_args)
     if record.status in ACTIVE:
         raise OperationFailed(f"run {record.id} is still {record.status}",
                               hint=f"its diff is ready when it ends: `git iterare log -f "

@@ -431,9 +431,14 @@ class DockerBackend:
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
-        mounts, trees = tree_mounts(spec.owned)
-        mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
-                                     read_only=False))
+        if spec.remote is not None:  # an engine that sees none of the client's files
+            from git_iterare.sandbox.remote import sidecar_mounts
+
+            mounts, trees = sidecar_mounts(spec.remote)
+        else:
+            mounts, trees = tree_mounts(spec.owned)
+            mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
+                                         read_only=False))
         with docker_errors(f"create the network sidecar of {spec.name}"):
             sidecar = docker.containers.create(
                 spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
@@ -454,6 +459,8 @@ class DockerBackend:
             policy.dir("run", 0, 0, 0o755)
             policy.dir("run/iterare", 0, 0, 0o755)
             policy.file(POLICY_PATH, spec.policy.to_json().encode(), 0, 0, 0o644)
+            if spec.remote is not None:  # its output stays in it, fetched at the end
+                policy.dir(OUT_PATH, 0, 0, 0o711)
             with docker_errors(f"start the network sidecar of {spec.name}"):
                 sidecar.put_archive("/", policy.data())
                 if start:
@@ -518,8 +525,14 @@ class DockerBackend:
             go.file("go", b"", 0, 0, 0o644)
             with docker_errors(f"hand the trees of {spec.name} to its sidecar"):
                 sidecar.put_archive("/run/iterare", go.data())
-            mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
-                                  type="bind", read_only=m.read_only) for m in spec.mounts]
+            if spec.remote is not None:
+                from git_iterare.sandbox.remote import agent_mounts
+
+                mounts = agent_mounts(spec.remote)
+            else:
+                mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
+                                      type="bind", read_only=m.read_only)
+                          for m in spec.mounts]
             env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
             if spec.ca_bundle is not None:
                 env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH,
@@ -539,6 +552,10 @@ class DockerBackend:
             with docker_errors(f"prepare the sandbox {spec.name}"):
                 passwd, group = _image_accounts(agent, spec.image)
                 agent.put_archive("/", agent_files(spec, passwd, group))
+                if spec.remote is not None and spec.remote.files:
+                    from git_iterare.sandbox.remote import files_archive
+
+                    agent.put_archive("/", files_archive(spec.remote.files))
             if sidecar_started is not None:
                 sidecar_started.result()
             _await_ready(sidecar)
@@ -566,7 +583,8 @@ class DockerBackend:
         with docker_errors(f"read the output of the sandbox {container_id[:12]}"):
             container = client().containers.get(container_id)
             stream = container.logs(stream=True, follow=follow, stdout=True, stderr=True)
-        yield from split_lines(stream)
+            # Inside: a connection that drops while following is one line too.
+            yield from split_lines(stream)
 
     def logs(self, container_id: str) -> bytes:
         """Everything it printed so far, stdout and stderr interleaved as the engine kept them."""
