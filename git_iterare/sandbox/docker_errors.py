@@ -181,8 +181,13 @@ def _tls_config(engine: Engine) -> Any:
 def _connect(engine: Engine) -> Any:
     """A new ``docker.DockerClient`` for ``engine`` (API version negotiated; ssh through
     paramiko with ``~/.ssh/config`` and known hosts)."""
+    import logging
+
     import docker
 
+    # paramiko's transport thread logs its failures (with a traceback) to stderr when
+    # nothing handles its logger; they reach the user as one line from docker_errors.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
     kwargs: dict[str, Any] = {"base_url": engine.url, "version": "auto", "timeout": 300}
     if engine.tls is not None:
         kwargs["tls"] = _tls_config(engine)
