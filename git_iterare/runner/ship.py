@@ -83,15 +83,16 @@ def is_remote(record: Any) -> bool:
 
 
 def check_request(mounts: Iterable[Any]) -> None:
-    """Refuse what a remote engine cannot do: mounts of host paths (``[docker] mounts``).
+    """Refuse what a remote engine cannot do: mounts of host paths (``[mounts] volumes``,
+    :class:`git_iterare.sandbox.Mount` values).
 
     Raises:
         UserError: naming the first mount.
     """
     for mount in mounts:
-        raise UserError(f"the mount {getattr(mount, 'host', mount)} cannot be used: the Docker "
-                        "engine is remote and sees none of this machine's files",
-                        hint="drop it from [docker] mounts, or use a local engine")
+        raise UserError(f"the mount of {mount.host_path} cannot be used: the Docker engine is "
+                        "remote and sees none of this machine's files",
+                        hint="drop it from [mounts] volumes, or use a local Docker engine")
 
 
 def cache_key(repo: Repo) -> str:
