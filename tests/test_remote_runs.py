@@ -366,6 +366,10 @@ def test_dropped_ssh_connection_the_run_goes_on_and_is_picked_up(
         _go(dind_engine, rid2)
         assert inner.containers.get(f"iterare-{rid2}").wait(timeout=60)["StatusCode"] == 0
         assert record(project, rid2)["status"] == "running"  # nobody noticed yet
+        down = iterare("list", cwd=project)  # the engine cannot be reached: a warning
+        assert down.returncode == 0, down.stderr
+        assert "active runs could not be checked" in down.stderr
+        assert record(project, rid2)["status"] == "running"
         forwarder.restore()
         listed = iterare("list", cwd=project)
         assert listed.returncode == 0, listed.stderr

@@ -226,12 +226,6 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     budget = run_budget(config, prompt, request)
     ca_bundle = ca_bundle_path(config)
     more_mounts = list(admitted.mounts)
-    from git_iterare.sandbox.remote import shares_filesystem
-
-    if not shares_filesystem():
-        from git_iterare.runner.ship import check_request
-
-        check_request(more_mounts)  # host paths mean nothing to a remote engine
     store = RunStore(repo)
     if request.reuse:
         previous = store.resolve(request.reuse)
@@ -254,6 +248,12 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
+    from git_iterare.sandbox.remote import shares_filesystem
+
+    if not shares_filesystem():  # what a remote engine cannot do is refused now
+        from git_iterare.runner.ship import check_request
+
+        check_request(repo, base_commit, more_mounts)
     # The first questions to the engine come last, so the docker SDK has been imported in
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)

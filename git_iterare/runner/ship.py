@@ -34,6 +34,7 @@ import secrets
 import shutil
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,17 +83,26 @@ def is_remote(record: Any) -> bool:
     return isinstance(url, str) and not url.startswith("unix://")
 
 
-def check_request(mounts: Iterable[Any]) -> None:
-    """Refuse what a remote engine cannot do: mounts of host paths (``[mounts] volumes``,
-    :class:`git_iterare.sandbox.Mount` values).
+def check_request(repo: Repo, base: str, mounts: Iterable[Any]) -> None:
+    """Refuse what a run on a remote engine cannot do yet: mounts of host paths
+    (``[mounts] volumes``, :class:`git_iterare.sandbox.Mount` values), and a base with
+    initialized submodules (their objects are not shipped, so their files would be missing
+    there and their deletion committed at the end).
 
     Raises:
-        UserError: naming the first mount.
+        UserError: naming the first mount or submodule.
     """
     for mount in mounts:
         raise UserError(f"the mount of {mount.host_path} cannot be used: the Docker engine is "
                         "remote and sees none of this machine's files",
                         hint="drop it from [mounts] volumes, or use a local Docker engine")
+    from git_iterare.checkout import submodules
+
+    for sub in submodules(repo.common_dir, base):
+        if sub.gitdir is not None:
+            raise UserError(f"submodule {sub.path} is initialized here, and runs on a remote "
+                            "Docker engine cannot have submodules yet",
+                            hint="use a local Docker engine for this repository")
 
 
 def cache_key(repo: Repo) -> str:
@@ -269,7 +279,7 @@ def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
 
 def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
     info = tarfile.TarInfo(name)
-    info.size, info.mode = len(data), mode
+    info.size, info.mode, info.mtime = len(data), mode, int(time.time())
     tar.addfile(info, io.BytesIO(data))
 
 
