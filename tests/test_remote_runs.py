@@ -187,6 +187,7 @@ def test_shell_agent_end_to_end_over_ssh(over_ssh: Path, dind_engine: DindEngine
     again = iterare("execute", "noop", "--follow", cwd=project)
     assert again.returncode == 0, again.stderr
     second = record(project, run_id(again.stdout))["extra"]["shipped"]
+    assert len(volumes(dind_engine, project)) == 1, warm.stderr + again.stderr
     assert second["objects"] == 3, second  # commit, root tree, small.txt
     assert second["pack_bytes"] < 3000, second
 

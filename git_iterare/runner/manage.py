@@ -280,6 +280,11 @@ def cleanup(repo: Repo, record: Any, *, force: bool) -> Any:
     if info is not None:
         with using(engine_of(record)):
             sandbox.remove(info.id)
+    from git_iterare.runner.ship import drop_volumes, is_remote
+
+    if is_remote(record):  # volumes a finish could not remove (normally none)
+        with using(engine_of(record)):
+            drop_volumes(record)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 

@@ -360,7 +360,8 @@ def _members(chunks: Iterable[bytes]) -> Iterator[tuple[tarfile.TarInfo, tarfile
     Raises:
         OperationFailed: it is not a tar.
     """
-    reader = io.BufferedReader(_ChunkReader(chunks), 1 << 16)
+    raw = _ChunkReader(chunks)
+    reader = io.BufferedReader(raw, 1 << 16)
     if not reader.peek(1):
         return
     try:
@@ -370,6 +371,10 @@ def _members(chunks: Iterable[bytes]) -> Iterator[tuple[tarfile.TarInfo, tarfile
     except tarfile.TarError as exc:
         raise OperationFailed(f"the files from the Docker engine are not a valid archive: "
                               f"{exc}") from None
+    # Read the padding after the archive's end too: a response read to its end gives its
+    # connection back (an ssh channel on an ssh:// engine, of which there are few).
+    for _ in raw.chunks:
+        pass
 
 
 def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = ()

@@ -367,6 +367,17 @@ def _with_dns(spec: SandboxSpec) -> SandboxSpec:
     return dataclasses.replace(spec, policy=policy)
 
 
+def _close_stream(stream: Any) -> None:
+    """Close a followed log stream the caller stops reading: it holds a connection (an ssh
+    channel on an ``ssh://`` engine, of which sshd allows 10 per connection) until closed.
+    docker-py cannot cancel ssh streams (``close`` raises), so their response is closed."""
+    try:
+        stream.close()
+    except Exception:
+        with contextlib.suppress(Exception):
+            stream._response.close()
+
+
 def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
     """Wait for the sidecar's ready line in its output.
 
@@ -379,8 +390,10 @@ def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
 
     def watch() -> None:
         pending = b""
+        stream = None
         try:
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
+            for chunk in stream:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 seen.extend(lines[-20:])
@@ -390,6 +403,9 @@ def _await_ready(container: Any, timeout: float = READY_TIMEOUT) -> None:
                     return
         except Exception:  # the container went away: the caller finds out below
             return
+        finally:
+            if stream is not None:
+                _close_stream(stream)
 
     watcher = threading.Thread(target=watch, daemon=True, name="sidecar-ready")
     watcher.start()

@@ -155,6 +155,8 @@ def remove_volumes(names: Sequence[str]) -> list[str]:
     Raises:
         OperationFailed: the engine refused (a volume still in use) or cannot be reached.
     """
+    import time
+
     import docker.errors
 
     from git_iterare.sandbox.docker_errors import client, docker_errors
@@ -162,11 +164,19 @@ def remove_volumes(names: Sequence[str]) -> list[str]:
     removed = []
     for name in names:
         with docker_errors(f"remove the volume {name}"):
-            try:
-                client().volumes.get(name).remove(force=True)
-            except docker.errors.NotFound:
-                continue
-        removed.append(name)
+            for attempt in range(10):
+                try:
+                    client().volumes.get(name).remove(force=True)
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as exc:
+                    # The engine may still hold it for a container removed just now.
+                    if exc.status_code != 409 or "in use" not in str(exc) or attempt == 9:
+                        raise
+                    time.sleep(0.3)
+                    continue
+                removed.append(name)
+                break
     return removed
 
 
