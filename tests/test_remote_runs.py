@@ -340,12 +340,14 @@ def test_dropped_ssh_connection_the_run_goes_on_and_is_picked_up(
         inner = dind_engine.client()
         wait_for(lambda: b"started" in inner.containers.get(f"iterare-{rid}").logs(),
                  "the agent to start")
-        time.sleep(1)
+        wait_for(lambda: bool(forwarder.live), "log -f to connect")
+        time.sleep(3)  # and to be following the log
         forwarder.drop()
         out, err = follower.communicate(timeout=60)
         assert follower.returncode == 1, (out, err)
         assert err.count("\n") == 1 and err.startswith("error: "), err
-        assert "Traceback" not in err
+        assert err.endswith(f"(the run goes on; follow it again with `git iterare log -f "
+                            f"{rid}`)\n"), err
         # The run went on without the client; `log -f` picks it up again.
         assert inner.containers.get(f"iterare-{rid}").status == "running"
         forwarder.restore()

@@ -368,25 +368,30 @@ def _launch(repo: Repo, config: Config, store: Any, record: Any, agent: Any, bod
     except BaseException:
         _drop_volumes(remote)
         raise
-    shipped = None
-    with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
+    shipped = shipping = None
+    with ThreadPoolExecutor(2, thread_name_prefix="sidecar") as pool:
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
         started = pool.submit(sandbox.start_sidecar, sidecar)
+        if remote is not None:  # and a remote engine gets the run's files meanwhile
+            from git_iterare.runner import ship
+
+            shipping = pool.submit(ship.ship, repo, record.id, record.base_commit, remote,
+                                   spec.sidecar_image, spec.all_labels())
         try:
             ws = wsp.prepare_run(repo, record.id, record.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
-            if remote is not None:
-                from git_iterare.runner import ship
-
-                shipped = ship.ship(repo, ws, remote, spec.sidecar_image,
-                                    spec.all_labels())
+            if shipping is not None:
+                shipped = shipping.result()
             container = sandbox.launch(spec, sidecar, started)
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
             # remove it (launch removes what it made itself; twice is harmless).
             with contextlib.suppress(BaseException):
                 started.exception()
+            if shipping is not None:
+                with contextlib.suppress(BaseException):
+                    shipping.exception()
             with contextlib.suppress(BaseException):
                 sandbox.remove_sidecar(sidecar)
             _drop_volumes(remote)

@@ -214,14 +214,17 @@ def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, 
     return pack, index, count
 
 
-def ship(repo: Repo, ws: Any, trees: Any, image: str, labels: Mapping[str, str]) -> Shipped:
+def ship(repo: Repo, run_id: str, base: str, trees: Any, image: str,
+         labels: Mapping[str, str]) -> Shipped:
     """Put what a new run needs on the engine: the objects of its base into the
     repository's cache (only those the cache lacks), the run gitdir and the
-    ``.iterare/include`` files into its volumes.
+    ``.iterare/include`` files into its volumes. Needs nothing of the run's host
+    worktree, so it runs while that is made.
 
     Args:
         repo: the repository.
-        ws: the run's :class:`~git_iterare.workspace.RunWorkspace` (made on the host).
+        run_id: the run.
+        base: hex id of its base commit.
         trees: the run's :class:`~git_iterare.sandbox.remote.RemoteTrees`.
         image: git-iterare's own image on the engine (for the porter container).
         labels: labels of the run's volumes (run and repository).
@@ -239,11 +242,11 @@ def ship(repo: Repo, ws: Any, trees: Any, image: str, labels: Mapping[str, str])
     pack_bytes = objects = 0
     with remote.Porter(image, volumes, labels) as porter:
         haves = _cache_haves(porter)
-        if ws.base_commit not in haves:
+        if base not in haves:
             known = _local_commits(repo, haves[:MAX_HAVES])
             scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
             try:
-                pack, index, objects = _pack(repo, ws.base_commit, known, scratch)
+                pack, index, objects = _pack(repo, base, known, scratch)
                 pack_bytes = pack.stat().st_size + index.stat().st_size
                 archive = scratch / "cache.tar"
                 with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -252,12 +255,12 @@ def ship(repo: Repo, ws: Any, trees: Any, image: str, labels: Mapping[str, str])
                     # The pack before its index: readers find packs by their index.
                     tar.add(pack, f"objects/pack/{pack.name}")
                     tar.add(index, f"objects/pack/{index.name}")
-                    _add_file(tar, f"have/{ws.base_commit}", b"")
+                    _add_file(tar, f"have/{base}", b"")
                 with archive.open("rb") as handle:
                     remote.put_archive(porter.container, "/cache", handle)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-        git_tar = _gitdir_archive(ws)
+        git_tar = _gitdir_archive(repo, run_id, base)
         remote.put_archive(porter.container, "/git", git_tar)
         work_tar = _worktree_archive()
         remote.put_archive(porter.container, "/work", work_tar)
@@ -283,36 +286,41 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -
     tar.addfile(info, io.BytesIO(data))
 
 
-def _gitdir_archive(ws: Any) -> bytes:
-    """The run gitdir as the agent's container needs it: the host's HEAD, branch, config
-    and exclude; alternates naming the object cache; the ``.iterare/include`` files put
-    aside (copied over the checkout by :data:`CHECKOUT`)."""
+def _gitdir_archive(repo: Repo, run_id: str, base: str) -> bytes:
+    """The run gitdir as the agent's container needs it (as
+    :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch, config
+    and exclude; alternates naming the object cache; the ``.iterare/include`` files of the
+    main worktree put aside (copied over the checkout by :data:`CHECKOUT`)."""
+    from git_iterare import safegit
     from git_iterare.sandbox.remote import CACHE_PATH
+    from git_iterare.workspace import RUN_GITDIR_CONFIG, include_paths
 
-    gitdir = Path(ws.gitdir)
+    ref = f"refs/heads/iterare/{run_id}"
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for folder in ("objects", "objects/pack", "objects/info", "refs", "refs/heads",
                        "refs/heads/iterare", "refs/tags", "info"):
             _add_dir(tar, folder)
-        _add_file(tar, "HEAD", (gitdir / "HEAD").read_bytes())
-        _add_file(tar, ws.ref, (gitdir / ws.ref).read_bytes())
-        _add_file(tar, "config", (gitdir / "config").read_bytes())
+        _add_file(tar, "HEAD", f"ref: {ref}\n".encode())
+        _add_file(tar, ref, f"{base}\n".encode())
+        _add_file(tar, "config", (RUN_GITDIR_CONFIG
+                                  + safegit.line_ending_config(repo.common_dir)).encode())
         _add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
-        exclude = gitdir / "info" / "exclude"
+        exclude = repo.common_dir / "info" / "exclude"
         if exclude.is_file():
             _add_file(tar, "info/exclude", exclude.read_bytes())
-        if ws.included:
+        included = include_paths(repo)
+        if included:
             _add_dir(tar, "iterare-include")
             made = {"iterare-include"}
-            for rel in ws.included:
+            for rel in included:
                 parts = rel.split("/")
                 for depth in range(1, len(parts)):
                     folder = "iterare-include/" + "/".join(parts[:depth])
                     if folder not in made:
                         made.add(folder)
                         _add_dir(tar, folder)
-                source = Path(ws.worktree) / rel
+                source = Path(repo.main_work_tree or ".") / rel
                 if source.is_file() and not source.is_symlink():
                     mode = 0o755 if os.stat(source).st_mode & 0o111 else 0o644
                     _add_file(tar, f"iterare-include/{rel}", source.read_bytes(), mode)

@@ -136,6 +136,9 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
             raise ssh from None
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             raise _unreachable(where(), exc) from None
+        if isinstance(exc, EOFError):  # paramiko: the ssh connection ended under us
+            raise OperationFailed(f"lost the connection to the Docker engine at {where()} "
+                                  f"while trying to {what}") from None
         raise
 
 
