@@ -120,6 +120,41 @@ class DindEngine:
         return client(Engine("dind-test", self.tcp_url, TLS(
             True, str(certs / "ca.pem"), str(certs / "cert.pem"), str(certs / "key.pem"))))
 
+    def restart_dockerd(self) -> float:
+        """Restart the engine's dockerd (its entrypoint starts it again): containers
+        running in it are stopped, as when the engine's host reboots; images and volumes
+        stay. Returns the seconds until it answered again.
+
+        Raises:
+            RuntimeError: it did not answer within :data:`START_TIMEOUT` seconds.
+        """
+        # The local engine holds the DinD container, whatever the test set DOCKER_* to.
+        local = {k: v for k, v in os.environ.items()
+                 if k not in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
+                              "DOCKER_CERT_PATH", "DOCKER_TLS")}
+
+        def pid() -> str:
+            return subprocess.run(["docker", "exec", self.container, "cat",
+                                   "/var/run/docker.pid"], capture_output=True, text=True,
+                                  check=False, env=local).stdout.strip()
+
+        began = time.monotonic()
+        deadline = began + START_TIMEOUT
+        old = pid()
+        while not old:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd in {self.container} has no pid file")
+            time.sleep(0.3)
+            old = pid()
+        _run("docker", "exec", self.container, "kill", old, env=local)
+        while True:
+            now = pid()
+            if now and now != old and _docker_ready(self.seed, self.tcp_url):
+                return time.monotonic() - began
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd in {self.container} did not come back")
+            time.sleep(0.3)
+
     def load_image(self, name: str) -> str:
         """Copy image ``name`` from the local engine into this one through the API;
         return its id."""
@@ -132,7 +167,7 @@ class DindEngine:
             return str(found.id)
         except docker.errors.ImageNotFound:
             pass
-        data = local.images.get(name).save(named=True)
+        data = local.images.get(name).save(named=name)  # not its first tag: this one
         inner.images.load(b"".join(data))
         return str(inner.images.get(name).id)
 

@@ -1,4 +1,4 @@
-"""``git iterare cleanup [RUN | --merged] [-y] [--force]``."""
+"""``git iterare cleanup [RUN | --merged | --cache] [-y] [--force]``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import click
 
 from git_iterare.cli._runs import confirm_or_refuse, resolve_run
 from git_iterare.cli.context import app, project_option
+from git_iterare.ui import sanitize_line
+from git_iterare.ui import sanitize_line as sanitize
 
 
 @click.command("cleanup")
@@ -14,8 +16,10 @@ from git_iterare.cli.context import app, project_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True,
               help="Also drop unmerged work and stop runs that are still active.")
+@click.option("--cache", is_flag=True,
+              help="Remove this repository's object cache on the (remote) Docker engine.")
 @project_option()
-def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
+def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) -> None:
     """Remove the worktree, branch and container of RUN (default: the most recent run);
     the record and commits are kept."""
     from git_iterare.errors import OperationFailed, UserError
@@ -25,12 +29,22 @@ def command(run: str | None, merged: bool, yes: bool, force: bool) -> None:
     repo = app().repo
     if merged and run:
         raise UserError("give a RUN or --merged, not both")
+    if cache:
+        if merged or run:
+            raise UserError("give --cache alone, without a RUN or --merged")
+        from git_iterare.runner.ship import remove_cache
+        from git_iterare.sandbox.engine import current
+
+        app().config  # noqa: B018 -- its [docker] context chooses the engine
+        removed = remove_cache(repo)
+        where = sanitize(current().label)
+        click.echo(f"removed the object cache of this repository on {where}" if removed
+                   else f"no object cache of this repository on {where}")
+        return
     records = RunStore(repo).list(statuses=["merged"]) if merged else [resolve_run(run)]
     if not records:
         click.echo("nothing to clean up")
         return
-    from git_iterare.ui import sanitize_line
-
     names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")

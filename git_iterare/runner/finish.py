@@ -250,9 +250,23 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     result = agent.summarize(events, exit_code=exit_code)
     status, error = _outcome(record, exit_code, result, vanished,
                              None if info is None else info.ran_seconds)
+    from git_iterare.runner import ship
+
+    remote = ship.is_remote(record)
+    if remote and not vanished and ship.sandbox_died(record):
+        from git_iterare.runs.status import LOST
+
+        status, error = LOST, ("the Docker engine ended the sandbox (it restarted, or the "
+                               "sandbox was killed there); its work so far is kept")
     if error and error.startswith(BUDGET_STOP):
         store.update(record.id, lambda r: r.replace(extra={**r.extra, "stop_reason": "budget"}),
                      f"{record.id} stopped at its budget")
+    if remote and record.base_commit and has_worktree(repo, record):
+        # Its trees come back through the engine's API. When that fails (the connection
+        # dropped), the run stays active: whichever command comes next fetches them.
+        for note in ship.fetch_results(repo, record, open_run(repo, record.id,
+                                                              record.base_commit)):
+            ui.warn(f"run {record.id}: {note}")
     head = None
     changes = None
     commits: tuple[str, ...] = ()
@@ -263,8 +277,9 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
             ws = open_run(repo, record.id, record.base_commit,
                           included=tuple(p for p in record.extra.get("workspace_mounts") or ()
                                          if isinstance(p, str)))
-            _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile,
-                                            state_dir(repo, record.id) / "out"))
+            if not remote:  # a remote run's trees were fetched above
+                _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile,
+                                                state_dir(repo, record.id) / "out"))
             work = finish_run(
                 repo, ws,
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
@@ -298,6 +313,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     try:
         if sandbox_name:
             sandbox.remove(sandbox_name)
+        if remote:
+            ship.drop_volumes(record)
     except Exception as exc:  # the result is recorded; a leftover container is minor
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
@@ -531,7 +548,10 @@ def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | Non
         head = record.head
         if not unfinished and head and not unfinished_work(repo, ws, head):
             return record, None
-        _reclaim(record, None, (ws.worktree, ws.gitdir, ws.gitfile))
+        from git_iterare.runner.ship import is_remote
+
+        if not is_remote(record):  # a remote run's trees were fetched when it ended
+            _reclaim(record, None, (ws.worktree, ws.gitdir, ws.gitfile))
         try:
             work = finish_run(
                 repo, ws,

@@ -107,14 +107,23 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)
         if info is not None:
-            with using(engine_of(record)):
-                lines: Iterable[str] = _decode(sandbox.log_lines(info.id, follow=follow))
-                if follow:
-                    lines = _watch_budget(repo, record, agent, info.id, lines)
-                _render(lines, agent, verbosity, raw, emit, events)
-            if not follow:
-                return record
-            record = finish(repo, run_id, wait=True)
+            from git_iterare.errors import OperationFailed
+
+            try:
+                with using(engine_of(record)):
+                    lines: Iterable[str] = _decode(sandbox.log_lines(info.id, follow=follow))
+                    if follow:
+                        lines = _watch_budget(repo, record, agent, info.id, lines)
+                    _render(lines, agent, verbosity, raw, emit, events)
+                if not follow:
+                    return record
+                record = finish(repo, run_id, wait=True)
+            except OperationFailed as exc:
+                if not follow:
+                    raise
+                # The connection dropped: the sandbox goes on without us.
+                raise OperationFailed(exc.message, hint=f"the run goes on; follow it again "
+                                      f"with `git iterare log -f {run_id}`") from None
         else:
             record = finish(repo, run_id)
         if record.status in ACTIVE:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
+    from git_iterare.sandbox.remote import RemoteTrees
     from git_iterare.sandbox.spec import Limits, Mount
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -288,6 +289,12 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
+    from git_iterare.sandbox.remote import shares_filesystem
+
+    if not shares_filesystem():  # what a remote engine cannot do is refused now
+        from git_iterare.runner.ship import check_request
+
+        check_request(repo, base_commit, more_mounts)
     # The first questions to the engine come last, so the docker SDK has been imported in
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
@@ -356,31 +363,72 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
         command = ["timeout", "--kill-after=10", str(timeout), *command]
     mounts = list(wsp.mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"))
     mounts.append(sandbox.Mount(prompt_file, PROMPT_FILE, True))
+    remote = None
+    from git_iterare.sandbox.remote import shares_filesystem
+
+    if not shares_filesystem():  # the engine sees none of these files: see runner.ship
+        from git_iterare.runner import ship
+
+        remote = ship.remote_trees(repo, record.id, {PROMPT_FILE: plan.body.encode("utf-8")})
+        command, mounts = ship.wrap_command(command), []
     spec = sandbox_spec(
         config, session=record.id, repo=repo, image=plan.image, agent=agent, command=command,
         policy=plan.policy, out_dir=out_dir, mounts=(*mounts, *more_mounts),
         agent_ids=(uid, gid), credentials=credentials, secret_env=secret_env,
         owned=(worktree, gitdir, gitfile), limits=plan.limits,
-        networks=tuple(record.extra.get("networks") or ()), tty=request.tty)
-    sidecar = sandbox.begin(spec, start=False)
-    with ThreadPoolExecutor(1, thread_name_prefix="sidecar") as pool:
+        networks=tuple(record.extra.get("networks") or ()), tty=request.tty, remote=remote)
+    if remote is not None:
+        from git_iterare.runner import ship
+
+        ship.make_volumes(repo, remote, spec.all_labels())
+    try:
+        sidecar = sandbox.begin(spec, start=False)
+    except BaseException:
+        _drop_volumes(remote)
+        raise
+    shipped = shipping = None
+    with ThreadPoolExecutor(2, thread_name_prefix="sidecar") as pool:
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
         started = pool.submit(sandbox.start_sidecar, sidecar)
+        if remote is not None:  # and a remote engine gets the run's files meanwhile
+            from git_iterare.runner import ship
+
+            shipping = pool.submit(ship.ship, repo, record.id, plan.base_commit, remote,
+                                   spec.sidecar_image, spec.all_labels())
         try:
             ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
+            if shipping is not None:
+                shipped = shipping.result()
             container = sandbox.launch(spec, sidecar, started)
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
             # remove it (launch removes what it made itself; twice is harmless).
             with contextlib.suppress(BaseException):
                 started.exception()
+            if shipping is not None:
+                with contextlib.suppress(BaseException):
+                    shipping.exception()
             with contextlib.suppress(BaseException):
                 sandbox.remove_sidecar(sidecar)
+            _drop_volumes(remote)
             raise
+    if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
+        store.update(record.id, lambda r: r.replace(
+            extra={**r.extra, "shipped": shipped.to_json()}), f"{record.id} shipped")
     return store.transition(record.id, RUNNING, container=container,
                             worktree=str(ws.worktree))
+
+
+def _drop_volumes(remote: RemoteTrees | None) -> None:
+    """Remove the volumes of a remote run that did not start (not the object cache)."""
+    if remote is None:
+        return
+    from git_iterare.sandbox.remote import remove_volumes
+
+    with contextlib.suppress(Exception):
+        remove_volumes((remote.work, remote.git))
 
 
 def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:

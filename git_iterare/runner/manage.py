@@ -122,6 +122,15 @@ def diff(repo: Repo, record: RunRecord, git_args: list[str]) -> int:
     from git_iterare.runs.status import ACTIVE
 
     record = settle(repo, record)
+    from git_iterare.runner.ship import is_remote
+
+    if record.status in ACTIVE and record.container and is_remote(record):
+        from git_iterare.runner.ownership import is_local
+        from git_iterare.runner.ship import live_tree
+
+        if is_local(repo, record):  # the agent's work so far, from its engine
+            return diff_run(repo, _base_commit(record, "diff"), live_tree(repo, record),
+                            git_args)
     if record.status in ACTIVE:
         raise OperationFailed(f"run {record.id} is still {record.status}",
                               hint=f"its diff is ready when it ends: `git iterare log -f "
@@ -294,6 +303,11 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     if info is not None:
         with using(engine_of(record)):
             sandbox.remove(info.id)
+    from git_iterare.runner.ship import drop_volumes, is_remote
+
+    if is_remote(record):  # volumes a finish could not remove (normally none)
+        with using(engine_of(record)):
+            drop_volumes(record)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 

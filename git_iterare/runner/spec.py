@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Credentials
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
+    from git_iterare.sandbox.remote import RemoteTrees
     from git_iterare.sandbox.spec import Limits, Mount, SandboxSpec
 
 
@@ -46,7 +47,8 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
                  credentials: Credentials | None = None,
                  secret_env: Mapping[str, str] | None = None, owned: Sequence[Path] = (),
                  limits: Limits | None = None, networks: Sequence[str] = (),
-                 tty: bool = False, workdir: str = CONTAINER_WORKTREE) -> SandboxSpec:
+                 tty: bool = False, workdir: str = CONTAINER_WORKTREE,
+                 remote: RemoteTrees | None = None) -> SandboxSpec:
     """The spec of one sandbox.
 
     Args:
@@ -68,6 +70,8 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
         networks: more Docker networks the sidecar joins.
         tty: a terminal, and stdin kept open.
         workdir: the agent's working directory (the run's worktree as mounted).
+        remote: the run's volumes on an engine that shares no filesystem with this host
+            (:func:`git_iterare.runner.ship.remote_trees`), or None for bind mounts.
 
     Raises:
         UserError: ``docker.ca_bundle`` names no file; an invalid spec (see
@@ -85,4 +89,5 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
         secret_files=dict(credentials.files) if credentials else {},
         mounts=tuple(mounts), owned=tuple(owned), limits=limits or Limits(),
         network=config["docker.network"], networks=tuple(networks), agent_uid=uid,
-        agent_gid=gid, tty=tty, stdin=tty, ca_bundle=ca_bundle_path(config), workdir=workdir)
+        agent_gid=gid, tty=tty, stdin=tty, ca_bundle=ca_bundle_path(config), workdir=workdir,
+        remote=remote)

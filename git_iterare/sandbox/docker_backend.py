@@ -371,6 +371,17 @@ def _with_dns(spec: SandboxSpec) -> SandboxSpec:
     return dataclasses.replace(spec, policy=policy)
 
 
+def _close_stream(stream: Any) -> None:
+    """Close a followed log stream the caller stops reading: it holds a connection (an ssh
+    channel on an ``ssh://`` engine, of which sshd allows 10 per connection) until closed.
+    docker-py cannot cancel ssh streams (``close`` raises), so their response is closed."""
+    try:
+        stream.close()
+    except Exception:
+        with contextlib.suppress(Exception):
+            stream._response.close()
+
+
 class _SidecarLog:
     """Follows a sidecar's output (in a thread) for the lines the host waits for.
 
@@ -389,17 +400,24 @@ class _SidecarLog:
 
     def _follow(self) -> None:
         pending = b""
+        stream = None
         try:
-            for chunk in self.container.logs(stream=True, follow=True, stdout=True,
-                                             stderr=True):
+            stream = self.container.logs(stream=True, follow=True, stdout=True,
+                                         stderr=True)
+            for chunk in stream:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 with self.changed:
                     self.lines = [*self.lines, *lines][-20:]
                     self.seen.update(line for line in lines if line.startswith(SAYS))
                     self.changed.notify_all()
+                if READY_LINE in self.seen:
+                    break  # nothing more to wait for: give the connection back
         except Exception:  # the container went away: the waiter finds out
             pass
+        finally:
+            if stream is not None:
+                _close_stream(stream)
         with self.changed:
             self.ended = True
             self.changed.notify_all()
@@ -460,14 +478,19 @@ class DockerBackend:
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
-        mounts, trees = tree_mounts(spec.owned)
-        mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
-                                     read_only=False))
-        signal = _signal_dir(spec)
-        signal.mkdir(mode=0o700, exist_ok=True)
-        (signal / "go").unlink(missing_ok=True)
-        mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
-                                     read_only=True))
+        if spec.remote is not None:  # an engine that sees none of the client's files
+            from git_iterare.sandbox.remote import sidecar_mounts
+
+            mounts, trees = sidecar_mounts(spec.remote)
+        else:
+            mounts, trees = tree_mounts(spec.owned)
+            mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
+                                         read_only=False))
+            signal = _signal_dir(spec)
+            signal.mkdir(mode=0o700, exist_ok=True)
+            (signal / "go").unlink(missing_ok=True)
+            mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
+                                         read_only=True))
         with docker_errors(f"create the network sidecar of {spec.name}"):
             sidecar = docker.containers.create(
                 spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
@@ -487,6 +510,13 @@ class DockerBackend:
             for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
                     docker.networks.get(extra).connect(sidecar)
+            if spec.remote is not None:  # its output stays in it, fetched at the end
+                out = _Tar()
+                out.dir("run", 0, 0, 0o755)
+                out.dir("run/iterare", 0, 0, 0o755)
+                out.dir(OUT_PATH, 0, 0, 0o711)
+                with docker_errors(f"prepare the network sidecar of {spec.name}"):
+                    sidecar.put_archive("/", out.data())
             if start:
                 with docker_errors(f"start the network sidecar of {spec.name}"):
                     sidecar.start()
@@ -549,9 +579,19 @@ class DockerBackend:
                                                        "Name": f"/{spec.name}-net"})
             created.append(sidecar)
             # The trees are ready: the sidecar may hand them to the agent's uid.
-            (_signal_dir(spec) / "go").touch(mode=0o600)
-            mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
-                                  type="bind", read_only=m.read_only) for m in spec.mounts]
+            if spec.remote is not None:
+                from git_iterare.sandbox.remote import agent_mounts
+
+                go = _Tar()
+                go.file("go", b"", 0, 0, 0o644)
+                with docker_errors(f"hand the trees of {spec.name} to its sidecar"):
+                    sidecar.put_archive("/run/iterare", go.data())
+                mounts = agent_mounts(spec.remote)
+            else:
+                (_signal_dir(spec) / "go").touch(mode=0o600)
+                mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
+                                      type="bind", read_only=m.read_only)
+                          for m in spec.mounts]
             env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
             if spec.ca_bundle is not None:
                 env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH,
@@ -571,6 +611,10 @@ class DockerBackend:
             with docker_errors(f"prepare the sandbox {spec.name}"):
                 passwd, group = _image_accounts(agent, spec.image)
                 agent.put_archive("/", agent_files(spec, passwd, group))
+                if spec.remote is not None and spec.remote.files:
+                    from git_iterare.sandbox.remote import files_archive
+
+                    agent.put_archive("/", files_archive(spec.remote.files))
             if sidecar_started is not None:
                 sidecar_started.result()
             # The agent's container starts once its trees are its own, while the sidecar
@@ -604,7 +648,8 @@ class DockerBackend:
         with docker_errors(f"read the output of the sandbox {container_id[:12]}"):
             container = client().containers.get(container_id)
             stream = container.logs(stream=True, follow=follow, stdout=True, stderr=True)
-        yield from split_lines(stream)
+            # Inside: a connection that drops while following is one line too.
+            yield from split_lines(stream)
 
     def logs(self, container_id: str) -> bytes:
         """Everything it printed so far, stdout and stderr interleaved as the engine kept them."""

@@ -136,6 +136,9 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
             raise ssh from None
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             raise _unreachable(where(), exc) from None
+        if isinstance(exc, EOFError):  # paramiko: the ssh connection ended under us
+            raise OperationFailed(f"lost the connection to the Docker engine at {where()} "
+                                  f"while trying to {what}") from None
         raise
 
 
@@ -228,8 +231,14 @@ def _connect(engine: Engine) -> Any:
     """A new ``docker.DockerClient`` for ``engine`` (ssh through paramiko with
     ``~/.ssh/config`` and known hosts). The API version is negotiated with the engine
     once and then kept (:func:`engine_facts`), which saves a round trip per command."""
+    import logging
+
     import_docker(engine)
     import docker
+
+    # paramiko's transport thread logs its failures (with a traceback) to stderr when
+    # nothing handles its logger; they reach the user as one line from docker_errors.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
     version = engine_facts(engine).get("api_version")
     known = isinstance(version, str) and bool(version)

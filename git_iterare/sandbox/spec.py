@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from git_iterare.errors import UserError
 from git_iterare.sandbox.policy import EgressPolicy
@@ -199,6 +200,10 @@ class SandboxSpec:
         tty: allocate a terminal.
         stdin: keep stdin open (interactive sessions).
         ca_bundle: host path of a PEM bundle mounted for TLS-intercepting proxies.
+        remote: on an engine that shares no filesystem with the client, the run's trees
+            as volumes (:class:`git_iterare.sandbox.remote.RemoteTrees`): then ``mounts``
+            and ``owned`` are not used and nothing of the client is mounted; None for a
+            local engine.
     """
 
     image: str
@@ -224,6 +229,7 @@ class SandboxSpec:
     tty: bool = False
     stdin: bool = False
     ca_bundle: Path | None = None
+    remote: Any = None
 
     def __post_init__(self) -> None:
         if not self.command:

@@ -17,6 +17,12 @@ install -m 600 /seed/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
 /usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password \
     -o HostKey=/etc/ssh/ssh_host_ed25519_key
 driver=${DIND_STORAGE_DRIVER:-overlay2}
-exec dockerd --host unix:///var/run/docker.sock --host tcp://0.0.0.0:2376 \
-    --tlsverify --tlscacert /seed/ca.pem --tlscert /seed/server-cert.pem \
-    --tlskey /seed/server-key.pem --storage-driver "$driver" --log-level warn
+# dockerd starts again when it ends (a test restarts the engine: `kill $(cat
+# /var/run/docker.pid)`, as a host reboot would stop its containers); `docker rm -f` ends all.
+while :; do
+    dockerd --host unix:///var/run/docker.sock --host tcp://0.0.0.0:2376 \
+        --tlsverify --tlscacert /seed/ca.pem --tlscert /seed/server-cert.pem \
+        --tlskey /seed/server-key.pem --storage-driver "$driver" --log-level warn || true
+    echo "dind: dockerd ended; starting it again" >&2
+    sleep 0.5
+done

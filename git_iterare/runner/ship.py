@@ -1,0 +1,651 @@
+"""Runs on an engine that shares no filesystem with the client (``ssh://``, ``tcp://``).
+
+The run's worktree and gitdir are made on the host as for a local run (the user's view of
+the run, and what :mod:`git_iterare.importer` imports from); the engine gets copies, in
+volumes (:mod:`git_iterare.sandbox.remote`), through the Engine API only:
+
+* **Objects** go into the repository's object cache on the engine, once: the cache lists
+  the commits it holds (``have/<commit>``), and a run ships a pack of the objects
+  reachable from its base and not from any of those (``git pack-objects --revs``), so a
+  run's start costs in proportion to what changed since the last one. The cache is keyed
+  by a random id of this repository (``<common dir>/iterare/cache-id``), so no other
+  repository's runs see its objects. ``git iterare cleanup --cache`` removes it.
+* **The run gitdir** (HEAD, branch, config, exclude; alternates naming the cache) and the
+  ``.iterare/include`` files go into the run's volumes; the agent's container checks the
+  base out itself (``git reset --hard``, as the agent, before the agent's command:
+  :data:`CHECKOUT`), so the worktree's content never crosses the wire.
+* **The prompt** is a file put into the agent's container before it starts.
+
+Results come out when the run ends (:func:`fetch_results`, by whichever command notices
+first): the worktree and the run gitdir as archives (``get_archive``), unpacked into the
+host's worktree and run gitdir by :func:`extract` (no path leaves its folder, no link is
+followed, special files and set-uid bits are dropped), and then imported and committed by
+the same code as a local run's. ``git iterare diff RUN`` of a live run unpacks the worktree
+into a scratch folder and diffs a snapshot of it (:func:`live_tree`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import secrets
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from git_iterare import boundedfs
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.git.repo import Repo
+
+#: Runs before the agent's command in its container on a remote engine (as the agent):
+#: the base is checked out from the object cache, then the ``.iterare/include`` files
+#: put aside in the gitdir are copied over it. Only on the first start (no index yet).
+CHECKOUT = """\
+set -e
+if [ ! -e /git/run/index ]; then
+    git -c core.hooksPath=/dev/null -c advice.detachedHead=false reset -q --hard HEAD \\
+        || { echo "iterare-sandbox: error: cannot check the run's base out (is git in the \
+image?)" >&2; exit 125; }
+    if [ -d /git/run/iterare-include ]; then
+        cp -R -p /git/run/iterare-include/. /workspace/ && rm -rf /git/run/iterare-include
+    fi
+fi
+exec "$@"
+"""
+
+#: Largest archive unpacked from the engine (bytes of file content) and most entries.
+MAX_FETCH_BYTES = 32 * 1024**3
+MAX_FETCH_ENTRIES = 2_000_000
+
+#: Largest file of the sidecar's output fetched (status, DNS log, report).
+MAX_OUT_FILE_BYTES = 64 * 1024**2
+
+#: Most commits named as already in the cache when packing (the most recent ones).
+MAX_HAVES = 256
+
+_KEY = re.compile(r"^[0-9a-f]{16}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_remote(record: Any) -> bool:
+    """Whether ``record``'s run is on an engine that shares no filesystem with this
+    machine (from the engine its record names; see
+    :func:`git_iterare.sandbox.remote.shares_filesystem`)."""
+    engine = (record.extra or {}).get("engine")
+    url = engine.get("url") if isinstance(engine, dict) else None
+    return isinstance(url, str) and not url.startswith("unix://")
+
+
+def check_request(repo: Repo, base: str, mounts: Iterable[Any]) -> None:
+    """Refuse what a run on a remote engine cannot do yet: mounts of host paths
+    (``[mounts] volumes``, :class:`git_iterare.sandbox.Mount` values), and a base with
+    initialized submodules (their objects are not shipped, so their files would be missing
+    there and their deletion committed at the end).
+
+    Raises:
+        UserError: naming the first mount or submodule.
+    """
+    for mount in mounts:
+        raise UserError(f"the mount of {mount.host_path} cannot be used: the Docker engine is "
+                        "remote and sees none of this machine's files",
+                        hint="drop it from [mounts] volumes, or use a local Docker engine")
+    from git_iterare.git.checkout import submodules
+
+    for sub in submodules(repo.common_dir, base):
+        if sub.gitdir is not None:
+            raise UserError(f"submodule {sub.path} is initialized here, and runs on a remote "
+                            "Docker engine cannot have submodules yet",
+                            hint="use a local Docker engine for this repository")
+
+
+def cache_key(repo: Repo) -> str:
+    """This repository's object cache key (16 hex digits), made on first use and kept in
+    ``<common dir>/iterare/cache-id``."""
+    path = repo.common_dir / "iterare" / "cache-id"
+    with contextlib.suppress(OSError):
+        key = path.read_text().strip()
+        if _KEY.match(key):
+            return key
+    key = secrets.token_hex(8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"cache-id.{os.getpid()}.tmp")
+    tmp.write_text(key + "\n")
+    try:
+        os.link(tmp, path)  # first writer wins
+    except FileExistsError:
+        tmp.unlink()
+        return cache_key(repo)
+    tmp.unlink()
+    return key
+
+
+def remote_trees(repo: Repo, run_id: str, files: Mapping[str, bytes]) -> Any:
+    """The :class:`~git_iterare.sandbox.remote.RemoteTrees` of a new run."""
+    from git_iterare.sandbox.remote import RemoteTrees, cache_volume, run_volumes
+
+    work, git = run_volumes(run_id)
+    return RemoteTrees(work=work, git=git, cache=cache_volume(cache_key(repo)), files=files)
+
+
+def make_volumes(repo: Repo, trees: Any, labels: Mapping[str, str]) -> None:
+    """Make a new run's volumes (and the repository's object cache when it has none)
+    before any container names them (the engine would make them unlabelled).
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.sandbox import remote
+
+    remote.ensure_volume(trees.cache, {remote.LABEL_VOLUME: "cache",
+                                       remote.LABEL_CACHE: cache_key(repo),
+                                       "dev.iterare.repo": str(repo.main_work_tree)})
+    remote.ensure_volume(trees.work, {**labels, remote.LABEL_VOLUME: "work"})
+    remote.ensure_volume(trees.git, {**labels, remote.LABEL_VOLUME: "git"})
+
+
+def wrap_command(command: list[str]) -> list[str]:
+    """The agent's argv on a remote engine: :data:`CHECKOUT`, then ``command``."""
+    return ["/bin/sh", "-c", CHECKOUT, "iterare-checkout", *command]
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """What :func:`ship` sent.
+
+    Attributes:
+        pack_bytes: bytes of objects sent to the cache (pack and index); 0 when the cache
+            had the base already.
+        objects: objects in that pack.
+        file_bytes: bytes of the other files (gitdir, includes) sent.
+    """
+
+    pack_bytes: int
+    objects: int
+    file_bytes: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"pack_bytes": self.pack_bytes, "objects": self.objects,
+                "file_bytes": self.file_bytes}
+
+
+def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
+    """Those of ``ids`` that are commits in this repository."""
+    from git_iterare.git.repo import common_git
+
+    if not ids:
+        return []
+    out = common_git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+                     input="".join(i + "\n" for i in ids)).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1] == "commit"]
+
+
+def _cache_haves(porter: Any) -> list[str]:
+    """The commits the cache holds (names of ``have/*``), newest first."""
+    found: list[tuple[float, str]] = []
+    for member, _ in _members(porter.get("/cache/have")):
+        name = member.name.rsplit("/", 1)[-1]
+        if member.isfile() and _HEX40.match(name):
+            found.append((member.mtime, name))
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, Path, int]:
+    """Write a pack (and its index) of the objects reachable from ``base`` and not from
+    ``haves`` into ``folder``; return (pack, index, number of objects)."""
+    from git_iterare.git.repo import common_git
+
+    text = base + "\n" + "".join(f"^{h}\n" for h in haves)
+    name = common_git(repo, "pack-objects", "--revs", "-q", str(folder / "pack"),
+                      input=text).stdout.strip()
+    pack, index = folder / f"pack-{name}.pack", folder / f"pack-{name}.idx"
+    count = 0
+    with index.open("rb") as handle:  # version 2 index: fan-out table's last entry
+        head = handle.read(8 + 256 * 4)
+        if head[:4] == b"\xfftOc" and len(head) == 1032:
+            count = int.from_bytes(head[-4:], "big")
+    return pack, index, count
+
+
+def ship(repo: Repo, run_id: str, base: str, trees: Any, image: str,
+         labels: Mapping[str, str]) -> Shipped:
+    """Put what a new run needs on the engine: the objects of its base into the
+    repository's cache (only those the cache lacks), the run gitdir and the
+    ``.iterare/include`` files into its volumes. Needs nothing of the run's host
+    worktree, so it runs while that is made.
+
+    Args:
+        repo: the repository.
+        run_id: the run.
+        base: hex id of its base commit.
+        trees: the run's :class:`~git_iterare.sandbox.remote.RemoteTrees`.
+        image: git-iterare's own image on the engine (for the porter container).
+        labels: labels of the run's volumes (run and repository).
+
+    Returns:
+        What was sent.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached; git failed.
+    """
+    from git_iterare.sandbox import remote
+
+    volumes = {trees.cache: ("/cache", False), trees.work: ("/work", False),
+               trees.git: ("/git", False)}
+    pack_bytes = objects = 0
+    with remote.Porter(image, volumes, labels) as porter:
+        haves = _cache_haves(porter)
+        if base not in haves:
+            known = _local_commits(repo, haves[:MAX_HAVES])
+            scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
+            try:
+                pack, index, objects = _pack(repo, base, known, scratch)
+                pack_bytes = pack.stat().st_size + index.stat().st_size
+                archive = scratch / "cache.tar"
+                with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                    for folder in ("objects", "objects/pack", "objects/info", "have"):
+                        _add_dir(tar, folder)
+                    # The pack before its index: readers find packs by their index.
+                    tar.add(pack, f"objects/pack/{pack.name}")
+                    tar.add(index, f"objects/pack/{index.name}")
+                    _add_file(tar, f"have/{base}", b"")
+                with archive.open("rb") as handle:
+                    remote.put_archive(porter.container, "/cache", handle)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        git_tar = _gitdir_archive(repo, run_id, base)
+        remote.put_archive(porter.container, "/git", git_tar)
+        work_tar = _worktree_archive()
+        remote.put_archive(porter.container, "/work", work_tar)
+    return Shipped(pack_bytes=pack_bytes, objects=objects,
+                   file_bytes=len(git_tar) + len(work_tar))
+
+
+def _tmp_root(repo: Repo) -> Path:
+    root = repo.common_dir / "iterare" / "tmp"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, mode
+    tar.addfile(info)
+
+
+def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _gitdir_archive(repo: Repo, run_id: str, base: str) -> bytes:
+    """The run gitdir as the agent's container needs it (as
+    :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch, config
+    and exclude; alternates naming the object cache; the ``.iterare/include`` files of the
+    main worktree put aside (copied over the checkout by :data:`CHECKOUT`)."""
+    from git_iterare.git import safegit
+    from git_iterare.runner.workspace import RUN_GITDIR_CONFIG, include_paths
+    from git_iterare.sandbox.remote import CACHE_PATH
+
+    ref = f"refs/heads/iterare/{run_id}"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in ("objects", "objects/pack", "objects/info", "refs", "refs/heads",
+                       "refs/heads/iterare", "refs/tags", "info"):
+            _add_dir(tar, folder)
+        _add_file(tar, "HEAD", f"ref: {ref}\n".encode())
+        _add_file(tar, ref, f"{base}\n".encode())
+        _add_file(tar, "config", (RUN_GITDIR_CONFIG
+                                  + safegit.line_ending_config(repo.common_dir)).encode())
+        _add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
+        exclude = repo.common_dir / "info" / "exclude"
+        if exclude.is_file():
+            _add_file(tar, "info/exclude", exclude.read_bytes())
+        included = include_paths(repo)
+        if included:
+            _add_dir(tar, "iterare-include")
+            made = {"iterare-include"}
+            for rel in included:
+                parts = rel.split("/")
+                for depth in range(1, len(parts)):
+                    folder = "iterare-include/" + "/".join(parts[:depth])
+                    if folder not in made:
+                        made.add(folder)
+                        _add_dir(tar, folder)
+                source = Path(repo.main_work_tree or ".") / rel
+                if source.is_file() and not source.is_symlink():
+                    mode = 0o755 if os.stat(source).st_mode & 0o111 else 0o644
+                    _add_file(tar, f"iterare-include/{rel}", source.read_bytes(), mode)
+    return buffer.getvalue()
+
+
+def _worktree_archive() -> bytes:
+    """The worktree's start on the engine: its ``.git`` file naming the run gitdir."""
+    from git_iterare.sandbox.remote import GITDIR_PATH
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add_file(tar, ".git", f"gitdir: {GITDIR_PATH}\n".encode())
+    return buffer.getvalue()
+
+
+# --- results -------------------------------------------------------------------------
+
+class _ChunkReader(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks (for ``tarfile`` ``r|``)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks: Iterator[bytes] = iter(chunks)
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            try:
+                self.pending = next(self.chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self.pending))
+        buffer[:size] = self.pending[:size]
+        self.pending = self.pending[size:]
+        return size
+
+
+def _members(chunks: Iterable[bytes]) -> Iterator[tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    """The members of a streamed tar (none for an empty stream: a path that did not
+    exist), each with the archive to read it from.
+
+    Raises:
+        OperationFailed: it is not a tar.
+    """
+    raw = _ChunkReader(chunks)
+    reader = io.BufferedReader(raw, 1 << 16)
+    if not reader.peek(1):
+        return
+    try:
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
+            for member in tar:
+                yield member, tar
+    except tarfile.TarError as exc:
+        raise OperationFailed(f"the files from the Docker engine are not a valid archive: "
+                              f"{exc}") from None
+    # Read the padding after the archive's end too: a response read to its end gives its
+    # connection back (an ssh channel on an ssh:// engine, of which there are few).
+    for _ in raw.chunks:
+        pass
+
+
+def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = ()
+            ) -> list[str]:
+    """Unpack a tar from the engine (``get_archive`` of a folder) into the empty folder
+    ``dest``, without trusting it.
+
+    The archive's first path component (the folder's own name) is dropped. Entries whose
+    path is absolute, holds ``..``, or passes through a symlink or file unpacked earlier
+    are skipped; so are the top-level names in ``skip_top`` (the worktree's ``.git``).
+    Regular files get mode 0644 or 0755 (no set-uid bits, no other owner), folders 0755;
+    symlinks are made as they are (never followed); a hard link becomes a copy of its
+    target; FIFOs, sockets and devices are left out.
+
+    Args:
+        chunks: the archive's bytes.
+        dest: an empty folder of the user's.
+        skip_top: top-level names to leave out.
+
+    Returns:
+        Notes for the user (special files left out), at most 100.
+
+    Raises:
+        OperationFailed: the archive is not a tar, or exceeds :data:`MAX_FETCH_BYTES` or
+            :data:`MAX_FETCH_ENTRIES`.
+    """
+    notes: list[str] = []
+    blocked: set[tuple[str, ...]] = set()  # symlinks and files: nothing goes below them
+    files: set[tuple[str, ...]] = set()
+    total = entries = 0
+    for member, tar in _members(chunks):
+        entries += 1
+        if entries > MAX_FETCH_ENTRIES:
+            raise OperationFailed(f"the run's files hold more than {MAX_FETCH_ENTRIES} "
+                                  "entries; refusing to fetch them")
+        parts = tuple(p for p in member.name.split("/")[1:] if p not in ("", "."))
+        if not parts or ".." in parts or member.name.startswith("/"):
+            continue
+        if parts[0] in skip_top or any(parts[:n] in blocked
+                                       for n in range(1, len(parts) + 1)):
+            continue
+        path = dest.joinpath(*parts)
+        if len(os.fsencode(str(path))) > 4000:
+            continue
+        parent = path.parent
+        if not parent.is_dir() or parent.is_symlink():
+            parent.mkdir(parents=True, exist_ok=True)
+        if member.isdir():
+            if not os.path.lexists(path):
+                path.mkdir(mode=0o755)
+            continue
+        if os.path.lexists(path):  # a later entry of the same name wins
+            if path.is_dir() and not path.is_symlink():
+                continue
+            path.unlink()
+        if member.issym():
+            os.symlink(member.linkname, path)
+            blocked.add(parts)
+        elif member.isfile():
+            total += member.size
+            if total > MAX_FETCH_BYTES:
+                raise OperationFailed(f"the run's files exceed {MAX_FETCH_BYTES} "
+                                      "bytes; refusing to fetch them")
+            source = tar.extractfile(member)
+            _write(path, source, member.mode)
+            files.add(parts)
+            blocked.add(parts)
+        elif member.islnk():
+            target = tuple(p for p in member.linkname.split("/")[1:]
+                           if p not in ("", "."))
+            if target in files:
+                shutil.copyfile(dest.joinpath(*target), path, follow_symlinks=False)
+                os.chmod(path, os.stat(dest.joinpath(*target)).st_mode & 0o777)
+                files.add(parts)
+                blocked.add(parts)
+        elif len(notes) < 100:
+            notes.append(f"removed special file: {'/'.join(parts)}")
+    return notes
+
+
+def _write(path: Path, source: IO[bytes] | None, mode: int) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o755 if mode & 0o111 else 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        if source is not None:
+            shutil.copyfileobj(source, handle, 1 << 20)
+
+
+def _replace_contents(target: Path, new: Path, keep: tuple[str, ...] = ()) -> None:
+    """Make ``target``'s contents ``new``'s (moved in), keeping ``target``'s ``keep``
+    entries; ``new`` is removed."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(target):
+        if entry.name in keep:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            boundedfs.remove_tree(Path(entry.path))
+        else:
+            os.unlink(entry.path)
+    for entry in os.scandir(new):
+        if entry.name not in keep:
+            os.rename(entry.path, target / entry.name)
+    boundedfs.remove_tree(new)
+
+
+def _agent_container(record: Any) -> Any:
+    """The run's agent container on its engine when it is this run's (labels), or None."""
+    from git_iterare.sandbox import remote
+    from git_iterare.sandbox.spec import LABEL_RUN
+
+    for name in filter(None, (record.container, f"iterare-{record.id}")):
+        found = remote.find_container(name)
+        if found is not None and (found.labels or {}).get(LABEL_RUN) == record.id:
+            return found
+    return None
+
+
+@contextlib.contextmanager
+def _source(record: Any) -> Iterator[tuple[Any, str, str] | None]:
+    """Where the run's trees can be read: (container, worktree path, gitdir path) -- the
+    agent's container, else a porter over the run's volumes; None when both are gone."""
+    from git_iterare.sandbox import remote
+
+    agent = _agent_container(record)
+    if agent is not None:
+        yield agent, remote.WORK_PATH, remote.GITDIR_PATH
+        return
+    work, git = remote.run_volumes(record.id)
+    if not (remote.volume_exists(work) and remote.volume_exists(git)):
+        yield None
+        return
+    image = (record.extra or {}).get("sidecar_image") or ""
+    with remote.Porter(image, {work: ("/work", True), git: ("/git", True)},
+                       {"dev.iterare.run": record.id}) as porter:
+        yield porter.container, "/work", "/git"
+
+
+def fetch_out(repo: Repo, record: Any) -> None:
+    """The sidecar's output (status, DNS log, refused connections) into the run's state
+    folder, after asking a running sidecar for its report."""
+    from git_iterare.runner.paths import state_dir
+    from git_iterare.sandbox import remote
+    from git_iterare.sandbox.spec import OUT_PATH, SIDECAR
+
+    sidecar = remote.find_container(f"iterare-{record.id}-net")
+    if sidecar is None or (sidecar.labels or {}).get("dev.iterare.run") != record.id:
+        return
+    if sidecar.status == "running":
+        remote.exec_in(sidecar, [SIDECAR, "report"])
+    out = state_dir(repo, record.id) / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    for member, tar in _members(remote.get_archive(sidecar, OUT_PATH)):
+        name = member.name.rsplit("/", 1)[-1]
+        if (member.isfile() and member.size <= MAX_OUT_FILE_BYTES
+                and re.match(r"^[a-z]+\.(json|log)$", name)):
+            target = out / name
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            _write(target, tar.extractfile(member), 0o644)
+
+
+def fetch_results(repo: Repo, record: Any, ws: Any) -> list[str]:
+    """Bring a remote run's trees back: its worktree and gitdir on the engine replace the
+    host's copies (see :func:`extract`), and the sidecar's output lands in the run's state
+    folder. Call with the run's lock held, on the run's engine.
+
+    Returns:
+        Notes for the user (special files left out; trees that are gone).
+
+    Raises:
+        OperationFailed: the engine cannot be reached or refused; a bad archive.
+    """
+    fetch_out(repo, record)
+    with _source(record) as source:
+        if source is None:
+            return ["its files on the Docker engine are gone; what the host has is kept"]
+        container, work_path, git_path = source
+        from git_iterare.sandbox import remote
+
+        notes = []
+        for host, path, skip in ((Path(ws.worktree), work_path, (".git",)),
+                                 (Path(ws.gitdir), git_path, ())):
+            scratch = Path(tempfile.mkdtemp(prefix=f".{record.id}.fetch-", dir=host.parent))
+            try:
+                notes += extract(remote.get_archive(container, path), scratch, skip_top=skip)
+                _replace_contents(host, scratch, keep=skip)
+            finally:
+                if scratch.exists():
+                    boundedfs.remove_tree(scratch)
+    return notes[:100]
+
+
+def sandbox_died(record: Any) -> bool:
+    """Whether the engine ended the run's sandbox itself (it restarted, or the sandbox was
+    killed there): its network sidecar, which only git-iterare removes, is not running."""
+    from git_iterare.sandbox import remote
+
+    sidecar = remote.find_container(f"iterare-{record.id}-net")
+    return sidecar is None or sidecar.status != "running"
+
+
+def drop_volumes(record: Any) -> None:
+    """Remove a finished remote run's volumes (its trees are on the host now).
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.sandbox import remote
+
+    remote.remove_volumes(remote.run_volumes(record.id))
+
+
+def live_tree(repo: Repo, record: Any) -> str:
+    """The tree of a live remote run's worktree as it is now: fetched into a scratch
+    folder and snapshot as its end would commit it (the host's copy is left as it is).
+
+    Returns:
+        The hex id of the tree (written to the repository's object store).
+
+    Raises:
+        OperationFailed: the run's files are gone, or the engine cannot be reached.
+    """
+    from git_iterare.git import checkout, safegit
+    from git_iterare.runner.ownership import engine_of
+    from git_iterare.runner.workspace import checkout_map_path, open_run
+    from git_iterare.sandbox.engine import using
+
+    ws = open_run(repo, record.id, str(record.base_commit))
+    scratch = Path(tempfile.mkdtemp(prefix=f"live-{record.id}-", dir=_tmp_root(repo)))
+    try:
+        with using(engine_of(record)), _source(record) as source:
+            if source is None:
+                raise OperationFailed(f"run {record.id}'s files on the Docker engine are gone")
+            from git_iterare.sandbox import remote
+
+            extract(remote.get_archive(source[0], source[1]), scratch, skip_top=(".git",))
+        plan = checkout.plan_snapshot(repo.common_dir, scratch, ws.base_commit,
+                                      checkout_map_path(ws), ws.ref, commit=False)
+        with safegit.safe_git(repo.common_dir, scratch, attributes=plan.attributes,
+                              filters=plan.filter_text) as view:
+            return str(view.snapshot(ws.base_commit, drop=ws.included,
+                                     unchanged=plan.unchanged, gitlinks=plan.gitlinks))
+    finally:
+        boundedfs.remove_tree(scratch)
+
+
+def remove_cache(repo: Repo) -> list[str]:
+    """``git iterare cleanup --cache``: remove this repository's object cache on the
+    current engine. Runs still using it keep it (the engine refuses), which is an error.
+
+    Returns:
+        The names of the volumes removed (none when there was no cache).
+
+    Raises:
+        OperationFailed: the engine refused (a run uses it) or cannot be reached.
+    """
+    from git_iterare.sandbox import remote
+
+    path = repo.common_dir / "iterare" / "cache-id"
+    try:
+        key = path.read_text().strip()
+    except OSError:
+        return []
+    if not _KEY.match(key):
+        return []
+    return remote.remove_volumes(remote.cache_volumes(key))

@@ -1,0 +1,320 @@
+"""Sandboxes on an engine that shares no filesystem with the client.
+
+A local engine (a ``unix://`` socket: Docker's default socket, Podman's) sees the
+client's files, and a run's trees are bind mounts. Any other engine (``ssh://``,
+``tcp://``, a context naming one) sees nothing of the client: :func:`shares_filesystem`
+decides which, in one place. On such an engine a run's trees live in named volumes:
+
+* ``iterare-<id>-work``: the worktree, at ``/workspace`` in the agent's container;
+* ``iterare-<id>-git``: the run's gitdir, at ``/git/run``;
+* ``iterare-cache-<key>``: the repository's object cache (:data:`CACHE_PATH`,
+  read-only for the agent), shared by the runs of one repository on that engine:
+  ``objects/`` (packs; the run gitdir's alternates point there) and ``have/<commit>``
+  (an empty file per commit whose objects the cache holds).
+
+Files go in and out through the Engine API (``put_archive``/``get_archive``) of a
+*porter*: a container from git-iterare's own image that mounts the volumes and is never
+started (:class:`Porter`). Nothing here knows about git; :mod:`git_iterare.runner.ship`
+decides what to put and reads what comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from git_iterare.sandbox.engine import Engine, current
+
+#: Where the agent's container sees the repository's object cache (read-only).
+CACHE_PATH = "/git/cache"
+#: The worktree and the run's gitdir in the agent's container.
+WORK_PATH = "/workspace"
+GITDIR_PATH = "/git/run"
+
+#: Label on every volume git-iterare makes: ``work``, ``git`` or ``cache``.
+LABEL_VOLUME = "dev.iterare.volume"
+#: Label of a cache volume: the repository's cache key.
+LABEL_CACHE = "dev.iterare.cache"
+
+
+def shares_filesystem(engine: Engine | None = None) -> bool:
+    """Whether ``engine`` (the current one when None) sees the client's files: True for
+    a ``unix://`` socket (Docker's default socket, Podman's, a context naming a local
+    socket), False for ``ssh://`` and ``tcp://`` engines."""
+    engine = engine if engine is not None else current()
+    return engine.url.startswith("unix://")
+
+
+def run_volumes(run_id: str) -> tuple[str, str]:
+    """Names of a run's worktree and gitdir volumes: ``(iterare-<id>-work,
+    iterare-<id>-git)``."""
+    return f"iterare-{run_id}-work", f"iterare-{run_id}-git"
+
+
+def cache_volume(key: str) -> str:
+    """Name of the object cache volume of the repository whose cache key is ``key``."""
+    return f"iterare-cache-{key}"
+
+
+@dataclass(frozen=True)
+class RemoteTrees:
+    """A run's trees on an engine that shares no filesystem with the client.
+
+    Attributes:
+        work: the worktree's volume (``/workspace``).
+        git: the run gitdir's volume (``/git/run``).
+        cache: the repository's object cache volume (``/git/cache``, read-only).
+        files: absolute path in the agent's container -> content, put there (root, 0644)
+            before it starts (the prompt).
+    """
+
+    work: str
+    git: str
+    cache: str
+    files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+
+
+def sidecar_mounts(trees: RemoteTrees) -> tuple[list[Any], str]:
+    """The sidecar's mounts of a remote run's trees and its ``ITERARE_TREES``: the
+    worktree and gitdir volumes at ``/trees/0/workspace`` and ``/trees/0/run`` (the
+    sidecar gives them to the agent before it starts)."""
+    from docker.types import Mount
+
+    return ([Mount("/trees/0/workspace", trees.work, type="volume"),
+             Mount("/trees/0/run", trees.git, type="volume")], "0/workspace 0/run")
+
+
+def agent_mounts(trees: RemoteTrees) -> list[Any]:
+    """The agent's mounts of a remote run: worktree and gitdir volumes read-write, the
+    object cache read-only. No bind mount."""
+    from docker.types import Mount
+
+    return [Mount(WORK_PATH, trees.work, type="volume"),
+            Mount(GITDIR_PATH, trees.git, type="volume"),
+            Mount(CACHE_PATH, trees.cache, type="volume", read_only=True)]
+
+
+def files_archive(files: Mapping[str, bytes]) -> bytes:
+    """A tar of ``files`` (absolute path -> content) for ``put_archive`` at ``/``: root's,
+    0644, in folders 0755."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        made: set[str] = set()
+        for path, data in sorted(files.items()):
+            parts = path.strip("/").split("/")
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                if folder not in made:
+                    made.add(folder)
+                    info = tarfile.TarInfo(folder)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+            info = tarfile.TarInfo("/".join(parts))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def ensure_volume(name: str, labels: Mapping[str, str]) -> None:
+    """Make volume ``name`` with ``labels`` unless it exists.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"make the volume {name}"):
+        client().volumes.create(name, labels=dict(labels))
+
+
+def volume_exists(name: str) -> bool:
+    """Whether volume ``name`` exists on the current engine.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"look for the volume {name}"):
+        try:
+            client().volumes.get(name)
+        except docker.errors.NotFound:
+            return False
+    return True
+
+
+def remove_volumes(names: Sequence[str]) -> list[str]:
+    """Remove the volumes ``names``; missing ones are skipped. Returns those removed.
+
+    Raises:
+        OperationFailed: the engine refused (a volume still in use) or cannot be reached.
+    """
+    import time
+
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    removed = []
+    for name in names:
+        with docker_errors(f"remove the volume {name}"):
+            for attempt in range(10):
+                try:
+                    client().volumes.get(name).remove(force=True)
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as exc:
+                    # The engine may still hold it for a container removed just now.
+                    if exc.status_code != 409 or "in use" not in str(exc) or attempt == 9:
+                        raise
+                    time.sleep(0.3)
+                    continue
+                removed.append(name)
+                break
+    return removed
+
+
+class Porter:
+    """A container from git-iterare's own image that mounts volumes and is never started:
+    files go into the volumes (``put_archive``) and come out (``get_archive``) through
+    it. Use as a context manager; it is removed at the end.
+
+    Args:
+        image: git-iterare's own image (on the engine; the sidecar's).
+        volumes: volume name -> (path in the porter, read-only).
+        labels: labels for the container.
+
+    Raises:
+        UserError / OperationFailed: the image is missing, the engine refused.
+    """
+
+    def __init__(self, image: str, volumes: Mapping[str, tuple[str, bool]],
+                 labels: Mapping[str, str] | None = None) -> None:
+        self.image = image
+        self.volumes = dict(volumes)
+        self.labels = dict(labels or {})
+        self.container: Any = None
+
+    def __enter__(self) -> Porter:
+        from docker.types import Mount
+
+        from git_iterare.sandbox.docker_errors import client, docker_errors
+
+        mounts = [Mount(path, name, type="volume", read_only=ro)
+                  for name, (path, ro) in self.volumes.items()]
+        with docker_errors("make a container to copy files to the Docker engine"):
+            self.container = client().containers.create(
+                self.image, command=["true"], entrypoint=["true"], user="0:0",
+                mounts=mounts, network_mode="none", cap_drop=["ALL"],
+                labels={**self.labels, LABEL_VOLUME: "porter"}, detach=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import docker.errors
+
+        from git_iterare.sandbox.docker_errors import docker_errors
+
+        if self.container is not None:
+            with contextlib.suppress(docker.errors.NotFound), \
+                    docker_errors("remove the copying container"):
+                self.container.remove(force=True)
+
+    def put(self, path: str, archive: bytes | IO[bytes]) -> None:
+        """Unpack the tar ``archive`` (bytes or a file open for reading) at ``path``
+        (which must exist).
+
+        Raises:
+            OperationFailed: the engine refused.
+        """
+        put_archive(self.container, path, archive)
+
+    def get(self, path: str) -> Iterator[bytes]:
+        """The tar of ``path`` (a folder comes with its own name as first component), as
+        chunks; nothing when it does not exist."""
+        return get_archive(self.container, path)
+
+
+def put_archive(container: Any, path: str, archive: bytes | IO[bytes]) -> None:
+    """``put_archive`` of ``container`` (a tar as bytes or a file open for reading) with
+    the engine's errors as ours.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.errors import OperationFailed
+    from git_iterare.sandbox.docker_errors import docker_errors
+
+    with docker_errors(f"copy files into {container.name}"):
+        if not container.put_archive(path, archive):
+            raise OperationFailed(f"the Docker engine did not take the files for {path}")
+
+
+def get_archive(container: Any, path: str) -> Iterator[bytes]:
+    """The tar of ``path`` in ``container`` (created, running or exited), streamed in
+    chunks; nothing when the path does not exist. Errors while streaming (a connection
+    that drops) are ours too.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import docker_errors
+
+    with docker_errors(f"copy {path} out of {container.name}"):
+        try:
+            stream, _ = container.get_archive(path, chunk_size=1 << 20)
+        except docker.errors.NotFound:
+            return
+        yield from stream
+
+
+def find_container(name: str) -> Any:
+    """The container ``name`` (or id) on the current engine, or None.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"find {name}"):
+        try:
+            return client().containers.get(name)
+        except docker.errors.NotFound:
+            return None
+
+
+def exec_in(container: Any, argv: Sequence[str]) -> tuple[int, bytes]:
+    """Run ``argv`` as root in a running ``container``; its status and output.
+
+    Raises:
+        OperationFailed: the engine refused.
+    """
+    from git_iterare.sandbox.docker_errors import docker_errors
+
+    with docker_errors(f"run {argv[0]} in {container.name}"):
+        code, output = container.exec_run(list(argv), user="0:0")
+    return int(code or 0), bytes(output or b"")
+
+
+def cache_volumes(key: str | None = None) -> list[str]:
+    """Names of the object cache volumes on the current engine, or of the one of cache
+    key ``key``.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    label = f"{LABEL_CACHE}={key}" if key else LABEL_CACHE
+    with docker_errors("list the object caches"):
+        found = client().volumes.list(filters={"label": label})
+    return sorted(v.name for v in found)

@@ -1,0 +1,127 @@
+"""Unit tests of what a remote run brings back (git_iterare.runner.ship.extract) and of
+choosing between bind mounts and volumes; no Docker."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.runner import ship
+from git_iterare.sandbox.engine import Engine
+from git_iterare.sandbox.remote import shares_filesystem
+from tests.conftest import git
+
+
+def archive(*entries: tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]) -> Iterator[bytes]:
+    """A tar as the engine sends it, in small chunks."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in entries:
+            if isinstance(entry, tuple):
+                info, data = entry
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                tar.addfile(entry)
+    data = buffer.getvalue()
+    return iter([data[i:i + 1000] for i in range(0, len(data), 1000)])
+
+
+def entry(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644,
+          link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname = kind, mode, link
+    return info
+
+
+def test_extract_keeps_files_links_and_folders(tmp_path: Path) -> None:
+    notes = ship.extract(archive(
+        entry("workspace", tarfile.DIRTYPE, 0o755),
+        (entry("workspace/a.txt"), b"a\n"),
+        (entry("workspace/run.sh", mode=0o4755), b"#!/bin/sh\n"),
+        entry("workspace/sub", tarfile.DIRTYPE, 0o700),
+        (entry("workspace/sub/b.txt"), b"b\n"),
+        entry("workspace/link", tarfile.SYMTYPE, link="/etc/passwd"),
+        entry("workspace/hard", tarfile.LNKTYPE, link="workspace/a.txt"),
+        entry("workspace/fifo", tarfile.FIFOTYPE),
+    ), tmp_path)
+    assert (tmp_path / "a.txt").read_text() == "a\n"
+    assert (tmp_path / "sub" / "b.txt").read_text() == "b\n"
+    assert os.readlink(tmp_path / "link") == "/etc/passwd"  # made, never followed
+    assert (tmp_path / "hard").read_text() == "a\n"
+    assert not (tmp_path / "hard").samefile(tmp_path / "a.txt")  # a copy
+    mode = os.stat(tmp_path / "run.sh").st_mode
+    assert stat.S_IMODE(mode) == 0o755  # executable, no set-uid bit
+    assert not os.path.lexists(tmp_path / "fifo")
+    assert notes == ["removed special file: fifo"]
+
+
+def test_extract_never_writes_outside_or_through_a_link(tmp_path: Path) -> None:
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    ship.extract(archive(
+        (entry("workspace/../escaped.txt"), b"x"),
+        (entry("/abs.txt"), b"x"),
+        entry("workspace/out", tarfile.SYMTYPE, link=str(outside)),
+        (entry("workspace/out/through.txt"), b"x"),
+        (entry("workspace/file"), b"f"),
+        (entry("workspace/file/below.txt"), b"x"),
+        (entry("workspace/.git"), b"gitdir: /elsewhere\n"),
+        (entry("workspace/.git/config"), b"x"),
+    ), dest, skip_top=(".git",))
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "escaped.txt").exists()
+    assert sorted(p.name for p in dest.iterdir()) == ["file", "out"]
+    assert (dest / "file").read_text() == "f"
+
+
+def test_extract_of_nothing_and_of_garbage(tmp_path: Path) -> None:
+    assert ship.extract(iter([]), tmp_path) == []
+    with pytest.raises(OperationFailed, match="not a valid archive"):
+        ship.extract(iter([b"not a tar" * 200]), tmp_path)
+
+
+def test_only_a_unix_socket_shares_the_filesystem() -> None:
+    assert shares_filesystem(Engine("default", "unix:///var/run/docker.sock"))
+    assert shares_filesystem(Engine("podman", "unix:///run/podman/podman.sock"))
+    assert not shares_filesystem(Engine("default", "ssh://me@box"))
+    assert not shares_filesystem(Engine("box", "tcp://box:2376"))
+
+
+def test_is_remote_reads_the_recorded_engine() -> None:
+    class Record:
+        def __init__(self, extra: dict[str, object]) -> None:
+            self.extra = extra
+
+    assert ship.is_remote(Record({"engine": {"name": "default", "url": "ssh://box"}}))
+    assert not ship.is_remote(Record({"engine": {"name": "default",
+                                                 "url": "unix:///var/run/docker.sock"}}))
+    assert not ship.is_remote(Record({}))  # older records ran locally
+
+
+def test_host_mounts_are_refused_for_a_remote_engine(repo: Path) -> None:
+    from git_iterare.git.repo import discover
+    from git_iterare.sandbox import Mount
+
+    here = discover(repo)
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    ship.check_request(here, base, [])
+    with pytest.raises(UserError, match=r"the mount of /srv/data cannot be used"):
+        ship.check_request(here, base, [Mount(Path("/srv/data"), "/data")])
+
+
+def test_cache_key_is_made_once(repo: Path) -> None:
+    from git_iterare.git.repo import discover
+
+    here = discover(repo)
+    key = ship.cache_key(here)
+    assert len(key) == 16 and key == ship.cache_key(here)
+    assert (here.common_dir / "iterare" / "cache-id").read_text() == key + "\n"
