@@ -97,14 +97,16 @@ def test_only_a_unix_socket_shares_the_filesystem() -> None:
 
 
 def test_is_remote_reads_the_recorded_engine() -> None:
-    class Record:
-        def __init__(self, extra: dict[str, object]) -> None:
-            self.extra = extra
+    from git_iterare.runs.record import RunRecord
 
-    assert ship.is_remote(Record({"engine": {"name": "default", "url": "ssh://box"}}))
-    assert not ship.is_remote(Record({"engine": {"name": "default",
+    def record(extra: dict[str, object]) -> RunRecord:
+        return RunRecord(id="r-1", name="r", prompt_name="p", base_commit="0" * 40,
+                         agent="shell", status="running", extra=extra)
+
+    assert ship.is_remote(record({"engine": {"name": "default", "url": "ssh://box"}}))
+    assert not ship.is_remote(record({"engine": {"name": "default",
                                                  "url": "unix:///var/run/docker.sock"}}))
-    assert not ship.is_remote(Record({}))  # older records ran locally
+    assert not ship.is_remote(record({}))  # older records ran locally
 
 
 def test_host_mounts_are_refused_for_a_remote_engine(repo: Path) -> None:

@@ -32,12 +32,12 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
     if cache:
         if merged or run:
             raise UserError("give --cache alone, without a RUN or --merged")
+        from git_iterare.runner.session import engine_label
         from git_iterare.runner.ship import remove_cache
-        from git_iterare.sandbox.engine import current
 
         app().config  # noqa: B018 -- its [docker] context chooses the engine
         removed = remove_cache(repo)
-        where = sanitize(current().label)
+        where = sanitize(engine_label())
         click.echo(f"removed the object cache of this repository on {where}" if removed
                    else f"no object cache of this repository on {where}")
         return

@@ -55,3 +55,16 @@ def set_verbose(on: bool = True) -> None:
     from git_iterare import proc
 
     proc.VERBOSE = on
+
+
+def engine_label() -> str:
+    """How messages name the Docker engine in use (``unix:///var/run/docker.sock``, or
+    ``ssh://box (context box)``).
+
+    Raises:
+        UserError: the engine settings are wrong (see
+            :func:`git_iterare.sandbox.engine.select_engine`).
+    """
+    from git_iterare.sandbox.engine import current
+
+    return current().label

@@ -38,11 +38,19 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from git_iterare import boundedfs
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git.repo import Repo
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+    from git_iterare.runner.workspace import RunWorkspace
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.sandbox.remote import ContainerHandle, Porter, RemoteTrees
+    from git_iterare.sandbox.spec import Mount
 
 #: Runs before the agent's command in its container on a remote engine (as the agent):
 #: the base is checked out from the object cache, then the ``.iterare/include`` files
@@ -74,7 +82,7 @@ _KEY = re.compile(r"^[0-9a-f]{16}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
-def is_remote(record: Any) -> bool:
+def is_remote(record: RunRecord) -> bool:
     """Whether ``record``'s run is on an engine that shares no filesystem with this
     machine (from the engine its record names; see
     :func:`git_iterare.sandbox.remote.shares_filesystem`)."""
@@ -83,7 +91,7 @@ def is_remote(record: Any) -> bool:
     return isinstance(url, str) and not url.startswith("unix://")
 
 
-def check_request(repo: Repo, base: str, mounts: Iterable[Any]) -> None:
+def check_request(repo: Repo, base: str, mounts: Iterable[Mount]) -> None:
     """Refuse what a run on a remote engine cannot do yet: mounts of host paths
     (``[mounts] volumes``, :class:`git_iterare.sandbox.Mount` values), and a base with
     initialized submodules (their objects are not shipped, so their files would be missing
@@ -126,7 +134,7 @@ def cache_key(repo: Repo) -> str:
     return key
 
 
-def remote_trees(repo: Repo, run_id: str, files: Mapping[str, bytes]) -> Any:
+def remote_trees(repo: Repo, run_id: str, files: Mapping[str, bytes]) -> RemoteTrees:
     """The :class:`~git_iterare.sandbox.remote.RemoteTrees` of a new run."""
     from git_iterare.sandbox.remote import RemoteTrees, cache_volume, run_volumes
 
@@ -134,7 +142,7 @@ def remote_trees(repo: Repo, run_id: str, files: Mapping[str, bytes]) -> Any:
     return RemoteTrees(work=work, git=git, cache=cache_volume(cache_key(repo)), files=files)
 
 
-def make_volumes(repo: Repo, trees: Any, labels: Mapping[str, str]) -> None:
+def make_volumes(repo: Repo, trees: RemoteTrees, labels: Mapping[str, str]) -> None:
     """Make a new run's volumes (and the repository's object cache when it has none)
     before any container names them (the engine would make them unlabelled).
 
@@ -187,7 +195,7 @@ def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
             if len(line.split()) == 2 and line.split()[1] == "commit"]
 
 
-def _cache_haves(porter: Any) -> list[str]:
+def _cache_haves(porter: Porter) -> list[str]:
     """The commits the cache holds (names of ``have/*``), newest first."""
     found: list[tuple[float, str]] = []
     for member, _ in _members(porter.get("/cache/have")):
@@ -214,7 +222,7 @@ def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, 
     return pack, index, count
 
 
-def ship(repo: Repo, run_id: str, base: str, trees: Any, image: str,
+def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
          labels: Mapping[str, str]) -> Shipped:
     """Put what a new run needs on the engine: the objects of its base into the
     repository's cache (only those the cache lacks), the run gitdir and the
@@ -349,14 +357,15 @@ class _ChunkReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         while not self.pending:
             try:
                 self.pending = next(self.chunks)
             except StopIteration:
                 return 0
-        size = min(len(buffer), len(self.pending))
-        buffer[:size] = self.pending[:size]
+        view = memoryview(buffer).cast("B")
+        size = min(len(view), len(self.pending))
+        view[:size] = self.pending[:size]
         self.pending = self.pending[size:]
         return size
 
@@ -488,20 +497,20 @@ def _replace_contents(target: Path, new: Path, keep: tuple[str, ...] = ()) -> No
     boundedfs.remove_tree(new)
 
 
-def _agent_container(record: Any) -> Any:
+def _agent_container(record: RunRecord) -> ContainerHandle | None:
     """The run's agent container on its engine when it is this run's (labels), or None."""
     from git_iterare.sandbox import remote
     from git_iterare.sandbox.spec import LABEL_RUN
 
     for name in filter(None, (record.container, f"iterare-{record.id}")):
-        found = remote.find_container(name)
+        found: ContainerHandle | None = remote.find_container(name)
         if found is not None and (found.labels or {}).get(LABEL_RUN) == record.id:
             return found
     return None
 
 
 @contextlib.contextmanager
-def _source(record: Any) -> Iterator[tuple[Any, str, str] | None]:
+def _source(record: RunRecord) -> Iterator[tuple[ContainerHandle, str, str] | None]:
     """Where the run's trees can be read: (container, worktree path, gitdir path) -- the
     agent's container, else a porter over the run's volumes; None when both are gone."""
     from git_iterare.sandbox import remote
@@ -520,7 +529,7 @@ def _source(record: Any) -> Iterator[tuple[Any, str, str] | None]:
         yield porter.container, "/work", "/git"
 
 
-def fetch_out(repo: Repo, record: Any) -> None:
+def fetch_out(repo: Repo, record: RunRecord) -> None:
     """The sidecar's output (status, DNS log, refused connections) into the run's state
     folder, after asking a running sidecar for its report."""
     from git_iterare.runner.paths import state_dir
@@ -544,7 +553,7 @@ def fetch_out(repo: Repo, record: Any) -> None:
             _write(target, tar.extractfile(member), 0o644)
 
 
-def fetch_results(repo: Repo, record: Any, ws: Any) -> list[str]:
+def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
     """Bring a remote run's trees back: its worktree and gitdir on the engine replace the
     host's copies (see :func:`extract`), and the sidecar's output lands in the run's state
     folder. Call with the run's lock held, on the run's engine.
@@ -575,7 +584,7 @@ def fetch_results(repo: Repo, record: Any, ws: Any) -> list[str]:
     return notes[:100]
 
 
-def sandbox_died(record: Any) -> bool:
+def sandbox_died(record: RunRecord) -> bool:
     """Whether the engine ended the run's sandbox itself (it restarted, or the sandbox was
     killed there): its network sidecar, which only git-iterare removes, is not running."""
     from git_iterare.sandbox import remote
@@ -584,7 +593,7 @@ def sandbox_died(record: Any) -> bool:
     return sidecar is None or sidecar.status != "running"
 
 
-def drop_volumes(record: Any) -> None:
+def drop_volumes(record: RunRecord) -> None:
     """Remove a finished remote run's volumes (its trees are on the host now).
 
     Raises:
@@ -595,7 +604,7 @@ def drop_volumes(record: Any) -> None:
     remote.remove_volumes(remote.run_volumes(record.id))
 
 
-def live_tree(repo: Repo, record: Any) -> str:
+def live_tree(repo: Repo, record: RunRecord) -> str:
     """The tree of a live remote run's worktree as it is now: fetched into a scratch
     folder and snapshot as its end would commit it (the host's copy is left as it is).
 

@@ -25,7 +25,7 @@ import io
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from git_iterare.sandbox.engine import Engine, current
 
@@ -39,6 +39,19 @@ GITDIR_PATH = "/git/run"
 LABEL_VOLUME = "dev.iterare.volume"
 #: Label of a cache volume: the repository's cache key.
 LABEL_CACHE = "dev.iterare.cache"
+
+
+class ContainerHandle(Protocol):
+    """A container as the docker SDK gives it, as far as the runner handles one: it passes
+    it back to the functions here."""
+
+    @property
+    def id(self) -> str:
+        """The container's id."""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Its labels."""
 
 
 def shares_filesystem(engine: Engine | None = None) -> bool:
