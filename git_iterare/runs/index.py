@@ -241,6 +241,7 @@ def _to_cache(entry: Entry) -> list:
     """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
     ``[commit, None, problem, item JSON]``."""
     item = fixed_item_json(entry)
+    entry.item_json = item  # so the listing does not build it again
     if entry.data is None:
         return [entry.commit, None, entry.problem, item]
     others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
@@ -303,40 +304,31 @@ def iter_entries(common_dir: Path, repo: DulwichRepo | None = None) -> Iterator[
 
 
 def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
-    """Read many records with one ``git cat-file --batch-command``.
+    """Read many records with ``git cat-file --batch-command``: one process for their
+    commits, one for their trees, one for their ``run.json`` blobs, so each object is read
+    once.
 
     Returns entries only for records read without trouble or with a bad ``run.json``;
-    anything else (a missing object, a tree entry that is not a blob) is left to dulwich,
-    which names the exact problem.
+    anything else (a missing object, a commit that is not one, a tree without ``run.json``
+    or ``prompt.md``, a ``run.json`` that is not a blob) is left to dulwich, which names the
+    exact problem.
     """
-    from git_iterare import proc
     from git_iterare.errors import ExternalError
     from git_iterare.runs.record import CorruptRecord, validate_dict
 
-    order = list(misses.items())
-    commands = b"".join(f"contents {sha}:run.json\ninfo {sha}:prompt.md\n".encode()
-                        for _, sha in order)
+    order = [(run_id, sha) for run_id, sha in misses.items() if _is_hex40(sha)]
     try:
-        out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
-                       input=commands, text=False, scrub_git_env=True).stdout
+        commits = _cat_objects(common_dir, [sha for _, sha in order])
+        trees = _cat_objects(common_dir, [_tree_of(obj) for obj in commits])
+        blobs = _cat_objects(common_dir, [_run_json_of(obj) for obj in trees])
     except ExternalError:
         return {}  # an old git without --batch-command: dulwich reads them one by one
     found: dict[str, Entry] = {}
-    pos = 0
-    for run_id, sha in order:
-        header, pos = _line(out, pos)
-        parts = header.split(b" ")
-        content = None
-        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
-            size = int(parts[2])
-            content = out[pos:pos + size] if parts[1] == b"blob" else None
-            pos += size + 1
-        prompt = _line(out, pos)
-        pos = prompt[1]
-        if content is None or prompt[0].split(b" ")[1:2] != [b"blob"]:
+    for (run_id, sha), blob in zip(order, blobs, strict=True):
+        if blob is None or blob[0] != b"blob":
             continue
         try:
-            data = json.loads(content)
+            data = json.loads(blob[1])
             validate_dict(data, run_id)
         except ValueError:
             continue  # bad JSON or UTF-8: dulwich's read names the problem
@@ -346,6 +338,70 @@ def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
         if data["id"] == run_id:
             found[run_id] = Entry(run_id, sha, data)
     return found
+
+
+def _is_hex40(text: str) -> bool:
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
+
+
+def _cat_objects(common_dir: Path, names: list[str | None]
+                 ) -> list[tuple[bytes, bytes] | None]:
+    """``(type, content)`` of each object id in ``names`` (40 hex), in order; None for
+    None, for a missing object and for anything git does not answer as expected.
+
+    Raises:
+        ExternalError: git failed (an old git without ``--batch-command``).
+    """
+    from git_iterare import proc
+
+    wanted = [name for name in names if name is not None]
+    if not wanted:
+        return [None] * len(names)
+    commands = "".join(f"contents {name}\n" for name in wanted).encode()
+    out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
+                   input=commands, text=False, scrub_git_env=True).stdout
+    answers: list[tuple[bytes, bytes] | None] = []
+    pos = 0
+    for name in names:
+        if name is None:
+            answers.append(None)
+            continue
+        header, pos = _line(out, pos)
+        parts = header.split(b" ")
+        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
+            size = int(parts[2])
+            answers.append((parts[1], out[pos:pos + size]) if parts[0] == name.encode()
+                           else None)
+            pos += size + 1
+        else:
+            answers.append(None)  # "<name> missing" or "ambiguous"
+    return answers
+
+
+def _tree_of(commit: tuple[bytes, bytes] | None) -> str | None:
+    """The tree id of a commit object, or None when it is not a well-formed commit."""
+    if commit is None or commit[0] != b"commit" or not commit[1].startswith(b"tree "):
+        return None
+    tree = commit[1][5:45].decode("ascii", "replace")
+    return tree if commit[1][45:46] == b"\n" and _is_hex40(tree) else None
+
+
+def _run_json_of(tree: tuple[bytes, bytes] | None) -> str | None:
+    """The blob id of ``run.json`` in a record tree, or None when the tree is not one, is
+    malformed, or lacks ``run.json`` or ``prompt.md``."""
+    if tree is None or tree[0] != b"tree":
+        return None
+    raw, pos, found = tree[1], 0, {}
+    while pos < len(raw):  # entries: "<mode> <name>\0<20-byte id>"
+        space = raw.find(b" ", pos)
+        nul = raw.find(b"\0", space + 1)
+        if space < 0 or nul < 0 or nul + 21 > len(raw):
+            return None
+        found[raw[space + 1:nul]] = raw[nul + 1:nul + 21]
+        pos = nul + 21
+    if b"run.json" not in found or b"prompt.md" not in found:
+        return None
+    return found[b"run.json"].hex()
 
 
 def _line(data: bytes, pos: int) -> tuple[bytes, int]:
