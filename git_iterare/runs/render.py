@@ -13,7 +13,6 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from git_iterare.agents.render import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line
@@ -149,6 +148,8 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
 
     lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
     if any(row[5] != "-" for row in rows):
+        from git_iterare.agents.render import REPORTED
+
         lines.append(f"* cost {REPORTED}")
     return "\n".join(lines) + "\n"
 
@@ -240,6 +241,8 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     writes its log. Cost, tokens, turns and the last result are labelled as reported by the
     agent.
     """
+    from git_iterare.agents.render import REPORTED
+
     out: list[str] = []
 
     def field(label: str, value: Any, *styles: str, note: str = "") -> None:
