@@ -5,9 +5,16 @@ run and does not parse every record each time:
 
 * refs are read with one scan of ``packed-refs`` and of the loose ``refs/iterare/runs``
   folder (:func:`scan_run_refs`), no subprocess;
-* each record commit's ``run.json`` is looked up once with dulwich and kept in a cache file,
-  ``<common dir>/iterare/list-cache.json``, keyed by run id and record commit id. A ref that
-  moved is simply a cache miss; the cache is derived data and can be deleted at any time.
+* each record commit's ``run.json`` is looked up once (``git cat-file`` for many, dulwich for
+  a few) and kept in a cache file, ``<common dir>/iterare/list-cache.json``, keyed by run id
+  and record commit id. A ref that moved is simply a cache miss; the cache is derived data
+  and can be deleted at any time.
+
+The cache is a JSON header line, then one line per run of tab-separated fields: run id,
+record commit, status and created time (JSON strings), the rest of ``run.json`` (JSON, read
+only when a field other than those is asked for) and the run's ``list --format json`` item.
+JSON text holds no raw tab or newline, so a warm ``list --format json`` splits lines and
+decodes almost nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
 
     from git_iterare.runs.record import RunRecord
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
 #: objects); any other key of a record is kept in a per-entry object.
 #: (Spelled out so listing needs not import the record module; a test checks it.)
@@ -51,12 +58,13 @@ class Entry:
             that ended (it no longer depends on the time); None otherwise.
     """
 
-    __slots__ = ("_data", "_others", "_record", "_values", "commit", "item_json", "problem",
-                 "run_id")
+    __slots__ = ("_data", "_fast", "_lazy", "_others", "_record", "_values", "commit",
+                 "item_json", "problem", "run_id")
 
     def __init__(self, run_id: str, commit: str, data: dict[str, Any] | None,
                  problem: str | None = None, item_json: str | None = None, *,
-                 values: list | None = None, others: dict[str, Any] | None = None):
+                 values: list | None = None, others: dict[str, Any] | None = None,
+                 lazy: str | None = None, fast: tuple[Any, Any] | None = None):
         self.run_id = run_id
         self.commit = commit
         self.problem = problem
@@ -64,7 +72,23 @@ class Entry:
         self._data = data
         self._values = values
         self._others = others
+        self._lazy = lazy  # the cache's JSON text of [values, others], decoded on demand
+        self._fast = fast  # (status, created), known without decoding _lazy
         self._record: RunRecord | None = None
+
+    def _decode(self) -> None:
+        text, self._lazy = self._lazy, None
+        try:
+            values, others = json.loads(text or "")
+            if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
+                raise ValueError
+        except (ValueError, TypeError):
+            self._fast = None
+            self.problem = ("the listing cache is damaged; delete iterare/list-cache.json in "
+                            "the repository's git directory")
+            return
+        self._values = values
+        self._others = others if isinstance(others, dict) else None
 
     def __repr__(self) -> str:
         return f"Entry({self.run_id!r}, {self.commit!r}, status={self.status!r})"
@@ -72,11 +96,15 @@ class Entry:
     @property
     def ok(self) -> bool:
         """Whether the record could be read."""
+        if self._fast is not None:
+            return True
         return self._data is not None or self._values is not None
 
     @property
     def data(self) -> dict[str, Any] | None:
         """The parsed ``run.json`` (validated when it was read); None when corrupt."""
+        if self._lazy is not None:
+            self._decode()
         if self._data is None and self._values is not None:
             self._data = dict(zip(CACHE_KEYS, self._values, strict=True))
             if self._others:
@@ -85,6 +113,10 @@ class Entry:
 
     def get(self, key: str) -> Any:
         """One ``run.json`` field (None when absent or corrupt), without building the dict."""
+        if self._fast is not None and key in _FAST:
+            return self._fast[_FAST[key]]
+        if self._lazy is not None:
+            self._decode()
         if self._values is not None and key in _KEY_INDEX:
             return self._values[_KEY_INDEX[key]]
         data = self.data
@@ -166,25 +198,42 @@ def _cache_path(common_dir: Path) -> Path:
     return common_dir / "iterare" / "list-cache.json"
 
 
-def _load_cache(common_dir: Path) -> dict[str, list]:
+_BREAKS = frozenset("\t\n")
+
+
+def _header() -> str:
+    return json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS}, separators=(",", ":"))
+
+
+def _load_cache(common_dir: Path) -> dict[str, list[str]]:
+    """``run id -> [commit, status, created, rest, item]`` (the fields of its line); empty
+    when the file is missing or not of this version."""
     try:
-        data = json.loads(_cache_path(common_dir).read_bytes())
+        text = _cache_path(common_dir).read_bytes().decode("utf-8", "surrogatepass")
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("v") != CACHE_VERSION \
-            or data.get("keys") != CACHE_KEYS:
+    lines = text.split("\n")
+    if lines[0] != _header():
         return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    entries: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if len(fields) == 6:
+            entries[fields[0]] = fields[1:]
+    return entries
 
 
-def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
+def _save_cache(common_dir: Path, entries: dict[str, list[str]]) -> None:
     path = _cache_path(common_dir)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    lines = [_header()]
+    # Run ids and commit ids come from ref names and files: one with a tab or newline is
+    # left out (it is read again next time); the other fields are JSON text.
+    lines.extend("\t".join([run_id, *fields]) for run_id, fields in entries.items()
+                 if not _BREAKS.intersection(run_id + fields[0]))
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS, "entries": entries},
-                                  separators=(",", ":"), ensure_ascii=False))
+        tmp.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
         os.replace(tmp, path)
     except OSError:  # a read-only repository still lists, only slower
         tmp.unlink(missing_ok=True)
@@ -237,32 +286,52 @@ def fixed_item_json(entry: Entry) -> str | None:
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
-def _to_cache(entry: Entry) -> list:
-    """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
-    ``[commit, None, problem, item JSON]``."""
+def _to_cache(entry: Entry) -> list[str]:
+    """The fields of ``entry``'s cache line after its run id: ``[commit, status, created,
+    rest, item]``; status is empty for a record that cannot be read, and rest is then
+    ``[null, problem]``. Sets ``entry.item_json``."""
     item = fixed_item_json(entry)
     entry.item_json = item  # so the listing does not build it again
-    if entry.data is None:
-        return [entry.commit, None, entry.problem, item]
-    others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
-    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None, item]
+    data = entry.data
+    if data is None:
+        rest: list[Any] = [None, entry.problem]
+        status = created = ""
+    else:
+        others = {k: v for k, v in data.items() if k not in _KEY_SET}
+        rest = [[data.get(k) for k in CACHE_KEYS], others or None]
+        status, created = _dumps(data.get("status")), _dumps(data.get("created"))
+    return [entry.commit, status, created, _dumps(rest), item or ""]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads_field(text: str) -> Any:
+    """A status or created field: a JSON string, decoded without the parser when it has
+    no escape."""
+    if len(text) >= 2 and text[0] == '"' == text[-1] and "\\" not in text:
+        return text[1:-1]
+    return json.loads(text)
 
 
 _KEY_SET = frozenset(CACHE_KEYS)
 _KEY_INDEX = {key: i for i, key in enumerate(CACHE_KEYS)}
+_FAST = {"status": 0, "created": 1}
 
 
-def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
-    if not (isinstance(cached, list) and len(cached) == 4 and cached[0] == sha):
+def _entry_from_cache(run_id: str, sha: str, cached: list[str] | None) -> Entry | None:
+    if cached is None or cached[0] != sha:
         return None
-    values, extra, item = cached[1], cached[2], cached[3]
-    item = item if isinstance(item, str) else None
-    if values is None:
-        return Entry(run_id, sha, None, str(extra), item)
-    if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
+    status, created, rest, item = cached[1], cached[2], cached[3], cached[4] or None
+    try:
+        if not status:  # a record that cannot be read: rest is [null, problem]
+            values, problem = json.loads(rest)
+            return None if values is not None else Entry(run_id, sha, None, str(problem), item)
+        return Entry(run_id, sha, None, None, item, lazy=rest,
+                     fast=(_loads_field(status), _loads_field(created)))
+    except (ValueError, TypeError):
         return None
-    return Entry(run_id, sha, None, None, item, values=values,
-                 others=extra if isinstance(extra, dict) else None)
 
 
 #: With more uncached records than this, they are read with one ``git cat-file`` process
@@ -281,7 +350,7 @@ def iter_entries(common_dir: Path, repo: DulwichRepo | None = None) -> Iterator[
     """
     refs = scan_run_refs(common_dir)
     cache = _load_cache(common_dir)
-    fresh: dict[str, list] = {}
+    fresh: dict[str, list[str]] = {}
     entries: dict[str, Entry | None] = {}
     misses: dict[str, str] = {}
     for run_id, sha in refs.items():
