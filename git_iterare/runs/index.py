@@ -20,7 +20,6 @@ decodes almost nothing.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +76,8 @@ class Entry:
         self._record: RunRecord | None = None
 
     def _decode(self) -> None:
+        import json
+
         text, self._lazy = self._lazy, None
         try:
             values, others = json.loads(text or "")
@@ -202,7 +203,9 @@ _BREAKS = frozenset("\t\n")
 
 
 def _header() -> str:
-    return json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS}, separators=(",", ":"))
+    # json.dumps(..., separators=(",", ":")) of the version and keys, spelled out: a warm
+    # listing of ended runs never imports json.
+    return f'{{"v":{CACHE_VERSION},"keys":[' + ",".join(f'"{k}"' for k in CACHE_KEYS) + "]}"
 
 
 def _load_cache(common_dir: Path) -> dict[str, list[str]]:
@@ -278,6 +281,8 @@ def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
 def fixed_item_json(entry: Entry) -> str | None:
     """The JSON text of :func:`list_item` when it no longer changes with time (the run is
     not active), for the listing cache; None for active runs."""
+    import json
+
     if entry.data is not None and entry.data.get("status") in ACTIVE:
         return None
     return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
@@ -304,6 +309,8 @@ def _to_cache(entry: Entry) -> list[str]:
 
 
 def _dumps(value: Any) -> str:
+    import json
+
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -312,6 +319,8 @@ def _loads_field(text: str) -> Any:
     no escape."""
     if len(text) >= 2 and text[0] == '"' == text[-1] and "\\" not in text:
         return text[1:-1]
+    import json
+
     return json.loads(text)
 
 
@@ -326,6 +335,8 @@ def _entry_from_cache(run_id: str, sha: str, cached: list[str] | None) -> Entry 
     status, created, rest, item = cached[1], cached[2], cached[3], cached[4] or None
     try:
         if not status:  # a record that cannot be read: rest is [null, problem]
+            import json
+
             values, problem = json.loads(rest)
             return None if values is not None else Entry(run_id, sha, None, str(problem), item)
         return Entry(run_id, sha, None, None, item, lazy=rest,
@@ -382,6 +393,8 @@ def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
     or ``prompt.md``, a ``run.json`` that is not a blob) is left to dulwich, which names the
     exact problem.
     """
+    import json
+
     from git_iterare.errors import ExternalError
     from git_iterare.runs.record import CorruptRecord, validate_dict
 
