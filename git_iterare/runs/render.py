@@ -12,6 +12,7 @@ import datetime as _dt
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from git_iterare.agents.labels import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line
@@ -153,8 +154,6 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
 
     lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
     if any(row[5] != "-" for row in rows):
-        from git_iterare.agents.render import REPORTED
-
         lines.append(f"* cost {REPORTED}")
     return "\n".join(lines) + "\n"
 
@@ -247,8 +246,6 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     agent.
     """
     import json
-
-    from git_iterare.agents.render import REPORTED
 
     out: list[str] = []
 
