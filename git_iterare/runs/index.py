@@ -431,9 +431,65 @@ def _cat_objects(common_dir: Path, names: list[str | None]
     """``(type, content)`` of each object id in ``names`` (40 hex), in order; None for
     None, for a missing object and for anything git does not answer as expected.
 
+    Loose objects are read here (:func:`_read_loose`: git-iterare writes records as loose
+    objects, and one ``git cat-file`` pays several system calls per object); the others
+    (packed, in an alternate, large) are asked of one ``git cat-file --batch-command``.
+
     Raises:
         ExternalError: git failed (an old git without ``--batch-command``).
     """
+    objects = os.path.join(common_dir, "objects")
+    answers = [None if name is None else _read_loose(objects, name) for name in names]
+    rest = [name if answer is None else None for name, answer in zip(names, answers,
+                                                                     strict=True)]
+    for i, answer in enumerate(_cat_with_git(common_dir, rest)):
+        if answer is not None:
+            answers[i] = answer
+    return answers
+
+
+#: Objects bigger than this (inflated) are left to git: a record's ``run.json`` is a few KiB.
+LOOSE_MAX_BYTES = 1 << 20
+
+
+def _read_loose(objects: str, name: str) -> tuple[bytes, bytes] | None:
+    """``(type, content)`` of the loose object ``name`` (40 hex) under ``objects``, or None
+    when it is not a loose object there, is bigger than :data:`LOOSE_MAX_BYTES` or is not
+    well formed (git is then asked, and says what it is)."""
+    import zlib
+
+    try:
+        fd = os.open(os.path.join(objects, name[:2], name[2:]), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > LOOSE_MAX_BYTES + 64:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    inflate = zlib.decompressobj()
+    try:
+        data = inflate.decompress(b"".join(chunks), LOOSE_MAX_BYTES + 64)
+    except zlib.error:
+        return None
+    if inflate.unconsumed_tail or not inflate.eof:
+        return None  # bigger than the bound, or cut short
+    nul = data.find(b"\0", 0, 64)
+    kind, _, size = data[:max(nul, 0)].partition(b" ")
+    if nul < 0 or not size.isdigit() or int(size) != len(data) - nul - 1 \
+            or kind not in (b"commit", b"tree", b"blob", b"tag"):
+        return None
+    return kind, data[nul + 1:]
+
+
+def _cat_with_git(common_dir: Path, names: list[str | None]
+                  ) -> list[tuple[bytes, bytes] | None]:
+    """As :func:`_cat_objects`, every object asked of one ``git cat-file`` process."""
     from git_iterare import proc
 
     wanted = [name for name in names if name is not None]
