@@ -304,7 +304,7 @@ def _to_cache(entry: Entry) -> list[str]:
     else:
         others = {k: v for k, v in data.items() if k not in _KEY_SET}
         rest = [[data.get(k) for k in CACHE_KEYS], others or None]
-        status, created = _dumps(data.get("status")), _dumps(data.get("created"))
+        status, created = _dumps_field(data.get("status")), _dumps_field(data.get("created"))
     return [entry.commit, status, created, _dumps(rest), item or ""]
 
 
@@ -312,6 +312,14 @@ def _dumps(value: Any) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _dumps_field(value: Any) -> str:
+    """A status or created field: :func:`_dumps`, spelled out for plain ASCII text."""
+    if isinstance(value, str) and value.isascii() and value.isprintable() \
+            and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return _dumps(value)
 
 
 def _loads_field(text: str) -> Any:
@@ -423,7 +431,7 @@ def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
 
 
 def _is_hex40(text: str) -> bool:
-    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
+    return len(text) == 40 and not text.strip("0123456789abcdef")
 
 
 def _cat_objects(common_dir: Path, names: list[str | None]
@@ -459,14 +467,14 @@ def _read_loose(objects: str, name: str) -> tuple[bytes, bytes] | None:
     import zlib
 
     try:
-        fd = os.open(os.path.join(objects, name[:2], name[2:]), os.O_RDONLY)
+        fd = os.open(f"{objects}/{name[:2]}/{name[2:]}", os.O_RDONLY)
     except OSError:
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-            if sum(map(len, chunks)) > LOOSE_MAX_BYTES + 64:
+        chunks = [os.read(fd, 1 << 16)]  # a record's objects take one read
+        while len(chunks[-1]) == 1 << 16:
+            chunks.append(os.read(fd, 1 << 16))
+            if len(chunks) << 16 > LOOSE_MAX_BYTES:
                 return None
     except OSError:
         return None
