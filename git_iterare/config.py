@@ -95,8 +95,9 @@ class KeyTable(Mapping[str, Key]):
     declare, each placed with the other keys of its section (so a generated config file has
     one table per section).
 
-    The agents are asked once, at the first lookup (:func:`git_iterare.agents.declared_keys`:
-    the agent registry is the one place that knows which agents exist).
+    The agents are asked once, at the first lookup of a key that is not a core key or the
+    first walk over the table (:func:`git_iterare.agents.declared_keys`: the agent registry
+    is the one place that knows which agents exist); looking up a core key imports no agent.
     """
 
     def __init__(self, core: Mapping[str, Key]):
@@ -119,7 +120,8 @@ class KeyTable(Mapping[str, Key]):
         return self._all
 
     def __getitem__(self, name: str) -> Key:
-        return self._table()[name]
+        core = self._core.get(name)
+        return core if core is not None else self._table()[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._table())
@@ -128,7 +130,7 @@ class KeyTable(Mapping[str, Key]):
         return len(self._table())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._table()
+        return name in self._core or name in self._table()
 
 
 #: Every key: :data:`CORE_KEYS` and the agents' own (see :class:`KeyTable`).

@@ -30,8 +30,16 @@ _UNSAFE = (r"\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u0600-\u0605\u061c\u06dd\u0
            r"\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\ud800-\udfff"
            r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
            r"\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
-_UNSAFE_TEXT = re.compile(f"[{_UNSAFE}]")
-_UNSAFE_LINE = re.compile(f"[\t\n{_UNSAFE}]")
+#: The two patterns, compiled on first use (compiling them costs milliseconds that
+#: ``git iterare --version`` and completion should not pay): text, then line.
+_patterns: tuple[re.Pattern[str], re.Pattern[str]] | None = None
+
+
+def _unsafe() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    global _patterns
+    if _patterns is None:
+        _patterns = (re.compile(f"[{_UNSAFE}]"), re.compile(f"[\t\n{_UNSAFE}]"))
+    return _patterns
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -63,14 +71,14 @@ def sanitize(text: str) -> str:
         The same text with no character a terminal acts on besides tab and newline, and no
         invisible format character.
     """
-    return _UNSAFE_TEXT.sub(_visible, text)
+    return _unsafe()[0].sub(_visible, text)
 
 
 def sanitize_line(text: str) -> str:
     """Like :func:`sanitize`, and tab and newline made visible too (``^I``, ``^J``): for one
     field of one line (a file name, a DNS name, a result, an error message), which must not
     start a line of its own that would pass for ours."""
-    return _UNSAFE_LINE.sub(_visible, text)
+    return _unsafe()[1].sub(_visible, text)
 
 #: Set by the CLI from ``--color``: "always", "never", "auto" or None (not given).
 COLOR_FLAG: str | None = None

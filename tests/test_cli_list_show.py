@@ -214,3 +214,40 @@ def test_many_uncached_records_are_read_in_one_batch(repo: Path) -> None:
         "other-0000000d": "run.json names another run ('x-00000000')"}
     cached = iterare("list", "--format", "json", cwd=repo).stdout
     assert json.loads(cached)["runs"] == runs
+
+
+def test_uncached_records_list_the_same_packed_or_loose(repo: Path) -> None:
+    from git_iterare.runs.index import BATCH_THRESHOLD
+
+    for i in range(BATCH_THRESHOLD + 2):
+        finished_run(repo, f"p{i}")
+    cache = repo / ".git" / "iterare" / "list-cache.json"
+    loose = iterare("list", "--format", "json", cwd=repo).stdout
+    git("gc", "-q", cwd=repo)
+    assert not list((repo / ".git" / "objects").glob("??/*"))  # every object packed now
+    cache.unlink()
+    assert iterare("list", "--format", "json", cwd=repo).stdout == loose
+
+
+def test_bad_loose_objects_are_left_to_git(tmp_path: Path) -> None:
+    import zlib
+
+    from git_iterare.runs.index import LOOSE_MAX_BYTES, _read_loose
+
+    objects = tmp_path / "objects"
+    (objects / "ab").mkdir(parents=True)
+
+    def put(name: str, raw: bytes) -> str:
+        (objects / "ab" / name).write_bytes(raw)
+        return "ab" + name
+
+    good = put("1" * 38, zlib.compress(b"blob 3\0abc"))
+    assert _read_loose(str(objects), good) == (b"blob", b"abc")
+    assert _read_loose(str(objects), "ab" + "9" * 38) is None  # not loose here
+    assert _read_loose(str(objects), put("2" * 38, zlib.compress(b"blob 9\0abc"))) is None
+    assert _read_loose(str(objects), put("3" * 38, b"not zlib")) is None
+    assert _read_loose(str(objects), put("4" * 38, zlib.compress(b"blob 3\0abc")[:-4])) is None
+    huge = zlib.compress(b"blob %d\0" % (LOOSE_MAX_BYTES * 4) + bytes(LOOSE_MAX_BYTES * 4))
+    assert len(huge) < LOOSE_MAX_BYTES  # a small file that inflates past the bound
+    assert _read_loose(str(objects), put("5" * 38, huge)) is None
+    assert _read_loose(str(objects), put("6" * 38, zlib.compress(b"evil 3\0abc"))) is None

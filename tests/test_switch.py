@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +111,8 @@ def test_predecessor_flags_accepted(repo: Path, tmp_path: Path) -> None:
     listed = iterare("-v", "list", "-p", str(repo), "--format", "porcelain", cwd=elsewhere)
     assert listed.returncode == 0, listed.stderr
     # -v before the command is --verbose; -p names the repository from elsewhere.
-    assert f"+ git rev-parse --show-toplevel (in {repo})" in listed.stderr
+    assert re.search(rf"^\+ git rev-parse .*--show-toplevel \(in {re.escape(str(repo))}\)$",
+                     listed.stderr, re.M)
     assert iterare("init", "-f", str(repo), cwd=elsewhere).returncode == 0
     for args in (["execute", "-h"], ["interactive", "-h"]):
         usage = iterare(*args, cwd=repo).stdout

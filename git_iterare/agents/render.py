@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
+from git_iterare.agents.labels import REPORTED
 from git_iterare.agents.values import Event, RunResult
 from git_iterare.ui import paint, sanitize, sanitize_line
 
@@ -106,10 +107,6 @@ def format_summary(result: RunResult) -> str:
         facts.append(f"{result.turns} turn" + ("" if result.turns == 1 else "s"))
     head = paint("failed", "red", "bold") if result.is_error else paint("done", "green", "bold")
     return head + (": " + ", ".join(facts) + " " + REPORTED if facts else "")
-
-
-#: The label of every figure and text that only the agent's own log vouches for.
-REPORTED = "(reported by the agent)"
 
 
 def render_lines(lines: Iterable[str], agent: LogReader, verbosity: int = 0, raw: bool = False,

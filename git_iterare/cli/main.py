@@ -6,16 +6,15 @@ Subcommands are imported only when run (see :mod:`git_iterare.cli.registry`), so
 
 from __future__ import annotations
 
-import difflib
+import functools
 import importlib
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
 
-from git_iterare import __version__, ui
+from git_iterare import __version__
 from git_iterare.cli.registry import COMMANDS
 from git_iterare.errors import ExitCode, IterareError, UserError
 
@@ -24,6 +23,8 @@ BUG_URL = "https://github.com/git-iterare/git-iterare/issues"
 
 def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is not None:
+        from git_iterare import ui
+
         ui.COLOR_FLAG = value
         ui.reset()
 
@@ -51,6 +52,13 @@ def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> Non
     ctx.exit(manpage.show(name))
 
 
+def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"git iterare version {__version__}")
+    ctx.exit()
+
+
 def common_options() -> list[click.Parameter]:
     """Options every command takes: ``--color``, ``--verbose`` and ``--help`` (the manual).
 
@@ -68,8 +76,37 @@ def common_options() -> list[click.Parameter]:
     ]
 
 
+def _show_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+def short_help_option(command: click.Command, ctx: click.Context) -> click.Option | None:
+    """``command``'s ``-h`` (short usage), as click's own help option but built without
+    click's gettext lookup, which costs every start the import of :mod:`locale`.
+
+    Returns:
+        The option (the same object on every call, as click needs), or None when
+        ``command`` has no help option.
+    """
+    names = command.get_help_option_names(ctx)
+    if not names or not command.add_help_option:
+        return None
+    option: click.Option | None = getattr(command, "_iterare_help_option", None)
+    if option is None:
+        option = click.Option([*names, "_iterare_help"], is_flag=True, expose_value=False,
+                              is_eager=True, callback=_show_help,
+                              help="Show this message and exit.")
+        command._iterare_help_option = option  # type: ignore[attr-defined]
+    return option
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        return short_help_option(self, ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -82,6 +119,8 @@ class LazyGroup(click.Group):
         if not any(p.name == "help" for p in command.params):
             command.params.extend(common_options())
             command.context_settings.setdefault("help_option_names", ["-h"])
+            command.get_help_option = functools.partial(  # type: ignore[method-assign]
+                short_help_option, command)
         return command
 
     def resolve_command(
@@ -89,6 +128,8 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0]
         if name not in COMMANDS and not name.startswith("-"):
+            import difflib
+
             close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
             hint = f"; the nearest is '{close[0]}'" if close else ""
             raise UserError(f"'{name}' is not a git iterare command{hint}",
@@ -120,10 +161,11 @@ def group_options() -> list[click.Parameter]:
             click.Option(["--context"], metavar="NAME", default=None, expose_value=False,
                          callback=_set_context,
                          help="Docker context to use ([docker] context); DOCKER_HOST and "
-                              "DOCKER_CONTEXT still come first.")],
+                              "DOCKER_CONTEXT still come first."),
+            # Not click.version_option: its gettext lookup costs a start-up the locale module.
+            click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
+                         callback=_show_version, help="Show the version and exit.")],
 )
-@click.version_option(__version__, "--version", prog_name="git iterare",
-                      message="%(prog)s version %(version)s")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Run an autonomous coding agent on a prompt in a firewalled Docker sandbox.
@@ -152,6 +194,35 @@ def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     return "git iterare", args
 
 
+def link_source_pages() -> None:
+    """Make a source checkout's pages visible to ``man`` and ``git help``.
+
+    setuptools' editable installs (``pip install -e .``) carry no data files, so the pages
+    in ``man/`` never reach ``<sys.prefix>/share/man``, where man-db looks for the commands
+    on PATH. Run on every start: for an installed package it costs one ``stat``; in a
+    checkout it links pages that are missing (silently skipped when the prefix is not
+    writable). Plain ``os`` calls: this runs before every command, ``--version`` too.
+    """
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.realpath(__file__)))), "man")
+    if not os.path.isfile(os.path.join(source, "git-iterare.1")):
+        return
+    target = os.path.join(sys.prefix, "share", "man")
+    try:
+        for page in os.scandir(source):
+            section = os.path.splitext(page.name)[1][1:]
+            if not section.isdigit():
+                continue
+            folder = os.path.join(target, f"man{section}")
+            link = os.path.join(folder, page.name)
+            if os.path.lexists(link):
+                continue
+            os.makedirs(folder, exist_ok=True)
+            os.symlink(page.path, link)
+    except OSError:
+        pass
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv`` when None) and return the exit status.
 
@@ -159,8 +230,6 @@ def run(argv: list[str] | None = None) -> int:
     (exit 1); Ctrl-C exits 130; anything else is a bug and prints a traceback.
     """
     prog, args = _prog_and_args(sys.argv if argv is None else argv)
-    from git_iterare.cli.manpage import link_source_pages
-
     link_source_pages()
     try:
         cli.main(args=args, prog_name=prog, standalone_mode=False)
@@ -169,12 +238,16 @@ def run(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         return ExitCode.INTERRUPTED
     except click.ClickException as exc:
+        from git_iterare import ui
+
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             ui.error(f"{exc.format_message()} (see '{exc.ctx.command_path} -h')")
         else:
             ui.error(exc.format_message())
         return ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except IterareError as exc:
+        from git_iterare import ui
+
         ui.error(exc.render())
         return exc.exit_code
     except KeyboardInterrupt:
@@ -186,6 +259,8 @@ def run(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
     except Exception:
+        import traceback
+
         traceback.print_exc()
         print(f"git iterare {__version__}: this is a bug; please report it with the "
               f"traceback above at {BUG_URL}", file=sys.stderr)

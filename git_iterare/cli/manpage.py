@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from git_iterare.errors import ExitCode
@@ -37,33 +34,6 @@ def find_page(name: str, section: str = "1") -> Path | None:
     return None
 
 
-def link_source_pages() -> None:
-    """Make a source checkout's pages visible to ``man`` and ``git help``.
-
-    setuptools' editable installs (``pip install -e .``) carry no data files, so the pages
-    in ``man/`` never reach ``<sys.prefix>/share/man``, where man-db looks for the commands
-    on PATH. Run on every start: for an installed package it costs one ``stat``; in a
-    checkout it links pages that are missing (silently skipped when the prefix is not
-    writable).
-    """
-    source = Path(__file__).resolve().parents[2] / "man"
-    target = Path(sys.prefix) / "share" / "man"
-    if not (source / "git-iterare.1").is_file():
-        return
-    try:
-        for page in source.iterdir():
-            section = page.suffix[1:]
-            if not section.isdigit():
-                continue
-            folder = target / f"man{section}"
-            folder.mkdir(parents=True, exist_ok=True)
-            link = folder / page.name
-            if not link.is_symlink() and not link.exists():
-                link.symlink_to(page)
-    except OSError:
-        pass
-
-
 def show(name: str, section: str = "1") -> int:
     """Show manual page ``name(section)`` with ``man``, or print it as text without it.
 
@@ -75,6 +45,9 @@ def show(name: str, section: str = "1") -> int:
         print(f"error: no manual entry for {name}({section}); reinstall git-iterare",
               file=sys.stderr)
         return ExitCode.FAILED
+    import shutil
+    import subprocess
+
     if shutil.which("man") and os.environ.get("ITERARE_NO_MAN") != "1":
         sys.stdout.flush()
         if subprocess.run(["man", str(page)], check=False).returncode == 0:
@@ -114,6 +87,8 @@ def render_text(source: str, width: int = 80) -> str:
     Returns:
         The page as text, sections flush left and paragraphs indented.
     """
+    import textwrap
+
     out: list[str] = []
     para: list[str] = []
     indent, extra = 7, 0

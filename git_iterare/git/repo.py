@@ -74,6 +74,14 @@ def discover(cwd: str | Path | None = None) -> Repo:
         UserError: not inside a repository (exit status 2).
         ExternalError: git failed for another reason.
     """
+    # One git in the usual case; --show-toplevel fails in a bare repository and inside a
+    # gitdir, where it is asked again on its own.
+    first = proc.git("rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir",
+                     "--is-bare-repository", "--show-toplevel", cwd=cwd, check=False)
+    lines = first.stdout.splitlines()
+    if first.returncode == 0 and len(lines) == 4 and lines[2] == "false" and lines[3]:
+        return Repo(git_dir=Path(lines[0]), common_dir=Path(lines[1]),
+                    work_tree=Path(lines[3]))
     try:
         out = proc.git(
             "rev-parse",

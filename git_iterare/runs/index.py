@@ -5,15 +5,21 @@ run and does not parse every record each time:
 
 * refs are read with one scan of ``packed-refs`` and of the loose ``refs/iterare/runs``
   folder (:func:`scan_run_refs`), no subprocess;
-* each record commit's ``run.json`` is looked up once with dulwich and kept in a cache file,
-  ``<common dir>/iterare/list-cache.json``, keyed by run id and record commit id. A ref that
-  moved is simply a cache miss; the cache is derived data and can be deleted at any time.
+* each record commit's ``run.json`` is looked up once (``git cat-file`` for many, dulwich for
+  a few) and kept in a cache file, ``<common dir>/iterare/list-cache.json``, keyed by run id
+  and record commit id. A ref that moved is simply a cache miss; the cache is derived data
+  and can be deleted at any time.
+
+The cache is a JSON header line, then one line per run of tab-separated fields: run id,
+record commit, status and created time (JSON strings), the rest of ``run.json`` (JSON, read
+only when a field other than those is asked for) and the run's ``list --format json`` item.
+JSON text holds no raw tab or newline, so a warm ``list --format json`` splits lines and
+decodes almost nothing.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
 
     from git_iterare.runs.record import RunRecord
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
 #: objects); any other key of a record is kept in a per-entry object.
 #: (Spelled out so listing needs not import the record module; a test checks it.)
@@ -51,12 +57,13 @@ class Entry:
             that ended (it no longer depends on the time); None otherwise.
     """
 
-    __slots__ = ("_data", "_others", "_record", "_values", "commit", "item_json", "problem",
-                 "run_id")
+    __slots__ = ("_data", "_fast", "_lazy", "_others", "_record", "_values", "commit",
+                 "item_json", "problem", "run_id")
 
     def __init__(self, run_id: str, commit: str, data: dict[str, Any] | None,
                  problem: str | None = None, item_json: str | None = None, *,
-                 values: list | None = None, others: dict[str, Any] | None = None):
+                 values: list | None = None, others: dict[str, Any] | None = None,
+                 lazy: str | None = None, fast: tuple[Any, Any] | None = None):
         self.run_id = run_id
         self.commit = commit
         self.problem = problem
@@ -64,7 +71,25 @@ class Entry:
         self._data = data
         self._values = values
         self._others = others
+        self._lazy = lazy  # the cache's JSON text of [values, others], decoded on demand
+        self._fast = fast  # (status, created), known without decoding _lazy
         self._record: RunRecord | None = None
+
+    def _decode(self) -> None:
+        import json
+
+        text, self._lazy = self._lazy, None
+        try:
+            values, others = json.loads(text or "")
+            if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
+                raise ValueError
+        except (ValueError, TypeError):
+            self._fast = None
+            self.problem = ("the listing cache is damaged; delete iterare/list-cache.json in "
+                            "the repository's git directory")
+            return
+        self._values = values
+        self._others = others if isinstance(others, dict) else None
 
     def __repr__(self) -> str:
         return f"Entry({self.run_id!r}, {self.commit!r}, status={self.status!r})"
@@ -72,11 +97,15 @@ class Entry:
     @property
     def ok(self) -> bool:
         """Whether the record could be read."""
+        if self._fast is not None:
+            return True
         return self._data is not None or self._values is not None
 
     @property
     def data(self) -> dict[str, Any] | None:
         """The parsed ``run.json`` (validated when it was read); None when corrupt."""
+        if self._lazy is not None:
+            self._decode()
         if self._data is None and self._values is not None:
             self._data = dict(zip(CACHE_KEYS, self._values, strict=True))
             if self._others:
@@ -85,6 +114,10 @@ class Entry:
 
     def get(self, key: str) -> Any:
         """One ``run.json`` field (None when absent or corrupt), without building the dict."""
+        if self._fast is not None and key in _FAST:
+            return self._fast[_FAST[key]]
+        if self._lazy is not None:
+            self._decode()
         if self._values is not None and key in _KEY_INDEX:
             return self._values[_KEY_INDEX[key]]
         data = self.data
@@ -166,25 +199,44 @@ def _cache_path(common_dir: Path) -> Path:
     return common_dir / "iterare" / "list-cache.json"
 
 
-def _load_cache(common_dir: Path) -> dict[str, list]:
+_BREAKS = frozenset("\t\n")
+
+
+def _header() -> str:
+    # json.dumps(..., separators=(",", ":")) of the version and keys, spelled out: a warm
+    # listing of ended runs never imports json.
+    return f'{{"v":{CACHE_VERSION},"keys":[' + ",".join(f'"{k}"' for k in CACHE_KEYS) + "]}"
+
+
+def _load_cache(common_dir: Path) -> dict[str, list[str]]:
+    """``run id -> [commit, status, created, rest, item]`` (the fields of its line); empty
+    when the file is missing or not of this version."""
     try:
-        data = json.loads(_cache_path(common_dir).read_bytes())
+        text = _cache_path(common_dir).read_bytes().decode("utf-8", "surrogatepass")
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("v") != CACHE_VERSION \
-            or data.get("keys") != CACHE_KEYS:
+    lines = text.split("\n")
+    if lines[0] != _header():
         return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    entries: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if len(fields) == 6:
+            entries[fields[0]] = fields[1:]
+    return entries
 
 
-def _save_cache(common_dir: Path, entries: dict[str, list]) -> None:
+def _save_cache(common_dir: Path, entries: dict[str, list[str]]) -> None:
     path = _cache_path(common_dir)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    lines = [_header()]
+    # Run ids and commit ids come from ref names and files: one with a tab or newline is
+    # left out (it is read again next time); the other fields are JSON text.
+    lines.extend("\t".join([run_id, *fields]) for run_id, fields in entries.items()
+                 if not _BREAKS.intersection(run_id + fields[0]))
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps({"v": CACHE_VERSION, "keys": CACHE_KEYS, "entries": entries},
-                                  separators=(",", ":"), ensure_ascii=False))
+        tmp.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
         os.replace(tmp, path)
     except OSError:  # a read-only repository still lists, only slower
         tmp.unlink(missing_ok=True)
@@ -229,6 +281,8 @@ def list_item(entry: Entry, now: _dt.datetime) -> dict[str, Any]:
 def fixed_item_json(entry: Entry) -> str | None:
     """The JSON text of :func:`list_item` when it no longer changes with time (the run is
     not active), for the listing cache; None for active runs."""
+    import json
+
     if entry.data is not None and entry.data.get("status") in ACTIVE:
         return None
     return json.dumps(list_item(entry, _EPOCH), ensure_ascii=False)
@@ -237,31 +291,66 @@ def fixed_item_json(entry: Entry) -> str | None:
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
-def _to_cache(entry: Entry) -> list:
-    """``[commit, values in CACHE_KEYS order, other keys, item JSON]``, or
-    ``[commit, None, problem, item JSON]``."""
+def _to_cache(entry: Entry) -> list[str]:
+    """The fields of ``entry``'s cache line after its run id: ``[commit, status, created,
+    rest, item]``; status is empty for a record that cannot be read, and rest is then
+    ``[null, problem]``. Sets ``entry.item_json``."""
     item = fixed_item_json(entry)
-    if entry.data is None:
-        return [entry.commit, None, entry.problem, item]
-    others = {k: v for k, v in entry.data.items() if k not in _KEY_SET}
-    return [entry.commit, [entry.data.get(k) for k in CACHE_KEYS], others or None, item]
+    entry.item_json = item  # so the listing does not build it again
+    data = entry.data
+    if data is None:
+        rest: list[Any] = [None, entry.problem]
+        status = created = ""
+    else:
+        others = {k: v for k, v in data.items() if k not in _KEY_SET}
+        rest = [[data.get(k) for k in CACHE_KEYS], others or None]
+        status, created = _dumps_field(data.get("status")), _dumps_field(data.get("created"))
+    return [entry.commit, status, created, _dumps(rest), item or ""]
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _dumps_field(value: Any) -> str:
+    """A status or created field: :func:`_dumps`, spelled out for plain ASCII text."""
+    if isinstance(value, str) and value.isascii() and value.isprintable() \
+            and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return _dumps(value)
+
+
+def _loads_field(text: str) -> Any:
+    """A status or created field: a JSON string, decoded without the parser when it has
+    no escape."""
+    if len(text) >= 2 and text[0] == '"' == text[-1] and "\\" not in text:
+        return text[1:-1]
+    import json
+
+    return json.loads(text)
 
 
 _KEY_SET = frozenset(CACHE_KEYS)
 _KEY_INDEX = {key: i for i, key in enumerate(CACHE_KEYS)}
+_FAST = {"status": 0, "created": 1}
 
 
-def _entry_from_cache(run_id: str, sha: str, cached: object) -> Entry | None:
-    if not (isinstance(cached, list) and len(cached) == 4 and cached[0] == sha):
+def _entry_from_cache(run_id: str, sha: str, cached: list[str] | None) -> Entry | None:
+    if cached is None or cached[0] != sha:
         return None
-    values, extra, item = cached[1], cached[2], cached[3]
-    item = item if isinstance(item, str) else None
-    if values is None:
-        return Entry(run_id, sha, None, str(extra), item)
-    if not isinstance(values, list) or len(values) != len(CACHE_KEYS):
+    status, created, rest, item = cached[1], cached[2], cached[3], cached[4] or None
+    try:
+        if not status:  # a record that cannot be read: rest is [null, problem]
+            import json
+
+            values, problem = json.loads(rest)
+            return None if values is not None else Entry(run_id, sha, None, str(problem), item)
+        return Entry(run_id, sha, None, None, item, lazy=rest,
+                     fast=(_loads_field(status), _loads_field(created)))
+    except (ValueError, TypeError):
         return None
-    return Entry(run_id, sha, None, None, item, values=values,
-                 others=extra if isinstance(extra, dict) else None)
 
 
 #: With more uncached records than this, they are read with one ``git cat-file`` process
@@ -280,7 +369,7 @@ def iter_entries(common_dir: Path, repo: DulwichRepo | None = None) -> Iterator[
     """
     refs = scan_run_refs(common_dir)
     cache = _load_cache(common_dir)
-    fresh: dict[str, list] = {}
+    fresh: dict[str, list[str]] = {}
     entries: dict[str, Entry | None] = {}
     misses: dict[str, str] = {}
     for run_id, sha in refs.items():
@@ -303,40 +392,33 @@ def iter_entries(common_dir: Path, repo: DulwichRepo | None = None) -> Iterator[
 
 
 def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
-    """Read many records with one ``git cat-file --batch-command``.
+    """Read many records with ``git cat-file --batch-command``: one process for their
+    commits, one for their trees, one for their ``run.json`` blobs, so each object is read
+    once.
 
     Returns entries only for records read without trouble or with a bad ``run.json``;
-    anything else (a missing object, a tree entry that is not a blob) is left to dulwich,
-    which names the exact problem.
+    anything else (a missing object, a commit that is not one, a tree without ``run.json``
+    or ``prompt.md``, a ``run.json`` that is not a blob) is left to dulwich, which names the
+    exact problem.
     """
-    from git_iterare import proc
+    import json
+
     from git_iterare.errors import ExternalError
     from git_iterare.runs.record import CorruptRecord, validate_dict
 
-    order = list(misses.items())
-    commands = b"".join(f"contents {sha}:run.json\ninfo {sha}:prompt.md\n".encode()
-                        for _, sha in order)
+    order = [(run_id, sha) for run_id, sha in misses.items() if _is_hex40(sha)]
     try:
-        out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
-                       input=commands, text=False, scrub_git_env=True).stdout
+        commits = _cat_objects(common_dir, [sha for _, sha in order])
+        trees = _cat_objects(common_dir, [_tree_of(obj) for obj in commits])
+        blobs = _cat_objects(common_dir, [_run_json_of(obj) for obj in trees])
     except ExternalError:
         return {}  # an old git without --batch-command: dulwich reads them one by one
     found: dict[str, Entry] = {}
-    pos = 0
-    for run_id, sha in order:
-        header, pos = _line(out, pos)
-        parts = header.split(b" ")
-        content = None
-        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
-            size = int(parts[2])
-            content = out[pos:pos + size] if parts[1] == b"blob" else None
-            pos += size + 1
-        prompt = _line(out, pos)
-        pos = prompt[1]
-        if content is None or prompt[0].split(b" ")[1:2] != [b"blob"]:
+    for (run_id, sha), blob in zip(order, blobs, strict=True):
+        if blob is None or blob[0] != b"blob":
             continue
         try:
-            data = json.loads(content)
+            data = json.loads(blob[1])
             validate_dict(data, run_id)
         except ValueError:
             continue  # bad JSON or UTF-8: dulwich's read names the problem
@@ -346,6 +428,126 @@ def _read_batch(common_dir: Path, misses: dict[str, str]) -> dict[str, Entry]:
         if data["id"] == run_id:
             found[run_id] = Entry(run_id, sha, data)
     return found
+
+
+def _is_hex40(text: str) -> bool:
+    return len(text) == 40 and not text.strip("0123456789abcdef")
+
+
+def _cat_objects(common_dir: Path, names: list[str | None]
+                 ) -> list[tuple[bytes, bytes] | None]:
+    """``(type, content)`` of each object id in ``names`` (40 hex), in order; None for
+    None, for a missing object and for anything git does not answer as expected.
+
+    Loose objects are read here (:func:`_read_loose`: git-iterare writes records as loose
+    objects, and one ``git cat-file`` pays several system calls per object); the others
+    (packed, in an alternate, large) are asked of one ``git cat-file --batch-command``.
+
+    Raises:
+        ExternalError: git failed (an old git without ``--batch-command``).
+    """
+    objects = os.path.join(common_dir, "objects")
+    answers = [None if name is None else _read_loose(objects, name) for name in names]
+    rest = [name if answer is None else None for name, answer in zip(names, answers,
+                                                                     strict=True)]
+    for i, answer in enumerate(_cat_with_git(common_dir, rest)):
+        if answer is not None:
+            answers[i] = answer
+    return answers
+
+
+#: Objects bigger than this (inflated) are left to git: a record's ``run.json`` is a few KiB.
+LOOSE_MAX_BYTES = 1 << 20
+
+
+def _read_loose(objects: str, name: str) -> tuple[bytes, bytes] | None:
+    """``(type, content)`` of the loose object ``name`` (40 hex) under ``objects``, or None
+    when it is not a loose object there, is bigger than :data:`LOOSE_MAX_BYTES` or is not
+    well formed (git is then asked, and says what it is)."""
+    import zlib
+
+    try:
+        fd = os.open(f"{objects}/{name[:2]}/{name[2:]}", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = [os.read(fd, 1 << 16)]  # a record's objects take one read
+        while len(chunks[-1]) == 1 << 16:
+            chunks.append(os.read(fd, 1 << 16))
+            if len(chunks) << 16 > LOOSE_MAX_BYTES:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    inflate = zlib.decompressobj()
+    try:
+        data = inflate.decompress(b"".join(chunks), LOOSE_MAX_BYTES + 64)
+    except zlib.error:
+        return None
+    if inflate.unconsumed_tail or not inflate.eof:
+        return None  # bigger than the bound, or cut short
+    nul = data.find(b"\0", 0, 64)
+    kind, _, size = data[:max(nul, 0)].partition(b" ")
+    if nul < 0 or not size.isdigit() or int(size) != len(data) - nul - 1 \
+            or kind not in (b"commit", b"tree", b"blob", b"tag"):
+        return None
+    return kind, data[nul + 1:]
+
+
+def _cat_with_git(common_dir: Path, names: list[str | None]
+                  ) -> list[tuple[bytes, bytes] | None]:
+    """As :func:`_cat_objects`, every object asked of one ``git cat-file`` process."""
+    from git_iterare import proc
+
+    wanted = [name for name in names if name is not None]
+    if not wanted:
+        return [None] * len(names)
+    commands = "".join(f"contents {name}\n" for name in wanted).encode()
+    out = proc.git("--git-dir", str(common_dir), "cat-file", "--batch-command", "--buffer",
+                   input=commands, text=False, scrub_git_env=True).stdout
+    answers: list[tuple[bytes, bytes] | None] = []
+    pos = 0
+    for name in names:
+        if name is None:
+            answers.append(None)
+            continue
+        header, pos = _line(out, pos)
+        parts = header.split(b" ")
+        if len(parts) == 3 and parts[2].isdigit():  # "<oid> <type> <size>", then the object
+            size = int(parts[2])
+            answers.append((parts[1], out[pos:pos + size]) if parts[0] == name.encode()
+                           else None)
+            pos += size + 1
+        else:
+            answers.append(None)  # "<name> missing" or "ambiguous"
+    return answers
+
+
+def _tree_of(commit: tuple[bytes, bytes] | None) -> str | None:
+    """The tree id of a commit object, or None when it is not a well-formed commit."""
+    if commit is None or commit[0] != b"commit" or not commit[1].startswith(b"tree "):
+        return None
+    tree = commit[1][5:45].decode("ascii", "replace")
+    return tree if commit[1][45:46] == b"\n" and _is_hex40(tree) else None
+
+
+def _run_json_of(tree: tuple[bytes, bytes] | None) -> str | None:
+    """The blob id of ``run.json`` in a record tree, or None when the tree is not one, is
+    malformed, or lacks ``run.json`` or ``prompt.md``."""
+    if tree is None or tree[0] != b"tree":
+        return None
+    raw, pos, found = tree[1], 0, {}
+    while pos < len(raw):  # entries: "<mode> <name>\0<20-byte id>"
+        space = raw.find(b" ", pos)
+        nul = raw.find(b"\0", space + 1)
+        if space < 0 or nul < 0 or nul + 21 > len(raw):
+            return None
+        found[raw[space + 1:nul]] = raw[nul + 1:nul + 21]
+        pos = nul + 21
+    if b"run.json" not in found or b"prompt.md" not in found:
+        return None
+    return found[b"run.json"].hex()
 
 
 def _line(data: bytes, pos: int) -> tuple[bytes, int]:

@@ -9,11 +9,10 @@ A run's object in ``list --format json`` is built by :func:`git_iterare.runs.ind
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from git_iterare.agents.render import REPORTED
+from git_iterare.agents.labels import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line
@@ -89,8 +88,14 @@ def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
     Items of ended runs come ready-made from the cache; the result is the same text as
     ``json.dumps`` of the whole document.
     """
-    items = [e.item_json or json.dumps(list_item(e, now), ensure_ascii=False)
-             for e in entries]
+    items = []
+    for entry in entries:
+        if entry.item_json is None:  # an active run: its duration changes with ``now``
+            import json
+
+            items.append(json.dumps(list_item(entry, now), ensure_ascii=False))
+        else:
+            items.append(entry.item_json)
     return f'{{"v": {LIST_JSON_VERSION}, "runs": [' + ", ".join(items) + "]}"
 
 
@@ -240,6 +245,8 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     writes its log. Cost, tokens, turns and the last result are labelled as reported by the
     agent.
     """
+    import json
+
     out: list[str] = []
 
     def field(label: str, value: Any, *styles: str, note: str = "") -> None:
