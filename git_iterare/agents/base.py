@@ -52,6 +52,40 @@ def npm_install(package: str, version: str, executable: str) -> Install:
         version=version)
 
 
+def gateway_url(config: Settings, key: str, env_var: str,
+                env: Mapping[str, str] | None = None, *, plain: bool = False,
+                hint: str = "e.g. https://gateway.example.com") -> str:
+    """An agent's API gateway: the setting ``key``, else the host variable ``env_var``,
+    else "".
+
+    Args:
+        config: the effective configuration.
+        key: the agent's setting (``claude.base_url``).
+        env_var: the variable its program reads (``ANTHROPIC_BASE_URL``).
+        env: the host environment; ``os.environ`` when None.
+        plain: also refuse quotes, backslashes, spaces and control characters (for a
+            URL written into a command line or a config file).
+        hint: the example shown with the error.
+
+    Raises:
+        UserError: the value is not an http(s) URL with a host (naming where it came from).
+    """
+    import os
+    from urllib.parse import urlsplit
+
+    env = os.environ if env is None else env
+    url = str(config[key] or env.get(env_var, ""))
+    if not url:
+        return url
+    parts = urlsplit(url)
+    bad = plain and (any(c in url for c in "\"'\\ ")
+                     or any(ord(c) < 32 or ord(c) == 127 for c in url))
+    if parts.scheme not in ("http", "https") or not parts.hostname or bad:
+        raise UserError(f"{key if config[key] else env_var}: {url!r} is not an http(s) URL",
+                        hint=hint)
+    return url
+
+
 def text_event(line: str) -> Event:
     """A plain output line."""
     return Event(kind="text", parts=(Part("text", line),), line=line)

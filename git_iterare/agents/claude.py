@@ -24,7 +24,6 @@ it, it also looks up api.anthropic.com and sends one extra tool-less request.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +35,7 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_url,
     npm_install,
     parse_json_object,
     text_event,
@@ -95,15 +95,7 @@ def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
     Raises:
         UserError: the value is not an http(s) URL with a host.
     """
-    env = os.environ if env is None else env
-    url = config["claude.base_url"] or env.get("ANTHROPIC_BASE_URL", "")
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            where = "claude.base_url" if config["claude.base_url"] else "ANTHROPIC_BASE_URL"
-            raise UserError(f"{where}: {url!r} is not an http(s) URL",
-                            hint="e.g. https://gateway.example.com")
-    return str(url)
+    return gateway_url(config, "claude.base_url", "ANTHROPIC_BASE_URL", env)
 
 
 def tool_summary(name: str, tool_input: object) -> str:

@@ -35,7 +35,6 @@ https://developers.openai.com/codex/noninteractive and the CLI's own output
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,12 +45,12 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_url,
     npm_install,
     parse_json_object,
     text_event,
 )
 from git_iterare.agents.credstore import KeyFileStore
-from git_iterare.errors import UserError
 from git_iterare.settings import Key, Settings
 
 #: The Responses API without a gateway.
@@ -82,17 +81,9 @@ def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
         UserError: the value is not an http(s) URL with a host, or holds quotes,
             backslashes, spaces or control characters.
     """
-    env = os.environ if env is None else env
-    url = str(config["codex.base_url"] or env.get("OPENAI_BASE_URL", ""))
-    if not url:
-        return DEFAULT_BASE_URL
-    parts = urlsplit(url)
-    bad = any(c in url for c in "\"'\\ ") or any(ord(c) < 32 or ord(c) == 127 for c in url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or bad:
-        where = "codex.base_url" if config["codex.base_url"] else "OPENAI_BASE_URL"
-        raise UserError(f"{where}: {url!r} is not an http(s) URL",
-                        hint="e.g. https://gateway.example.com/v1")
-    return url
+    url = gateway_url(config, "codex.base_url", "OPENAI_BASE_URL", env, plain=True,
+                      hint="e.g. https://gateway.example.com/v1")
+    return url or DEFAULT_BASE_URL
 
 
 def config_args(config: Settings) -> list[str]:

@@ -49,7 +49,6 @@ Credentials: GEMINI_API_KEY from the host, else the key ``git iterare credential
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,12 +59,12 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_url,
     npm_install,
     parse_json_object,
     text_event,
 )
 from git_iterare.agents.credstore import KeyFileStore
-from git_iterare.errors import UserError
 from git_iterare.settings import Key, Settings
 
 #: The Gemini API's host, reached when no base URL is set.
@@ -136,15 +135,7 @@ def base_url(config: Settings, env: Mapping[str, str] | None = None) -> str:
     Raises:
         UserError: the value is not an http(s) URL with a host.
     """
-    env = os.environ if env is None else env
-    url = config["gemini.base_url"] or env.get("GOOGLE_GEMINI_BASE_URL", "")
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            where = "gemini.base_url" if config["gemini.base_url"] else "GOOGLE_GEMINI_BASE_URL"
-            raise UserError(f"{where}: {url!r} is not an http(s) URL",
-                            hint="e.g. https://gateway.example.com")
-    return str(url)
+    return gateway_url(config, "gemini.base_url", "GOOGLE_GEMINI_BASE_URL", env)
 
 
 def install_script(version: str) -> str:
