@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SCRIPT = NET_DIR / "escape.sh"
 CONTROLS = ("allowed-name-works", "allowed-name-works-ipv6", "wildcard-name-works",
             "wildcard-name-works-ipv6", "cname-name-works", "cname-name-works-ipv6",
-            "named-port-works", "cidr-address-works")
+            "named-port-works", "cidr-address-works", "high-port-bind-works")
 ATTEMPTS = re.findall(r"^\s*attempt (\S+)", SCRIPT.read_text(), re.MULTILINE)
 ONLY_ROOT = {"lookup-after-resolv-rewrite"}
 ONLY_AGENT = {"su", "resolv-conf-rewrite"}

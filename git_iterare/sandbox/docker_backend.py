@@ -68,6 +68,12 @@ SIDECAR_CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "S
 SIDECAR_MEMORY = "256m"
 SIDECAR_PIDS = 256
 
+#: Kernel settings of the run's network namespace, which the agent's container shares.
+#: Docker lowers ``ip_unprivileged_port_start`` to 0, which would let the agent's uid
+#: bind 127.0.0.1:53 beside dnsmasq (both with SO_REUSEADDR) and answer its own lookups;
+#: the kernel's default keeps ports below 1024 to NET_BIND_SERVICE (ip-sysctl.rst).
+SIDECAR_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": "1024"}
+
 #: Docker's json-file log of each container: at most this much is kept (the engine
 #: rotates; git-iterare reads the log back into the record, within its own limit).
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}}
@@ -505,7 +511,8 @@ class DockerBackend:
                 mounts=mounts, network=spec.network or None,
                 cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
-                pids_limit=SIDECAR_PIDS, log_config=LogConfig(**LOG_CONFIG), detach=True)
+                pids_limit=SIDECAR_PIDS, sysctls=dict(SIDECAR_SYSCTLS),
+                log_config=LogConfig(**LOG_CONFIG), detach=True)
         try:
             for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):

@@ -186,5 +186,20 @@ attempt write-any-gitdir-via-mounts bash -c '
             touch "$d/iterare-escape-probe" 2>/dev/null && { echo "wrote into $d"; exit 0; }
         done
     done; exit 1'
+# Ports below 1024 stay with NET_BIND_SERVICE: nothing in the agent's container can
+# listen beside the sandbox's resolver and answer lookups itself.
+bind_port() { python3 -c 'import socket, sys
+s = socket.socket(socket.AF_INET, getattr(socket, sys.argv[1]))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[2]))); print("bound", sys.argv[1:])' "$@"; }
+export -f bind_port
+# Control: the tool works, and ports from 1024 up stay free to use (test servers).
+if out=$(bind_port SOCK_DGRAM 5353 2>&1); then
+    emit high-port-bind-works true "$out" true
+else
+    emit high-port-bind-works false "$out" true
+fi
+attempt bind-resolver-port-udp bind_port SOCK_DGRAM 53
+attempt bind-resolver-port-tcp bind_port SOCK_STREAM 53
 attempt docker-socket bash -c 'for s in /var/run/docker.sock /run/docker.sock $(find / -xdev -name "*.sock" 2>/dev/null); do [ -S "$s" ] && curl -s --max-time 2 --unix-socket "$s" http://localhost/version && exit 0; done; echo "no socket found"; exit 1'
 attempt docker-tcp-on-gateway http "http://$GATEWAY_V4:2375/version"
