@@ -263,13 +263,12 @@ def test_sidecar_failure_is_one_line_and_leaves_nothing(make_spec) -> None:
 
 def _run_raw(image: str, tmp_path: Path, *args: str, policy: str | None = None
              ) -> subprocess.CompletedProcess:
-    (tmp_path / "policy.json").write_text(policy or POLICY.to_json())
     (tmp_path / "out").mkdir(exist_ok=True)
     name = f"itr-sandbox-raw-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
     try:
         return subprocess.run(
-            ["docker", "run", "--name", name, "-v",
-             f"{tmp_path}/policy.json:/run/iterare/policy.json:ro",
+            ["docker", "run", "--name", name,
+             "-e", f"ITERARE_POLICY={POLICY.to_lines() if policy is None else policy}",
              "-v", f"{tmp_path}/out:/run/iterare/out", *args, image],
             capture_output=True, text=True, timeout=60, check=False)
     finally:
@@ -286,18 +285,33 @@ U = ["-e", "ITERARE_AGENT_UID=1900000", "-e", "ITERARE_AGENT_GID=1900000"]
      SandboxExit.BAD_AGENT_USER, "refusing to run the agent as root"),
     (["--cap-add", "NET_ADMIN"], None,
      SandboxExit.BAD_AGENT_USER, "ITERARE_AGENT_UID/GID must be numbers"),
-    ([*U, "--cap-add", "NET_ADMIN"],
-     '{"domains": ["x.test:70000"], "cidrs": [], "dns": ["1.2.3.4"]}',
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x.test:70000\ndns 1.2.3.4\n",
      SandboxExit.BAD_POLICY, "bad port in policy: 'x.test:70000'"),
-    ([*U, "--cap-add", "NET_ADMIN"], '{"domains": "x"}', SandboxExit.BAD_POLICY,
-     "needs arrays domains, cidrs, dns"),
-    ([*U, "--cap-add", "NET_ADMIN"], '{"domains": ["bad_name"], "cidrs": [], "dns": ["1.2.3.4"]}',
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x.test:0443\n", SandboxExit.BAD_POLICY,
+     "bad port in policy: 'x.test:0443'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "domain bad_name\ndns 1.2.3.4\n",
      SandboxExit.BAD_POLICY, "bad domain in policy: 'bad_name'"),
-    ([*U, "--cap-add", "NET_ADMIN"],
-     '{"domains": ["x.test\\nc 0.0.0.0/0"], "cidrs": [], "dns": ["1.2.3.4"]}',
-     SandboxExit.BAD_POLICY, "needs arrays domains, cidrs, dns of strings without spaces"),
-    ([*U, "--cap-add", "NET_ADMIN"],
-     '{"domains": [], "cidrs": ["10.0.0.0/33"], "dns": ["1.2.3.4"]}',
+    ([*U, "--cap-add", "NET_ADMIN"], f"domain {'a' * 64}.test\n", SandboxExit.BAD_POLICY,
+     "bad domain in policy: "),
+    ([*U, "--cap-add", "NET_ADMIN"], "domain -x.test\n", SandboxExit.BAD_POLICY,
+     "bad domain in policy: '-x.test'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x..test\n", SandboxExit.BAD_POLICY,
+     "bad domain in policy: 'x..test'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x.*.test\n", SandboxExit.BAD_POLICY,
+     "bad domain in policy: 'x.*.test'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x.test/#\n", SandboxExit.BAD_POLICY,
+     "bad domain in policy: 'x.test/#'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "local bad/name\n", SandboxExit.BAD_POLICY,
+     "bad local name in policy: 'bad/name'"),
+    # One entry a line: a second word is never read as another entry.
+    ([*U, "--cap-add", "NET_ADMIN"], "domain x.test cidr 0.0.0.0/0\n", SandboxExit.BAD_POLICY,
+     "bad policy line: "),
+    ([*U, "--cap-add", "NET_ADMIN"], "open everything\n", SandboxExit.BAD_POLICY,
+     "bad policy line: 'open everything'"),
+    ([*U, "--cap-add", "NET_ADMIN"], "v 2\n", SandboxExit.BAD_POLICY,
+     "policy version 2 is not supported"),
+    ([*U, "--cap-add", "NET_ADMIN"], "", SandboxExit.BAD_POLICY, "no policy"),
+    ([*U, "--cap-add", "NET_ADMIN"], "cidr 10.0.0.0/33\ndns 1.2.3.4\n",
      SandboxExit.BAD_POLICY, "bad CIDR in policy: "),
 ])
 def test_sidecar_refuses_and_is_never_ready(sandbox_image: str, tmp_path: Path,  # noqa: F811
@@ -306,8 +320,11 @@ def test_sidecar_refuses_and_is_never_ready(sandbox_image: str, tmp_path: Path, 
     result = _run_raw(sandbox_image, tmp_path, *args, policy=policy)
     assert result.returncode == code, result.stderr
     assert "iterare-sandbox: ready" not in result.stderr
-    assert result.stderr.startswith("iterare-sandbox: error: ")
-    assert message in result.stderr
+    # Its one error line, after at most the line that says the namespace is locked.
+    lines = result.stderr.splitlines()
+    assert lines[-1].startswith("iterare-sandbox: error: ")
+    assert lines[:-1] in ([], ["iterare-sandbox: locked"])
+    assert message in lines[-1]
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["ok"] is False and status["exit_code"] == code
 

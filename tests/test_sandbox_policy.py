@@ -70,6 +70,22 @@ def test_policy_from_config_orders_and_dedups(tmp_path: Path) -> None:
                                             "hosts": [], "local": [], "networks": []}
 
 
+def test_policy_lines_for_the_sidecar() -> None:
+    policy = EgressPolicy(("a.test", "*.b.test", "db.test:5432"), ("10.1.0.0/16",),
+                          ("10.0.0.2",), hosts=("192.0.2.2",), local_names=("db",),
+                          networks=("172.18.0.0/16",))
+    assert policy.to_lines() == ("v 1\ndomain a.test\ndomain *.b.test\ndomain db.test:5432\n"
+                                 "cidr 10.1.0.0/16\ndns 10.0.0.2\nhost 192.0.2.2\nlocal db\n"
+                                 "network 172.18.0.0/16\n")
+    assert EgressPolicy().to_lines() == "v 1\n"
+
+
+@pytest.mark.parametrize("bad", ["a.test b.test", "a.test\ncidr 0.0.0.0/0", ""])
+def test_policy_lines_refuse_a_value_that_could_make_two(bad: str) -> None:
+    with pytest.raises(ValueError):
+        EgressPolicy((bad,)).to_lines()
+
+
 def test_policy_from_config_names_the_file(tmp_path: Path) -> None:
     cfg = _config(tmp_path, '[firewall]\nallowed_domains = ["ok.com", "bad_name.com"]\n')
     with pytest.raises(UserError) as info:

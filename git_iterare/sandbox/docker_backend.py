@@ -82,8 +82,9 @@ LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"
 READY_TIMEOUT = 60.0
 
 READY_LINE = b"iterare-sandbox: ready"
-#: The sidecar's line once the run's trees are the agent's (see container/sidecar).
-TREES_READY_LINE = b"iterare-sandbox: trees ready"
+#: The sidecar's line once nothing gets in or out of the run's network namespace (see
+#: container/sidecar): the agent's container may start from then on.
+LOCKED_LINE = b"iterare-sandbox: locked"
 #: How every line the sidecar prints begins.
 SAYS = b"iterare-sandbox: "
 
@@ -507,7 +508,7 @@ class DockerBackend:
                              "ITERARE_TREES": trees,
                              # Not a secret (the record keeps it too); in the
                              # configuration it needs no call before the start.
-                             "ITERARE_POLICY": spec.policy.to_json()},
+                             "ITERARE_POLICY": spec.policy.to_lines()},
                 mounts=mounts, network=spec.network or None,
                 cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
@@ -624,12 +625,14 @@ class DockerBackend:
                     agent.put_archive("/", files_archive(spec.remote.files))
             if sidecar_started is not None:
                 sidecar_started.result()
-            # The agent's container starts once its trees are its own, while the sidecar
-            # still sets up the firewall: nothing gets in or out of the namespace until
-            # then, and the container waits for the sandbox to be ready before it runs
-            # the agent's command (container/agent-start).
+            # The agent's container starts once the sidecar has locked the namespace,
+            # while it still sets up the firewall and hands over the trees: nothing gets
+            # in or out until then, the trees are not yet the agent's uid's, and the
+            # container waits for the sandbox to be ready before it runs the agent's
+            # command (container/agent-start). Its working folder is entered as root
+            # by the engine, so it may start before the trees are its own.
             log, deadline = _SidecarLog(sidecar), time.monotonic() + READY_TIMEOUT
-            log.wait_for(TREES_READY_LINE, deadline)
+            log.wait_for(LOCKED_LINE, deadline)
             if not spec.tty:
                 with docker_errors(f"start the sandbox {spec.name}"):
                     agent.start()

@@ -1,7 +1,7 @@
 """The egress policy of a sandbox: which names and networks it may reach.
 
-The policy is written as JSON to ``/run/iterare/policy.json`` in the container (see
-``container/entrypoint``), in the shape ``{"domains": [...], "cidrs": [...], "dns": [...]}``.
+The network sidecar gets the policy as lines in its environment (``to_lines``; see
+``container/sidecar``); the run's record keeps it as JSON (``to_json``).
 Names follow RFC 1123 host name syntax (letters, digits and ``-`` in labels of 1-63
 characters, 253 characters in all). A plain name allows that name alone: the sandbox's
 resolver answers NXDOMAIN for its subdomains without asking upstream. ``*.`` as a whole
@@ -136,11 +136,32 @@ class EgressPolicy:
     networks: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        """The policy file the sidecar reads (``/run/iterare/policy.json``)."""
+        """The policy as JSON (the run's record keeps it; the sidecar writes what it
+        enforced in this form to its ``out/policy.json``)."""
         return json.dumps({"v": 1, "domains": list(self.domains), "cidrs": list(self.cidrs),
                            "dns": list(self.dns), "hosts": list(self.hosts),
                            "local": list(self.local_names), "networks": list(self.networks)},
                           indent=2) + "\n"
+
+    def to_lines(self) -> str:
+        """The policy as the network sidecar reads it (``ITERARE_POLICY``; see
+        ``container/sidecar``): ``v 1``, then one ``KIND VALUE`` a line, KIND one of
+        ``domain``, ``cidr``, ``dns``, ``host``, ``local``, ``network``. Plain text for a
+        shell to read without a JSON parser (jq takes tens of milliseconds to start).
+
+        Raises:
+            ValueError: a value is empty or holds white space (entries are validated
+                when the policy is built, so this is a programming error).
+        """
+        lines = ["v 1"]
+        for kind, values in (("domain", self.domains), ("cidr", self.cidrs),
+                             ("dns", self.dns), ("host", self.hosts),
+                             ("local", self.local_names), ("network", self.networks)):
+            for value in values:
+                if not value or any(c.isspace() for c in value):
+                    raise ValueError(f"policy {kind} {value!r} is empty or holds white space")
+                lines.append(f"{kind} {value}")
+        return "\n".join(lines) + "\n"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> EgressPolicy:

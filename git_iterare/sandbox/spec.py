@@ -19,7 +19,6 @@ LABEL_RUN = "dev.iterare.run"
 LABEL_REPO = "dev.iterare.repo"
 
 #: Paths inside the sidecar (see ``container/sidecar``).
-POLICY_PATH = "/run/iterare/policy.json"
 OUT_PATH = "/run/iterare/out"
 TREES_PATH = "/trees"
 SIDECAR = "/usr/local/sbin/iterare-sidecar"
