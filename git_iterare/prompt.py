@@ -183,15 +183,20 @@ def _parse_yaml(
     """Parse frontmatter; return the mapping and the file line of each key."""
     import yaml
 
+    # One parse: the node tree gives the lines, and it is built into data as
+    # yaml.safe_load would (get_single_node + construct_document).
+    loader = yaml.SafeLoader(yaml_text)
     try:
-        node = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(yaml_text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = first_line + (mark.line if mark else 0)
         raise UserError(f"{where}:{line}: bad YAML in frontmatter: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{where}:{first_line}: bad YAML in frontmatter: {exc}") from None
+    finally:
+        loader.dispose()
     if data is None:
         return {}, {}
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
