@@ -151,10 +151,17 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     from git_iterare.runner.launch import passthrough_env, sandbox_limits
     from git_iterare.runner.spec import sandbox_spec
     from git_iterare.sandbox.image import ensure_image
+    from git_iterare.sandbox.remote import shares_filesystem
 
     top = repo.work_tree
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
+    if not shares_filesystem():  # the session would mount this checkout: the engine lacks it
+        from git_iterare.sandbox.engine import current
+
+        raise UserError(f"a session on your checkout needs a local Docker engine; "
+                        f"{current().label} is remote and sees none of this machine's files",
+                        hint="use `git iterare interactive --worktree`, which ships a copy")
     admitted = admit(repo, config)
     networks = requested_networks(repo, request.networks, request.compose, os.environ)
     uid, gid = os.getuid(), os.getgid()
