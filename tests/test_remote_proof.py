@@ -334,8 +334,30 @@ def test_claude_code_against_the_fake_api_on_a_remote_engine(
     assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
 
 
-def test_interactive_session_in_a_worktree_on_a_remote_engine(over_ssh: Path) -> None:
-    project = over_ssh
+#: The docker command's ssh reads the login's own ~/.ssh (not $HOME's): this one reads
+#: the test's HOME, as ssh reads a user's own files.
+SSH_SHIM = """#!/bin/sh
+exec /usr/bin/ssh -F "$HOME/.ssh/config" -o UserKnownHostsFile="{known}" "$@"
+"""
+
+
+def _ssh_for_the_cli(home: Path, monkeypatch: pytest.MonkeyPatch, known: str) -> None:
+    shim = home / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "ssh").write_text(SSH_SHIM.format(known=known))
+    (shim / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("transport", ["ssh", "tls"])
+def test_interactive_session_in_a_worktree_on_a_remote_engine(
+        transport: str, request: pytest.FixtureRequest, hermetic_env: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session is a remote run; the docker command attaches the terminal over the same
+    transport (ssh, or tcp+TLS with the certificates of DOCKER_CERT_PATH)."""
+    project = request.getfixturevalue("over_ssh" if transport == "ssh" else "over_tls")
+    if transport == "ssh":
+        _ssh_for_the_cli(hermetic_env, monkeypatch, str(hermetic_env / ".ssh" / "known_hosts"))
     code, output = in_terminal(
         ["git", "iterare", "interactive", "--worktree", "--shell", "--workspace", "tty"],
         project, b"echo typed > typed.txt; exit 0\n", ready=b"/workspace$")
@@ -345,12 +367,42 @@ def test_interactive_session_in_a_worktree_on_a_remote_engine(over_ssh: Path) ->
     assert len(runs) == 1 and runs[0].startswith("tty-"), runs
     rec = record(project, runs[0])
     assert (rec["status"], rec["agent"]) == ("succeeded", "shell"), rec
-    assert rec["extra"]["engine"]["url"].startswith("ssh://")
+    assert rec["extra"]["engine"]["url"].startswith(f"{transport.replace('tls', 'tcp')}://")
     assert git("show", f"iterare/{runs[0]}:typed.txt", cwd=project).stdout == "typed\n"
 
 
+def test_interactive_when_the_docker_command_cannot_reach_the_engine(
+        over_ssh: Path, hermetic_env: Path, dind_engine: DindEngine,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker command's ssh does not know the engine's host key: one line, no
+    "detached" (the sandbox never started), and stopping the run commits nothing (its
+    empty trees on the engine are not the agent's work)."""
+    project = over_ssh
+    monkeypatch.setenv("NO_COLOR", "1")
+    _ssh_for_the_cli(hermetic_env, monkeypatch, "/dev/null")
+    code, output = in_terminal(
+        ["git", "iterare", "interactive", "--worktree", "--shell", "--workspace", "tty"],
+        project, b"", ready=b"never typed")
+    text = output.decode(errors="replace").replace("\r\n", "\n")
+    runs = git("for-each-ref", "--format=%(refname:strip=3)", "refs/iterare/runs",
+               cwd=project).stdout.split()
+    assert code == 1, text
+    assert "Host key verification failed" in text
+    assert text.splitlines()[-1] == (
+        "error: the docker command could not attach the terminal to the sandbox on "
+        f"{dind_engine.ssh_url} (exit status 1) (check that `docker version` reaches that "
+        f"engine from this shell; `git iterare stop {runs[0]}` ends the run)")
+    stopped = iterare("stop", runs[0], cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"run {runs[0]}: its agent never started; the base checked out here is kept" in (
+        stopped.stderr)
+    assert git("rev-parse", f"iterare/{runs[0]}", cwd=project).stdout == git(
+        "rev-parse", "main", cwd=project).stdout
+
+
 def test_interactive_on_the_checkout_is_refused_on_a_remote_engine(
-        over_ssh: Path, dind_engine: DindEngine) -> None:
+        over_ssh: Path, dind_engine: DindEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
     code, output = in_terminal(["git", "iterare", "interactive", "--shell"], over_ssh, b"",
                                ready=b"never typed", timeout=30)
     assert code == 2, output
