@@ -182,11 +182,13 @@ def _task(body: str) -> str:
     return f"---\nagent: shell\n---\n{body}"
 
 
-#: The escape script's targets (see escape.sh); HOST_GIT is the repository's object cache
-#: (shared by its runs on the engine, read-only for the agent); OWN_GITDIR the run's own.
-SCRIPT_ENV = {**{k: NET[k] for k in ("ALLOWED_V4", "BLOCKED_V4", "BLOCKED_V6", "DNS_V4",
-                                      "DNS_V6", "GATEWAY_V4", "INTRANET_V4", "INTRANET2_V4")},
-              "HOST_PORT": str(HOST_PORT), "HOST_GIT": "/git/cache", "OWN_GITDIR": "/git/run"}
+def script_env() -> dict[str, str]:
+    """The escape script's environment: its targets (see escape.sh); HOST_GIT is the
+    repository's object cache (shared by its runs on the engine, read-only for the agent),
+    OWN_GITDIR the run's own gitdir."""
+    return {**{k: NET[k] for k in ("ALLOWED_V4", "BLOCKED_V4", "BLOCKED_V6", "DNS_V4",
+                                   "DNS_V6", "GATEWAY_V4", "INTRANET_V4", "INTRANET2_V4")},
+            "HOST_PORT": str(HOST_PORT), "HOST_GIT": "/git/cache", "OWN_GITDIR": "/git/run"}
 
 #: Waits (at most 120 s) for /workspace/go, which the test makes.
 WAIT_FOR_GO = """\
@@ -212,7 +214,7 @@ def test_escape_suite_on_a_remote_engine(over_tls: Path, hermetic_env: Path,
     (project / "escape.sh").write_bytes(SCRIPT.read_bytes())
     (project / ".iterare" / "Dockerfile").write_text(HOSTILE_DOCKERFILE.format(
         base=remote_image, files=" ".join(NEUTERED)))
-    exports = "".join(f"export {k}={v}\n" for k, v in SCRIPT_ENV.items())
+    exports = "".join(f"export {k}={v}\n" for k, v in script_env().items())
     (project / ".iterare" / "prompts" / "escape.md").write_text(_task(
         WAIT_FOR_GO + exports + "bash escape.sh\necho escape-finished\n"))
     (project / ".iterare" / "prompts" / "hold.md").write_text(_task(
@@ -254,7 +256,7 @@ def test_escape_suite_on_a_remote_engine(over_tls: Path, hermetic_env: Path,
     wait_for(lambda: b"holding" in container.logs(), "the second agent to start")
     inner.networks.get(remote_internet["intranet"]).connect(f"iterare-{rid2}-net")
     code, (out, err) = container.exec_run(["/opt/real/bash", "/workspace/escape.sh"],
-                                          user="0", environment=SCRIPT_ENV,
+                                          user="0", environment=script_env(),
                                           workdir="/workspace", demux=True)
     root = _parse((out or b"").decode())
     uid = agent_ids()[0]
@@ -459,40 +461,50 @@ def test_initialized_submodules_are_refused_on_a_remote_engine(
     _nothing_made(dind_engine, project)
 
 
-@pytest.mark.slow
-def test_image_build_on_a_remote_engine(over_ssh: Path, dind_engine: DindEngine,
-                                        tmp_path: Path) -> None:
-    """The whole sandbox image, Claude Code included, built inside DinD: the context goes
-    through the API (over ssh), steps are shown, and npm downloads through this machine's
-    TLS-intercepting proxy only with ``--ca-bundle`` (which never reaches the image)."""
-    from tests.sandbox_fixtures import BASE_IMAGE, CA_BUNDLE
+@pytest.fixture(scope="module")
+def remote_base(dind_engine: DindEngine) -> str:
+    """The Debian base image, copied into the DinD engine (before any test points
+    DOCKER_HOST there)."""
+    from tests.sandbox_fixtures import BASE_IMAGE
 
     dind_engine.load_image(BASE_IMAGE)
+    return BASE_IMAGE
+
+
+@pytest.mark.slow
+def test_image_build_on_a_remote_engine(remote_base: str, over_ssh: Path,
+                                        dind_engine: DindEngine, tmp_path: Path) -> None:
+    """The whole sandbox image, Claude Code included, built inside DinD: the context goes
+    through the API (over ssh), steps are shown, and npm downloads through this machine's
+    TLS-intercepting proxy with ``--ca-bundle`` (which never reaches the image)."""
+    from tests.sandbox_fixtures import CA_BUNDLE
+
+    base = remote_base
     tag = f"itr-remote-built-{os.getpid()}:1"
     outside = tmp_path / "outside"  # no repository: no project layer
     outside.mkdir()
     env = {"GIT_CEILING_DIRECTORIES": str(tmp_path)}
     bad = tmp_path / "not-pem.txt"
     bad.write_text("hello\n")
-    refused = iterare("image", "build", "--base", BASE_IMAGE, "--ca-bundle", str(bad),
+    refused = iterare("image", "build", "--base", base, "--ca-bundle", str(bad),
                       "--tag", tag, cwd=outside, env=env)
     assert (refused.returncode, refused.stderr) == (
-        2, f"building {tag} from {BASE_IMAGE}\nerror: {bad} is not a PEM CA bundle (no BEGIN "
+        2, f"building {tag} from {base}\nerror: {bad} is not a PEM CA bundle (no BEGIN "
            "CERTIFICATE) (fix --ca-bundle or [docker] ca_bundle)\n")
     inner = dind_engine.client()
     try:
-        built = iterare("image", "build", "--base", BASE_IMAGE, "--ca-bundle", CA_BUNDLE,
+        built = iterare("image", "build", "--base", base, "--ca-bundle", CA_BUNDLE,
                         "--agents", "claude", "--tag", tag, cwd=outside, env=env)
         assert built.returncode == 0, built.stderr[-3000:]
         image = inner.images.get(tag)
         assert built.stdout == f"{tag} {image.id}\n"
         lines = built.stderr.splitlines()
-        assert lines[0] == f"building {tag} from {BASE_IMAGE}"
+        assert lines[0] == f"building {tag} from {base}"
         steps = [line for line in lines if line.startswith("Step ")]
         assert steps[0].startswith("Step 1/") and len(steps) > 10, lines
         assert image.labels["dev.iterare.agents"] == "claude"
-        out = inner.containers.run(tag, ["sh", "-c", "claude --version; ls -A /tmp"],
-                                   entrypoint=[], remove=True)
+        out = inner.containers.run(tag, ["claude --version; ls -A /tmp"],
+                                   entrypoint=["sh", "-c"], remove=True)
         assert out.decode().splitlines() == [out.decode().splitlines()[0]]
         assert "Claude Code" in out.decode()
         # Built there, not here.
