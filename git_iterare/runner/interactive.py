@@ -82,7 +82,14 @@ def _command(config: Config, shell: bool) -> tuple[str, ...]:
 
 
 def _attach(container: str) -> int | None:
-    """Attach the terminal; the session's exit status, or None when the user detached."""
+    """Attach the terminal; the session's exit status, or None when the user detached.
+
+    Raises:
+        OperationFailed: the docker command is missing, or it ended without ever starting
+            the sandbox (it cannot reach the engine: an ssh engine's host key or login,
+            a TLS engine's certificates; the docker command printed why). The sandbox is
+            left as it was.
+    """
     from git_iterare import proc, sandbox
     from git_iterare.runner.finish import LIVE_STATES
 
@@ -97,9 +104,16 @@ def _attach(container: str) -> int | None:
 
     # The docker command reaches the same engine (a context of the user's configuration
     # is not known to it otherwise).
-    proc.run(["docker", *verb, container], capture=False, check=False,
-             env=current().cli_env())
+    attached = proc.run(["docker", *verb, container], capture=False, check=False,
+                        env=current().cli_env())
     info = sandbox.inspect(container)
+    if attached.returncode and info is not None and info.state == "created":
+        # Never started: the docker command failed, nobody detached.
+        raise OperationFailed(f"the docker command could not attach the terminal to the "
+                              f"sandbox on {current().label} (exit status "
+                              f"{attached.returncode})",
+                              hint="check that `docker version` reaches that engine from "
+                                   "this shell")
     if info is not None and info.state in LIVE_STATES:
         return None
     code = sandbox.wait(container)
@@ -125,7 +139,11 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
             name=request.name, tty=True, command=command, networks=request.networks,
             compose=request.compose), progress=progress)
         progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
-        code = _attach(record.container or f"iterare-{record.id}")
+        try:
+            code = _attach(record.container or f"iterare-{record.id}")
+        except OperationFailed as exc:
+            raise OperationFailed(exc.message, hint=f"{exc.hint}; `git iterare stop "
+                                                    f"{record.id}` ends the run") from None
         if code is None:
             progress(f"detached; run {record.id} goes on (`git iterare stop {record.id}` "
                      f"ends it)")
@@ -151,10 +169,17 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
     from git_iterare.runner.launch import passthrough_env, sandbox_limits
     from git_iterare.runner.spec import sandbox_spec
     from git_iterare.sandbox.image import ensure_image
+    from git_iterare.sandbox.remote import shares_filesystem
 
     top = repo.work_tree
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
+    if not shares_filesystem():  # the session would mount this checkout: the engine lacks it
+        from git_iterare.sandbox.engine import current
+
+        raise UserError(f"a session on your checkout needs a local Docker engine; "
+                        f"{current().label} is remote and sees none of this machine's files",
+                        hint="use `git iterare interactive --worktree`, which ships a copy")
     admitted = admit(repo, config)
     networks = requested_networks(repo, request.networks, request.compose, os.environ)
     uid, gid = os.getuid(), os.getgid()

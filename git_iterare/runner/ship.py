@@ -565,6 +565,12 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
         OperationFailed: the engine cannot be reached or refused; a bad archive.
     """
     fetch_out(repo, record)
+    from git_iterare.sandbox.remote import never_started
+
+    agent = _agent_container(record)
+    if agent is not None and never_started(agent):
+        # The agent's container checks the base out itself: its trees are empty there.
+        return ["its agent never started; the base checked out here is kept"]
     with _source(record) as source:
         if source is None:
             return ["its files on the Docker engine are gone; what the host has is kept"]

@@ -288,6 +288,13 @@ def get_archive(container: Any, path: str) -> Iterator[bytes]:
         yield from stream
 
 
+def never_started(container: Any) -> bool:
+    """Whether ``container`` (as :func:`find_container` gives it) was never started: its
+    engine reports no start time (Docker's zero time)."""
+    started = str(((container.attrs or {}).get("State") or {}).get("StartedAt") or "")
+    return started == "" or started.startswith("0001-01-01")
+
+
 def find_container(name: str) -> Any:
     """The container ``name`` (or id) on the current engine, or None.
 

@@ -12,6 +12,17 @@ if [ -d /sys/fs/cgroup ]; then
         [ -d "$d" ] && ! [ -L "$d" ] && mount -o remount,bind,rw "$d" 2>/dev/null || true
     done
 fi
+# IPv6 on the engine's networks (the escape suite's local internet has it): Docker mounts
+# /proc/sys read-only; its net/ part is this container's own namespace, so only that part
+# is made writable, and IPv6 turned on in it.
+if mount --bind /proc/sys/net /proc/sys/net 2>/dev/null \
+        && mount -o remount,bind,rw /proc/sys/net 2>/dev/null; then
+    for f in /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6; do
+        if [ -e "$f" ]; then echo 0 > "$f" || true; fi
+    done
+else
+    echo "dind: /proc/sys/net stays read-only (no IPv6 networks)" >&2
+fi
 install -m 600 /seed/authorized_keys /root/.ssh/authorized_keys
 install -m 600 /seed/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
 /usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password \

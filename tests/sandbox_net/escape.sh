@@ -5,7 +5,7 @@
 # "control" lines are things that must work (the allowed name); for them "escaped"
 # means "it worked". Targets come from the environment (see test_sandbox_escape.py):
 # ALLOWED_V4 BLOCKED_V4 BLOCKED_V6 DNS_V4 DNS_V6 GATEWAY_V4 INTRANET_V4 INTRANET2_V4
-# HOST_PORT HOST_GIT. The policy allows allowed.test, *.wild.test, cdn.test, port.test:8080,
+# HOST_PORT HOST_GIT (and OWN_GITDIR, the run's own gitdir, when it has one). The policy allows allowed.test, *.wild.test, cdn.test, port.test:8080,
 # private.test, ns.test, gw.test:$HOST_PORT, hostalike.test and the network $INTRANET2_V4/32;
 # it names $HOSTALIKE_V4 as one of the Docker host's addresses.
 set -u
@@ -182,6 +182,8 @@ attempt write-any-gitdir-via-mounts bash -c '
         case $m in /proc*|/sys*|/dev*) continue;; esac
         for g in $(find "$m" -xdev -maxdepth 3 -name HEAD -path "*git*" 2>/dev/null); do
             d=$(dirname "$g")
+            # The gitdir of the run itself (OWN_GITDIR, a volume on a remote engine) is the agents own.
+            case $d in "${OWN_GITDIR:-/nonexistent}"|"${OWN_GITDIR:-/nonexistent}"/*) continue;; esac
             echo -n "tried $d; "
             touch "$d/iterare-escape-probe" 2>/dev/null && { echo "wrote into $d"; exit 0; }
         done
