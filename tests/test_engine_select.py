@@ -291,3 +291,34 @@ def test_a_run_on_an_engine_no_longer_selected_says_what_to_set(
     assert (stopped.returncode, stopped.stderr) == (
         1, "error: the run is on the Docker engine at ssh://me@build-box, which your settings "
            "do not select now (set DOCKER_HOST=ssh://me@build-box)\n")
+
+
+@pytest.mark.parametrize("url,addresses", [
+    ("ssh://me@192.0.2.10:2222", ("192.0.2.10",)),
+    ("ssh://192.0.2.11", ("192.0.2.11",)),
+    ("tcp://[2001:db8::7]:2376", ("2001:db8::7",)),
+    ("unix:///var/run/docker.sock", ()),
+    ("npipe:////./pipe/docker_engine", ()),
+])
+def test_a_network_engine_names_its_host_addresses(url: str, addresses: tuple[str, ...]
+                                                   ) -> None:
+    assert Engine("default", url).network_addresses() == addresses
+
+
+def test_a_remote_engine_host_is_closed_to_its_sandboxes(home: Path, tmp_path: Path) -> None:
+    """The engine host's address joins the sidecar's closed hosts (DNS rebinding onto it);
+    a local engine closes this machine's own addresses instead."""
+    from git_iterare.sandbox import EgressPolicy, Limits, SandboxSpec
+    from git_iterare.sandbox.docker_backend import _with_dns, host_addresses
+
+    spec = SandboxSpec(image="i", sidecar_image="i", name="n", command=("true",),
+                       policy=EgressPolicy(("a.test",), dns=("192.0.2.53",),
+                                           hosts=("198.51.100.1",)),
+                       out_dir=tmp_path, limits=Limits(cpus=1.0, memory="64m", pids=16))
+    with eng.using(Engine("box", "ssh://me@203.0.113.5")):
+        assert _with_dns(spec).policy.hosts == ("198.51.100.1", "203.0.113.5")
+    with eng.using(Engine("box", "tcp://127.0.0.1:2376")):  # loopback: closed anyway
+        assert _with_dns(spec).policy.hosts == ("198.51.100.1",)
+    with eng.using(Engine("default", DEFAULT_URL)):
+        assert _with_dns(spec).policy.hosts == tuple(dict.fromkeys(
+            ("198.51.100.1", *host_addresses())))

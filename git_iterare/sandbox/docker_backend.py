@@ -364,7 +364,9 @@ def host_addresses(fib_trie: Path = Path("/proc/net/fib_trie"),
 def _with_dns(spec: SandboxSpec) -> SandboxSpec:
     """``spec`` with upstream DNS servers (Docker's embedded DNS on user-defined networks
     must not be the upstream, so the resolver gets the servers Docker itself would use)
-    and, for an engine on this machine, this machine's addresses to close."""
+    and the engine host's addresses to close: all of this machine's for an engine on it,
+    those its name resolves to for an ``ssh://`` or ``tcp://`` engine (loopback ones
+    are closed anyway)."""
     import dataclasses
 
     from git_iterare.sandbox.engine import current
@@ -372,9 +374,11 @@ def _with_dns(spec: SandboxSpec) -> SandboxSpec:
     policy = spec.policy
     if not policy.dns:
         policy = dataclasses.replace(policy, dns=host_dns_servers())
-    if current().url.startswith("unix://"):
-        policy = dataclasses.replace(policy, hosts=tuple(dict.fromkeys(
-            (*policy.hosts, *host_addresses()))))
+    engine = current()
+    own = host_addresses() if engine.url.startswith("unix://") else tuple(
+        a for a in engine.network_addresses() if not ipaddress.ip_address(a).is_loopback)
+    if own:
+        policy = dataclasses.replace(policy, hosts=tuple(dict.fromkeys((*policy.hosts, *own))))
     return dataclasses.replace(spec, policy=policy)
 
 

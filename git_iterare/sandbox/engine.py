@@ -94,6 +94,27 @@ class Engine:
         """True for the local default socket (the engine runs share files with)."""
         return self.url == DEFAULT_URL
 
+    def network_addresses(self) -> tuple[str, ...]:
+        """The addresses this client reaches an ``ssh://`` or ``tcp://`` engine's host at
+        (its name resolved as the connection resolves it); empty for ``unix://`` and
+        ``npipe://`` endpoints and when the name does not resolve.
+
+        These are some of the engine host's own addresses, which its sandboxes must not
+        reach; the client cannot learn the others (the host's other interfaces).
+        """
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("ssh", "tcp") or not parts.hostname:
+            return ()
+        import socket
+
+        try:
+            found = socket.getaddrinfo(parts.hostname, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):
+            return ()
+        return tuple(dict.fromkeys(str(info[4][0]).split("%")[0] for info in found))
+
     def describe(self) -> dict[str, str]:
         """What a run record keeps: ``{"name", "url"}`` (no key material, no paths)."""
         return {"name": self.name, "url": self.url}
