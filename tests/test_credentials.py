@@ -215,3 +215,20 @@ def test_pasted_token_is_not_echoed(tmp_path: Path, store: Path) -> None:
     assert text == ("Paste an API key or `claude setup-token` token: \n"
                     f"stored Claude OAuth token in {store / 'claude-oauth-token'} (mode 0600)\n")
     assert (store / "claude-oauth-token").read_text() == "sk-ant-oat01-typed\n"
+
+
+def test_login_in_the_sandbox_is_refused_on_a_remote_engine(tmp_path: Path,
+                                                             hermetic_env: Path) -> None:
+    """The login writes into a folder of this machine that a remote engine cannot mount:
+    one line, before anything is asked of the engine."""
+    from git_iterare.runner.interactive import login_launcher
+    from git_iterare.sandbox import engine as eng
+
+    launch = login_launcher(None, cfg(), agents.get_agent("claude"))
+    with eng.using(eng.Engine("box", "ssh://me@203.0.113.5")), \
+            pytest.raises(UserError) as info:
+        launch(["claude", "/login"], tmp_path)
+    assert info.value.render().startswith(
+        "logging in inside the sandbox needs a local Docker engine; ssh://me@203.0.113.5 "
+        "(context box) is remote")
+    assert "\n" not in info.value.render()

@@ -260,6 +260,16 @@ def login_launcher(repo: Repo | None, config: Config, agent: Agent,
     def launch(argv: Sequence[str], home: Path) -> int:
         import secrets
 
+        from git_iterare.sandbox.remote import shares_filesystem
+
+        if not shares_filesystem():  # the login writes into a folder of this machine
+            from git_iterare.sandbox.engine import current
+
+            raise UserError(f"logging in inside the sandbox needs a local Docker engine; "
+                            f"{current().label} is remote and sees none of this machine's "
+                            f"files", hint="log in against a local engine (`git iterare --context "
+                            "default credentials ...` with DOCKER_HOST and DOCKER_CONTEXT "
+                            "unset), or give the agent its API key variable")
         network = checked_network(config)
         require_approval(repo, config)
         check_network_on_engine(network)
