@@ -19,6 +19,8 @@ from git_iterare.cli.registry import COMMANDS
 from git_iterare.errors import ExitCode, IterareError, UserError
 
 BUG_URL = "https://github.com/git-iterare/git-iterare/issues"
+#: The values of ``--color``.
+COLOR_WHENS = ("auto", "always", "never")
 
 
 def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -65,7 +67,7 @@ def common_options() -> list[click.Parameter]:
     ``-h`` stays click's short usage.
     """
     return [
-        click.Option(["--color"], type=click.Choice(["auto", "always", "never"]),
+        click.Option(["--color"], type=click.Choice(COLOR_WHENS),
                      is_flag=False, flag_value="always", default=None, expose_value=False,
                      is_eager=True, callback=_set_color,
                      help="Color output: auto (terminals only), always or never."),
@@ -177,6 +179,30 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
+def _spell_color(args: list[str]) -> list[str]:
+    """``args`` with every ``--color`` option written as ``--color=WHEN``.
+
+    ``--color WHEN`` (a separate value, as click takes option values) and ``--color=WHEN``
+    both give WHEN; a bare ``--color`` (followed by anything else: a command, another
+    option, nothing) means ``always``, as in git. Click alone would take the word after a
+    bare ``--color`` as its value, and without this ``--color always list`` ran a command
+    named "always".
+    """
+    spelled: list[str] = []
+    index = 0
+    while index < len(args):
+        word = args[index]
+        index += 1
+        if word == "--color":
+            when = "always"
+            if index < len(args) and args[index] in COLOR_WHENS:
+                when = args[index]
+                index += 1
+            word = f"--color={when}"
+        spelled.append(word)
+    return spelled
+
+
 def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     """Map how we were started to click's arguments.
 
@@ -185,10 +211,8 @@ def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     """
     base = os.path.basename(argv[0]) if argv else "git-iterare"
     args = list(argv[1:])
-    # A bare --color means --color=always, as in git; click would take the next word as
-    # its value, so spell it out (only before "--").
     end = args.index("--") if "--" in args else len(args)
-    args[:end] = ["--color=always" if a == "--color" else a for a in args[:end]]
+    args[:end] = _spell_color(args[:end])
     if base.startswith("git-iterare-") and base[len("git-iterare-"):] in COMMANDS:
         return "git iterare", [base[len("git-iterare-"):], *args]
     return "git iterare", args
