@@ -1,0 +1,51 @@
+"""What ``execute`` says about a request it refuses or cannot fully honour, before it
+contacts the engine: one line naming the problem and the next step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, iterare
+
+
+@pytest.fixture
+def project(repo: Path) -> Path:
+    """``repo`` with a shell prompt ``p`` committed."""
+    prompts = repo / ".iterare" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "p.md").write_text("echo hi > f.txt\n")
+    git("add", ".iterare", cwd=repo)
+    git("commit", "-qm", "prompt", cwd=repo)
+    return repo
+
+
+def _refused(project: Path, *args: str) -> str:
+    result = iterare("execute", "p", "--agent", "shell", *args, cwd=project)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert not git("branch", "--list", "iterare/*", cwd=project).stdout  # nothing made
+    return result.stderr
+
+
+def test_a_base_branch_that_does_not_exist(project: Path) -> None:
+    assert _refused(project, "--branch", "nosuch") == (
+        "error: --branch nosuch: no such branch or commit in this repository (choose one "
+        "`git branch -a` lists, or `git fetch` it from its remote first)\n")
+    prompt = project / ".iterare" / "prompts" / "p.md"
+    prompt.write_text("---\nbranch: gone\n---\necho hi\n")
+    assert _refused(project) == (
+        "error: .iterare/prompts/p.md: branch 'gone' (frontmatter) does not exist in this "
+        "repository (fix its `branch:` or give --branch; choose one `git branch -a` lists, "
+        "or `git fetch` it from its remote first)\n")
+
+
+def test_a_repository_without_commits(tmp_path: Path) -> None:
+    git("init", "-q", "-b", "main", cwd=tmp_path)
+    (tmp_path / ".iterare" / "prompts").mkdir(parents=True)
+    (tmp_path / ".iterare" / "prompts" / "p.md").write_text("echo hi\n")
+    result = iterare("execute", "p", "--agent", "shell", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2, "error: HEAD is no commit yet: the current branch has no commits (make a first "
+           "commit, or give --branch)\n")
+
