@@ -49,3 +49,8 @@ def test_a_repository_without_commits(tmp_path: Path) -> None:
         2, "error: HEAD is no commit yet: the current branch has no commits (make a first "
            "commit, or give --branch)\n")
 
+
+def test_a_too_long_name_is_told_the_limit(project: Path) -> None:
+    assert _refused(project, "--name", "n" * 150) == (
+        f"error: invalid run name {'n' * 40!r}...: it has 150 characters; a run name has at "
+        "most 100 (choose a shorter name)\n")
