@@ -295,6 +295,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         from git_iterare.runner.ship import check_request
 
         check_request(repo, base_commit, more_mounts)
+    if unheld := agent.unheld_limits(budget):
+        ui.warn(f"the {agent.name} agent cannot enforce {' or '.join(unheld)}: this run "
+                f"goes on without {'that limit' if len(unheld) == 1 else 'these limits'}")
     # The first questions to the engine come last, so the docker SDK has been imported in
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
