@@ -282,7 +282,13 @@ def run(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
-    except Exception:
+    except Exception as exc:
+        unreadable = _unreadable_git_config(exc)
+        if unreadable is not None:
+            from git_iterare import ui
+
+            ui.error(unreadable.render())
+            return unreadable.exit_code
         import traceback
 
         traceback.print_exc()
@@ -290,6 +296,23 @@ def run(argv: list[str] | None = None) -> int:
               f"traceback above at {BUG_URL}", file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _unreadable_git_config(exc: BaseException) -> UserError | None:
+    """The one-line error for a git config file dulwich could not read (the user's
+    ``~/.gitconfig`` of mode 000, say: dulwich reads it for the identity of a reflog
+    entry, where git would skip it), or None when ``exc`` is something else."""
+    if not isinstance(exc, OSError) or not exc.filename:
+        return None
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("dulwich/config.py"):
+            path = os.fsdecode(exc.filename)
+            return UserError(f"cannot read the git config file {path}: "
+                             f"{exc.strerror or 'unreadable'}",
+                             hint=f"make it readable with `chmod u+r {path}`, or move it away")
+        frame = frame.tb_next
+    return None
 
 
 def entry(*_: Any) -> None:

@@ -453,6 +453,7 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
     from git_iterare import sandbox
     from git_iterare.runner.finish import has_worktree
     from git_iterare.runner.workspace import cleanup_run, open_run
+    from git_iterare.runs.cas import IDENTITY
     from git_iterare.runs.ids import run_ref
 
     try:
@@ -465,7 +466,8 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
         shutil.rmtree(state_dir(repo, run_id), ignore_errors=True)
         return bool(store.repo.refs.remove_if_equals(
             Ref(run_ref(run_id).encode()), ObjectID(snap.commit),
-            message=f"iterare: remove run {run_id}, which never started".encode()))
+            message=f"iterare: remove run {run_id}, which never started".encode(),
+            committer=IDENTITY))  # as the record's other moves (runs/cas.py)
     except Exception:  # keep the run and record its failure instead
         return False
 
