@@ -3,6 +3,7 @@ drives it in tests/test_agent_clis.py and tests/test_runs_e2e.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakeapi import openai_server
+from tests.fakeapi import client, openai_server
 from tests.fakeapi.openai_server import USAGE, FakeOpenAI
 from tests.fakeapi.server import BaseHandler, FakeServer, Script
 
@@ -26,12 +27,9 @@ TURNS: list[list[dict[str, Any]]] = [
 CODE_MODE = [{"type": "namespace", "tools": [{"type": "custom", "name": "exec"}]}]
 
 
-def post(url: str, body: Any) -> tuple[str, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json",
-                                              "authorization": "Bearer sk-secret"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.headers["content-type"], response.read()
+#: What the agent sends as its key (the fake logs it redacted).
+KEY_HEADER = {"authorization": "Bearer sk-secret"}
+post = functools.partial(client.post, headers=KEY_HEADER)
 
 
 def sse(payload: bytes) -> list[dict[str, Any]]:
