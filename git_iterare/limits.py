@@ -49,6 +49,9 @@ MAX_PATH_BYTES = 3500
 MAX_EXCLUDED_PATHS = 10_000
 #: Most skipped paths named in the notes of a run (the rest are counted).
 MAX_SKIPPED_NAMED = 50
+#: Longest message an ``error:`` or ``warning:`` line prints (characters); the rest is
+#: cut and counted.
+MAX_MESSAGE_CHARS = 1000
 
 # -- the agent's output -------------------------------------------------------------------
 #: Longest output line handled as one line; longer ones are split.

@@ -74,6 +74,7 @@ def run(
     check: bool = True,
     text: bool = True,
     capture: bool = True,
+    own_group: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run a command and return its result.
 
@@ -87,6 +88,9 @@ def run(
         check: raise :class:`ExternalError` on a non-zero exit status.
         text: decode stdout and stderr as UTF-8 (invalid bytes replaced).
         capture: capture stdout/stderr; when False they go to ours.
+        own_group: run it in a session (and process group) of its own, so the terminal's
+            Ctrl-C (SIGINT to the foreground group) does not reach it: for a step that
+            must not stop half-way (see :func:`git_iterare.git.merge.merge_run`).
 
     Returns:
         The completed process, stdout and stderr captured when ``capture``.
@@ -116,6 +120,7 @@ def run(
             encoding="utf-8" if text else None,
             errors="replace" if text else None,
             check=False,
+            start_new_session=own_group,
         )
     except FileNotFoundError as exc:
         raise ExternalError(args, 127, str(exc), f"cannot run {args[0]}: not found") from exc

@@ -267,7 +267,9 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
                 if problem:
                     raise fail(key, f"{value!r} {problem}")
             elif problem := name_problem(value):
-                raise fail(key, f"{value!r}: {problem}")
+                from git_iterare.runs.ids import shown_name
+
+                raise fail(key, f"{shown_name(value)}: {problem}")
             fields[key] = value
     return fields, warnings
 
@@ -290,7 +292,10 @@ def parse(text: str, path: Path) -> Prompt:
     name = path.name[:-3] if path.name.endswith(".md") else path.name
     problem = name_problem(name)
     if problem:
-        raise UserError(f"{where}: prompt name {name!r}: {problem}", hint="rename the file")
+        from git_iterare.runs.ids import shown_name
+
+        raise UserError(f"{where}: prompt name {shown_name(name)}: {problem}",
+                        hint="rename the file")
     yaml_text, yaml_line, body, body_line = split_frontmatter(text, where)
     fields: dict[str, Any] = {}
     warnings: list[str] = []

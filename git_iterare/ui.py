@@ -142,15 +142,30 @@ def progress(line: str) -> None:
     print(sanitize_line(line), file=sys.stderr, flush=True)
 
 
+def bounded_line(message: str) -> str:
+    """``message`` sanitized (:func:`sanitize_line`) and cut to
+    :data:`~git_iterare.limits.MAX_MESSAGE_CHARS` characters, the rest counted: a message
+    that names whatever a tool printed (a list of files, an engine's explanation) stays
+    one readable line."""
+    from git_iterare.limits import MAX_MESSAGE_CHARS
+
+    line = sanitize_line(message)
+    if len(line) <= MAX_MESSAGE_CHARS:
+        return line
+    return f"{line[:MAX_MESSAGE_CHARS]}... ({len(line) - MAX_MESSAGE_CHARS} more characters)"
+
+
 def warn(message: str) -> None:
-    """Print ``warning: message`` to stderr, ``message`` sanitized (:func:`sanitize_line`)."""
-    print(paint("warning:", "yellow", stream=sys.stderr), sanitize_line(message),
+    """Print ``warning: message`` to stderr, ``message`` made one bounded line
+    (:func:`bounded_line`)."""
+    print(paint("warning:", "yellow", stream=sys.stderr), bounded_line(message),
           file=sys.stderr)
 
 
 def error(message: str) -> None:
-    """Print ``error: message`` to stderr, ``message`` sanitized (:func:`sanitize_line`)."""
-    print(paint("error:", "red", "bold", stream=sys.stderr), sanitize_line(message),
+    """Print ``error: message`` to stderr, ``message`` made one bounded line
+    (:func:`bounded_line`)."""
+    print(paint("error:", "red", "bold", stream=sys.stderr), bounded_line(message),
           file=sys.stderr)
 
 

@@ -248,3 +248,16 @@ def test_show_of_a_record_with_20000_blocked_names(repo: Path) -> None:
     assert f"and {20000 - lim.MAX_EGRESS_NAMES} more" in result.stdout
     assert result.stdout.count(".test  ") == lim.MAX_EGRESS_NAMES
     assert iterare("show", rec.id, cwd=repo).returncode == 0
+
+
+def test_the_sandbox_gives_its_output_only_as_bounded_lines() -> None:
+    """The agent's output comes as lines of at most MAX_LINE_BYTES, streamed
+    (``log_lines``); no call returns all of it at once (the product never needed one, and
+    an agent can print without limit)."""
+    from git_iterare import sandbox
+    from git_iterare.sandbox.backend import Backend
+    from git_iterare.sandbox.docker_backend import DockerBackend
+
+    for api in (sandbox, Backend, DockerBackend):
+        assert not hasattr(api, "logs"), api
+        assert hasattr(api, "log_lines"), api

@@ -121,3 +121,22 @@ def test_diff_finds_the_run_among_git_diff_arguments() -> None:
     assert split_run(["fix-0123abcd", "-U1", "--", "a.txt"]) == ("fix-0123abcd",
                                                                 ["-U1", "--", "a.txt"])
     assert split_run(["--stat", "--", "a.txt"]) == (None, ["--stat", "--", "a.txt"])
+
+
+def test_execute_and_interactive_share_one_declaration_of_the_network_options() -> None:
+    import importlib
+
+    import click
+
+    def declared(module: str) -> list[dict[str, object]]:
+        command = importlib.import_module(f"git_iterare.cli.{module}").command
+        return [param.to_info_dict() for param in command.params
+                if isinstance(param, click.Option) and param.name in ("networks", "compose")]
+
+    options = declared("execute")
+    assert [o["opts"] for o in options] == [["--docker-network", "--dn"],
+                                            ["--docker-compose", "--dc"]]
+    assert declared("interactive") == options
+    # Declared once, in cli/context.py.
+    sources = (Path(__file__).parent.parent / "git_iterare" / "cli").glob("*.py")
+    assert [p.name for p in sources if '"--docker-network"' in p.read_text()] == ["context.py"]

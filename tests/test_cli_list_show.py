@@ -251,3 +251,20 @@ def test_bad_loose_objects_are_left_to_git(tmp_path: Path) -> None:
     assert len(huge) < LOOSE_MAX_BYTES  # a small file that inflates past the bound
     assert _read_loose(str(objects), put("5" * 38, huge)) is None
     assert _read_loose(str(objects), put("6" * 38, zlib.compress(b"evil 3\0abc"))) is None
+
+
+def test_log_of_a_run_ended_from_outside_says_how_it_ended(repo: Path) -> None:
+    """A timed-out or stopped run's log ends with that, not with the agent's "failed"
+    (the agent was killed); ``list`` and ``show`` name the same status."""
+    store = RunStore(repo)
+    ended = {"timed-out": ("timed out", 124, "killed after the 3 s timeout"),
+             "stopped": ("stopped", 143, "stopped by the user"),
+             "failed": ("failed", 1, None)}
+    for status, (closing, code, error) in ended.items():
+        rid = finished_run(repo, status.replace("-", ""), status, exit_code=code, error=error)
+        store.append_log(rid, b"start\n")
+        shown = iterare("log", rid, cwd=repo)
+        assert (shown.returncode, shown.stdout) == (1, f"start\n{closing}\n"), shown.stderr
+        assert f"status:    {status} (exit {code})\n" in iterare("show", rid, cwd=repo).stdout
+        listed = iterare("list", "--format", "porcelain", cwd=repo).stdout.splitlines()
+        assert [rid, status] in [line.split("\t")[:2] for line in listed]

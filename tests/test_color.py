@@ -27,6 +27,23 @@ def test_color_flag(repo: Path, flag: str, colored: bool) -> None:
     assert _error_colored(repo, flag) is colored
 
 
+@pytest.mark.parametrize(("flags", "colored"), [
+    (["--color", "always"], True), (["--color", "never"], False), (["--color", "auto"], False),
+    (["--color=always"], True), (["--color"], True)])
+def test_color_takes_its_value_as_a_separate_word_too(repo: Path, flags: list[str],
+                                                      colored: bool) -> None:
+    # Before the command: the value is not taken for the command's name.
+    result = iterare(*flags, "confg", cwd=repo)
+    assert result.returncode == 2
+    assert "'confg' is not a git iterare command" in result.stderr
+    assert result.stderr.startswith(RED) is colored
+    # After it, and a bare --color before a command name.
+    for args in ([*flags, "list"], ["list", *flags], ["list", *flags, "--all"]):
+        listed = iterare(*args, cwd=repo)
+        assert (listed.returncode, listed.stdout) == (0, ""), args
+        assert listed.stderr.startswith("no runs"), args
+
+
 def test_no_color_turns_it_off_but_the_flag_wins(repo: Path) -> None:
     git("config", "color.ui", "always", cwd=repo)
     assert not _error_colored(repo, env={"NO_COLOR": "1"})

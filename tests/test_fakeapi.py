@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from git_iterare import agents, config
+from tests.fakeapi import client
 from tests.fakeapi.claude_cli import install_claude
 from tests.fakeapi.server import FakeAnthropic, load_script
 
@@ -28,12 +30,9 @@ TURNS: list[list[dict[str, Any]]] = [
 ]
 
 
-def post(url: str, body: dict[str, Any]) -> tuple[str, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json",
-                                              "x-api-key": "sk-secret"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.headers["content-type"], response.read()
+#: What the agent sends as its key (the fake logs it redacted).
+KEY_HEADER = {"x-api-key": "sk-secret"}
+post = functools.partial(client.post, headers=KEY_HEADER)
 
 
 def sse(payload: bytes) -> list[tuple[str, dict[str, Any]]]:

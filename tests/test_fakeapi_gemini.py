@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from git_iterare import agents, config
+from tests.fakeapi import client
 from tests.fakeapi.gemini import FakeGemini, schema_example
 from tests.fakeapi.gemini_cli import install_gemini, system_settings
 
@@ -27,12 +29,9 @@ TURNS: list[list[dict[str, Any]]] = [
 MODEL = "/v1beta/models/gemini-x"
 
 
-def post(url: str, body: dict[str, Any]) -> tuple[str, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json",
-                                              "x-goog-api-key": "AIza-secret"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.headers["content-type"], response.read()
+#: What the agent sends as its key (the fake logs it redacted).
+KEY_HEADER = {"x-goog-api-key": "AIza-secret"}
+post = functools.partial(client.post, headers=KEY_HEADER)
 
 
 def sse(payload: bytes) -> list[dict[str, Any]]:

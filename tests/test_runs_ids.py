@@ -65,13 +65,22 @@ def test_ids_that_exist_keep_working_whatever_made_them() -> None:
     ("a[b", "it contains '['"),
     ("a\\b", "it contains '\\\\'"),
     ("a\x7fb", "it contains a control character"),
-    ("x" * 101, "it is longer than 100 characters"),
 ])
 def test_invalid_names(name: str, why: str) -> None:
     with pytest.raises(UserError) as info:
         ids.new_run_id(name)
     assert info.value.exit_code == 2
     assert info.value.message == f"invalid run name {name!r}: {why}"
+    assert info.value.hint == "use letters, digits, '-', '_' and '.'"
+
+
+def test_a_too_long_name_is_told_the_limit_and_shown_cut() -> None:
+    assert ids.validate_name("x" * 100) == "x" * 100
+    with pytest.raises(UserError) as info:
+        ids.new_run_id("x" * 101)
+    assert info.value.render() == (
+        f"invalid run name {'x' * 40!r}...: it has 101 characters; a run name has at most 100 "
+        "(choose a shorter name)")
 
 
 def test_valid_names_pass_git_check_ref_format(tmp_path) -> None:

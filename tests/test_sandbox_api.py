@@ -65,7 +65,7 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     cid = sandbox.launch(spec)
     assert sandbox.wait(cid, timeout=60) == 7
     lines = [line.decode() for line in sandbox.attach(cid)]
-    assert sandbox.logs(cid) == "".join(lines).encode()
+    assert b"".join(sandbox.log_lines(cid)) == "".join(lines).encode()
     # The agent's output alone, as the agent's uid (no host account has it).
     assert sorted(lines) == sorted(["out\n", "err\n", "/workspace\n",
                                     f"{agent_ids()[0]}\n"])
@@ -342,9 +342,10 @@ def test_inbound_connections_are_dropped(make_spec) -> None:
         address = sidecar.attrs["NetworkSettings"]["IPAddress"]
         assert address
         deadline = time.monotonic() + 20
-        while "loopback-ok" not in sandbox.logs(cid).decode() and time.monotonic() < deadline:
+        while (b"loopback-ok\n" not in sandbox.log_lines(cid)
+               and time.monotonic() < deadline):
             time.sleep(0.2)
-        assert "loopback-ok" in sandbox.logs(cid).decode()
+        assert b"loopback-ok\n" in sandbox.log_lines(cid)
         with pytest.raises(OSError):
             socket.create_connection((address, 7777), timeout=2).close()
     finally:
@@ -369,7 +370,7 @@ def test_volumes_of_the_image_go_with_the_sandbox(make_spec, sandbox_image: str,
         spec = dataclasses.replace(spec, image=tag)
         cid = sandbox.launch(spec)
         assert sandbox.wait(cid, timeout=60) == 0
-        assert b"kept-in-a-volume" in sandbox.logs(cid)
+        assert b"kept-in-a-volume" in b"".join(sandbox.log_lines(cid))
         volumes = [m["Name"] for m in _engine().api.inspect_container(cid)["Mounts"]
                    if m["Type"] == "volume"]
         assert len(volumes) == 2

@@ -18,6 +18,8 @@ which says (see that class for the signatures; everything but :attr:`~.Agent.nam
 * how it starts: :meth:`~.Agent.command` (prompt by file), :meth:`~.Agent.limit_args`
   with :attr:`~.Agent.own_limits`, :meth:`~.Agent.interactive_command`,
   :meth:`~.Agent.environment`;
+* which run limits hold for it: :attr:`~.Agent.own_limits` and :attr:`~.Agent.reports_cost`
+  (:meth:`~.Agent.unheld_limits` names the others, which ``execute`` warns about);
 * its credentials: :meth:`~.Agent.credentials` (what a run hands to the sandbox: secret
   environment and files under the agent's home) and, for ``git iterare credentials``,
   :attr:`~.Agent.credential_store` (a :class:`~git_iterare.agents.credstore.CredentialStore`:

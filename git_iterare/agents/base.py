@@ -148,6 +148,26 @@ class Agent:
     #: Run limits (``max_budget_usd``, ``max_turns``) the agent enforces itself given
     #: :meth:`limit_args`; git-iterare watches the reported cost for the others.
     own_limits: frozenset[str] = frozenset()
+    #: Whether the agent's output reports what it has spent as it goes (read by
+    #: :meth:`summarize`): then git-iterare holds a ``max_budget_usd`` the agent does not
+    #: (:func:`git_iterare.runner.finish.stop_over_budget`).
+    reports_cost: bool = False
+
+    def unheld_limits(self, limits: Mapping[str, object]) -> list[str]:
+        """The run limits set in ``limits`` that nothing can hold for this agent: neither
+        the agent itself (:attr:`own_limits`) nor git-iterare from the cost it reports
+        (:attr:`reports_cost`; a budget only).
+
+        Args:
+            limits: ``max_budget_usd`` (US dollars) and ``max_turns``, each None, 0 or
+                absent for no limit (a run record's ``extra``).
+
+        Returns:
+            The names of those limits, ``max_budget_usd`` first; empty when all hold.
+        """
+        held = self.own_limits | ({"max_budget_usd"} if self.reports_cost else set())
+        return [key for key in ("max_budget_usd", "max_turns")
+                if limits.get(key) and key not in held]
 
     def limit_args(self, limits: Mapping[str, object]) -> list[str]:
         """Arguments appended to :meth:`command` so the agent stops itself at the run's

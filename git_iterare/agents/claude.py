@@ -175,6 +175,7 @@ class Claude(Agent):
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
     own_limits = frozenset({"max_budget_usd", "max_turns"})
+    reports_cost = True
 
     def limit_args(self, limits: Mapping[str, object]) -> list[str]:
         """Claude Code's ``--max-budget-usd`` and ``--max-turns`` (``--print`` only)."""

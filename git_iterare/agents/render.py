@@ -94,10 +94,17 @@ def format_duration(ms: int) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def format_summary(result: RunResult) -> str:
+def format_summary(result: RunResult, *, ended: str | None = None) -> str:
     """The closing line: outcome, then duration, cost and turns (what is known of them),
     labelled as reported by the agent: the agent writes its own log, so a tool it ran may
-    have forged them (``done: 465ms, $0.0193, 2 turns (reported by the agent)``)."""
+    have forged them (``done: 465ms, $0.0193, 2 turns (reported by the agent)``).
+
+    Args:
+        result: what the agent's log says of the run.
+        ended: how the run was ended from outside when it was (``"timed out"``,
+            ``"stopped"``): the outcome shown instead of the agent's ``failed``, which
+            only says that it was killed.
+    """
     facts = []
     if result.duration_ms is not None:
         facts.append(format_duration(result.duration_ms))
@@ -105,7 +112,12 @@ def format_summary(result: RunResult) -> str:
         facts.append(f"${result.cost_usd:.4f}")
     if result.turns is not None:
         facts.append(f"{result.turns} turn" + ("" if result.turns == 1 else "s"))
-    head = paint("failed", "red", "bold") if result.is_error else paint("done", "green", "bold")
+    if ended:
+        head = paint(ended, "red", "bold")
+    elif result.is_error:
+        head = paint("failed", "red", "bold")
+    else:
+        head = paint("done", "green", "bold")
     return head + (": " + ", ".join(facts) + " " + REPORTED if facts else "")
 
 

@@ -118,3 +118,21 @@ def project_option() -> Callable[[F], F]:
                         callback=_set_project,
                         help="Work on the repository at DIR (default: the current one).")
 
+
+
+def docker_network_options() -> Callable[[F], F]:
+    """``--docker-network/--dn NET`` (repeatable, the command's ``networks``: a tuple of
+    network names) and ``--docker-compose/--dc`` (its ``compose``: a bool), as ``execute``
+    and ``interactive`` take them (iterare's flags)."""
+    network = click.option(
+        "--docker-network", "--dn", "networks", multiple=True, metavar="NET",
+        help="Attach the sandbox to the Docker network NET and let its subnets through the "
+             "firewall (repeatable).")
+    compose = click.option(
+        "--docker-compose", "--dc", "compose", is_flag=True,
+        help="Also attach the default network of the compose project in the repository.")
+
+    def decorate(function: F) -> F:
+        return network(compose(function))
+
+    return decorate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli.context import app, project_option
+from git_iterare.cli.context import app, docker_network_options, project_option
 
 
 @click.command("execute")
@@ -28,12 +28,7 @@ from git_iterare.cli.context import app, project_option
                    "run.max_turns).")
 @click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
-@click.option("--docker-network", "--dn", "networks", multiple=True, metavar="NET",
-              help="Attach the run to the Docker network NET and let its subnets through "
-                   "the firewall (repeatable).")
-@click.option("--docker-compose", "--dc", "compose", is_flag=True,
-              help="Also attach the default network of the compose project in the "
-                   "repository.")
+@docker_network_options()
 @project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,

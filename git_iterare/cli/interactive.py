@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from git_iterare import ui
-from git_iterare.cli.context import app, project_option
+from git_iterare.cli.context import app, docker_network_options, project_option
 
 
 @click.command("interactive")
@@ -21,12 +21,7 @@ from git_iterare.cli.context import app, project_option
 @click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
 @click.option("--shell", is_flag=True, help="Start a shell (session.shell) instead of Claude.")
-@click.option("--docker-network", "--dn", "networks", multiple=True, metavar="NET",
-              help="Attach the session to the Docker network NET and let its subnets "
-                   "through the firewall (repeatable).")
-@click.option("--docker-compose", "--dc", "compose", is_flag=True,
-              help="Also attach the default network of the compose project in the "
-                   "repository.")
+@docker_network_options()
 @project_option()
 def command(worktree: bool, run_name: str | None, branch: str | None, reuse: str | None,
             env_names: tuple[str, ...], shell: bool, networks: tuple[str, ...],

@@ -19,6 +19,8 @@ from git_iterare.cli.registry import COMMANDS
 from git_iterare.errors import ExitCode, IterareError, UserError
 
 BUG_URL = "https://github.com/git-iterare/git-iterare/issues"
+#: The values of ``--color``.
+COLOR_WHENS = ("auto", "always", "never")
 
 
 def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -65,7 +67,7 @@ def common_options() -> list[click.Parameter]:
     ``-h`` stays click's short usage.
     """
     return [
-        click.Option(["--color"], type=click.Choice(["auto", "always", "never"]),
+        click.Option(["--color"], type=click.Choice(COLOR_WHENS),
                      is_flag=False, flag_value="always", default=None, expose_value=False,
                      is_eager=True, callback=_set_color,
                      help="Color output: auto (terminals only), always or never."),
@@ -177,6 +179,30 @@ def cli(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
+def _spell_color(args: list[str]) -> list[str]:
+    """``args`` with every ``--color`` option written as ``--color=WHEN``.
+
+    ``--color WHEN`` (a separate value, as click takes option values) and ``--color=WHEN``
+    both give WHEN; a bare ``--color`` (followed by anything else: a command, another
+    option, nothing) means ``always``, as in git. Click alone would take the word after a
+    bare ``--color`` as its value, and without this ``--color always list`` ran a command
+    named "always".
+    """
+    spelled: list[str] = []
+    index = 0
+    while index < len(args):
+        word = args[index]
+        index += 1
+        if word == "--color":
+            when = "always"
+            if index < len(args) and args[index] in COLOR_WHENS:
+                when = args[index]
+                index += 1
+            word = f"--color={when}"
+        spelled.append(word)
+    return spelled
+
+
 def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     """Map how we were started to click's arguments.
 
@@ -185,10 +211,8 @@ def _prog_and_args(argv: list[str]) -> tuple[str, list[str]]:
     """
     base = os.path.basename(argv[0]) if argv else "git-iterare"
     args = list(argv[1:])
-    # A bare --color means --color=always, as in git; click would take the next word as
-    # its value, so spell it out (only before "--").
     end = args.index("--") if "--" in args else len(args)
-    args[:end] = ["--color=always" if a == "--color" else a for a in args[:end]]
+    args[:end] = _spell_color(args[:end])
     if base.startswith("git-iterare-") and base[len("git-iterare-"):] in COMMANDS:
         return "git iterare", [base[len("git-iterare-"):], *args]
     return "git iterare", args
@@ -258,7 +282,13 @@ def run(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
-    except Exception:
+    except Exception as exc:
+        unreadable = _unreadable_git_config(exc)
+        if unreadable is not None:
+            from git_iterare import ui
+
+            ui.error(unreadable.render())
+            return unreadable.exit_code
         import traceback
 
         traceback.print_exc()
@@ -266,6 +296,23 @@ def run(argv: list[str] | None = None) -> int:
               f"traceback above at {BUG_URL}", file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _unreadable_git_config(exc: BaseException) -> UserError | None:
+    """The one-line error for a git config file dulwich could not read (the user's
+    ``~/.gitconfig`` of mode 000, say: dulwich reads it for the identity of a reflog
+    entry, where git would skip it), or None when ``exc`` is something else."""
+    if not isinstance(exc, OSError) or not exc.filename:
+        return None
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("dulwich/config.py"):
+            path = os.fsdecode(exc.filename)
+            return UserError(f"cannot read the git config file {path}: "
+                             f"{exc.strerror or 'unreadable'}",
+                             hint=f"make it readable with `chmod u+r {path}`, or move it away")
+        frame = frame.tb_next
+    return None
 
 
 def entry(*_: Any) -> None:

@@ -1,7 +1,7 @@
 """Reviewing and merging a run's branch into the user's current branch.
 
 Merging is something the user expects git itself to do, so it is ``git merge`` in the
-user's worktree, with two guarantees on top:
+user's worktree, with three guarantees on top:
 
 * It refuses to start when tracked files have uncommitted changes (staged or not), even
   ones the merge would not touch. ``git merge --abort`` cannot always give back changes
@@ -12,6 +12,10 @@ user's worktree, with two guarantees on top:
   --abort`` when a merge is in progress, then ``git reset --hard`` to the previous HEAD
   (safe because tracked files were clean), and raises :class:`OperationFailed` naming
   the conflicting files.
+* Ctrl-C cannot cut it half-way: git runs in a session of its own (out of reach of the
+  terminal's SIGINT, which would kill it in the middle of its checkout and leave some of
+  the run's files in the user's tree), Ctrl-C is noted meanwhile, and the merge is then
+  undone like a failed one; the command ends with one line saying so (exit 130).
 
 Hooks are switched off for the merge and the commit (``core.hooksPath=/dev/null``): the
 merged content is the agent's, and a hook directory inside the tree (``core.hooksPath =
@@ -21,16 +25,21 @@ merged content is the agent's, and a hook directory inside the tree (``core.hook
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Sequence
+import signal
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from git_iterare import proc
-from git_iterare.errors import ExternalError, OperationFailed, UserError
+from git_iterare.errors import ExitCode, ExternalError, OperationFailed, UserError
 from git_iterare.git.repo import Repo
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+#: Most file names an error line names; the rest are counted.
+_PATHS_NAMED = 5
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
 
@@ -89,8 +98,8 @@ def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> 
     return int(result.returncode)
 
 
-def _git(top: Path, *args: str, check: bool = True):
-    return proc.git(*NO_HOOKS, *args, cwd=top, check=check)
+def _git(top: Path, *args: str, check: bool = True, own_group: bool = False):
+    return proc.git(*NO_HOOKS, *args, cwd=top, check=check, own_group=own_group)
 
 
 def _rev(top: Path, rev: str) -> str | None:
@@ -101,8 +110,32 @@ def _rev(top: Path, rev: str) -> str | None:
 def _restore(top: Path, head_before: str) -> None:
     """Put HEAD, index and tracked files back to ``head_before`` (tracked were clean)."""
     if _rev(top, "MERGE_HEAD") is not None:
-        _git(top, "merge", "--abort", check=False)
-    _git(top, "reset", "-q", "--hard", head_before)
+        _git(top, "merge", "--abort", check=False, own_group=True)
+    _git(top, "reset", "-q", "--hard", head_before, own_group=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[list[int]]:
+    """Within the block, Ctrl-C (SIGINT) is noted, not raised: the list it yields gets an
+    item per signal, and the first one prints a line saying the checkout is being put
+    back. Outside the main thread (where Python cannot take signals) the list stays
+    empty."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        if not noted:
+            os.write(2, b"\ninterrupted: putting the checkout back as it was...\n")
+        noted.append(signum)
+
+    try:
+        previous = signal.signal(signal.SIGINT, note)
+    except ValueError:  # not the main thread
+        yield noted
+        return
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def detached_head(repo: Repo) -> str | None:
@@ -118,14 +151,20 @@ def detached_head(repo: Repo) -> str | None:
     return _rev(top, "HEAD")
 
 
+def _named(paths: list[str]) -> str:
+    """The first :data:`_PATHS_NAMED` of ``paths``, then how many more."""
+    more = len(paths) - _PATHS_NAMED
+    return ", ".join(paths[:_PATHS_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
 def _reason(stderr: str) -> str:
     """git's explanation from its stderr: the ``error:``/``fatal:`` lines, joined."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     picked = [ln for ln in lines if ln.startswith(("error:", "fatal:"))]
     if picked and picked[-1].endswith(":"):  # "would be overwritten by merge:" + paths
         at = lines.index(picked[-1])
-        picked[-1] += " " + ", ".join(ln for ln in lines[at + 1:]
-                                      if not ln.startswith(("Please", "Aborting")))
+        paths = [ln for ln in lines[at + 1:] if not ln.startswith(("Please", "Aborting"))]
+        picked[-1] += " " + _named(paths)
     return "; ".join(picked) or (lines[-1] if lines else "unknown error")
 
 
@@ -183,21 +222,43 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
         steps = [["merge", "--squash", branch], ["commit", "-q", "--no-verify", *msg]]
     else:
         steps = [["merge", "--no-ff" if no_ff else "--ff", *msg, branch]]
-    try:
+    # git runs out of the terminal's reach and Ctrl-C is only noted meanwhile, so a step is
+    # never cut half-way (git killed in its checkout leaves some of the run's files
+    # behind); after an interruption the merge is undone like a failed one.
+    failure: ExternalError | None = None
+    with _interrupts_deferred() as interrupted:
         for step in steps:
-            _git(top, *step)
-    except ExternalError as exc:
-        conflicts = _git(top, "diff", "--name-only", "-z", "--diff-filter=U",
-                         check=False).stdout.split("\0")
-        _restore(top, head_before)
+            try:
+                _git(top, *step, own_group=True)
+            except ExternalError as exc:
+                failure = exc
+                break
+            if interrupted:
+                break
+        if failure is not None or interrupted:
+            conflicts = _git(top, "diff", "--name-only", "-z", "--diff-filter=U",
+                             check=False).stdout.split("\0") if failure else []
+            try:
+                _restore(top, head_before)
+            except ExternalError as exc:
+                what = "interrupted" if interrupted else "failed"
+                raise OperationFailed(
+                    f"merging {branch} {what} and the checkout could not be put back: "
+                    f"{_reason(exc.stderr)}", hint=f"put it back with `git merge --abort`, "
+                    f"then `git reset --hard {head_before[:12]}`",
+                    exit_code=ExitCode.INTERRUPTED if interrupted else None) from None
+    if interrupted:
+        raise OperationFailed(f"merging {branch} interrupted; nothing was changed (HEAD is "
+                              f"at {head_before[:12]} as before)",
+                              exit_code=ExitCode.INTERRUPTED)
+    if failure is not None:
         files = [f for f in conflicts if f]
         if files:
-            raise OperationFailed(f"merging {branch} conflicts in {', '.join(files)}; "
+            raise OperationFailed(f"merging {branch} conflicts in {_named(files)}; "
                                   "nothing was changed",
-                                  hint=f"merge it yourself with `git merge {branch}`"
-                                  ) from None
-        raise OperationFailed(f"merging {branch} failed: {_reason(exc.stderr)}; "
-                              "nothing was changed") from None
+                                  hint=f"merge it yourself with `git merge {branch}`")
+        raise OperationFailed(f"merging {branch} failed: {_reason(failure.stderr)}; "
+                              "nothing was changed")
     head_after = _rev(top, "HEAD") or head_before
     return MergeResult(branch, head_before, head_after,
                        fast_forward=not squash and head_after == target,

@@ -113,3 +113,27 @@ def common_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedPro
         ExternalError: git failed and ``check`` was not false.
     """
     return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
+
+
+#: Who moved a ref in the reflog when git knows no identity (no name or email configured).
+_FALLBACK_IDENTITY = b"git-iterare <git-iterare@localhost>"
+
+
+def reflog_identity(repo: Repo) -> bytes:
+    """Who moved a ref, for the reflog entries git-iterare writes through dulwich: the
+    committer identity git itself would record (``git var GIT_COMMITTER_IDENT`` without
+    its date: environment and git config as git reads them), else
+    ``git-iterare <git-iterare@localhost>``.
+
+    Given to dulwich, it keeps dulwich from reading the user's git config files itself,
+    which fails on a file it cannot read (a ``~/.gitconfig`` of mode 000) where git skips
+    it.
+
+    Returns:
+        ``Name <email>`` as bytes.
+    """
+    result = common_git(repo, "var", "GIT_COMMITTER_IDENT", check=False)
+    ident = str(result.stdout).strip()
+    if result.returncode != 0 or ">" not in ident:
+        return _FALLBACK_IDENTITY
+    return ident[:ident.rindex(">") + 1].encode()

@@ -62,6 +62,16 @@ def _watch_budget(repo: Repo, record: RunRecord, agent: Agent, container: str,
             stopped = stop_over_budget(repo, record, agent, seen, container)
 
 
+def _summary(agent: Agent, events: Iterable[Event], record: RunRecord) -> str:
+    """The closing line of a run's log: the agent's outcome, or how the run was ended
+    from outside (timed out, stopped), as ``list`` and ``show`` say it."""
+    from git_iterare.agents.render import format_summary
+    from git_iterare.runs.status import STOPPED, TIMED_OUT
+
+    ended = {TIMED_OUT: "timed out", STOPPED: "stopped"}.get(record.status)
+    return format_summary(agent.summarize(events, exit_code=record.exit_code), ended=ended)
+
+
 def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
     for chunk in chunks:
         yield chunk.decode("utf-8", "replace")
@@ -89,7 +99,6 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     """
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.agents.render import format_summary
     from git_iterare.runner.finish import finish
     from git_iterare.runner.ownership import container_of, engine_of
     from git_iterare.runs.status import ACTIVE
@@ -129,12 +138,12 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         if record.status in ACTIVE:
             return record
         if not raw:
-            emit(format_summary(agent.summarize(events, exit_code=record.exit_code)))
+            emit(_summary(agent, events, record))
         return record
     if record.status in ACTIVE:
         return record  # created, not launched yet: nothing to show
     log = store.read_log(run_id).decode("utf-8", "replace").splitlines()
     _render(log, agent, verbosity, raw, emit, events)
     if not raw:
-        emit(format_summary(agent.summarize(events, exit_code=record.exit_code)))
+        emit(_summary(agent, events, record))
     return record

@@ -32,7 +32,7 @@ from git_iterare import boundedfs, proc
 from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import checkout, safegit
-from git_iterare.git.repo import Repo, common_git
+from git_iterare.git.repo import Repo, common_git, reflog_identity
 from git_iterare.runner.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
@@ -449,7 +449,8 @@ def _move_branch(repo: Repo, ws: RunWorkspace, old: str, new: str, reason: str) 
     with DulwichRepo(str(repo.common_dir)) as main:
         if not main.refs.set_if_equals(
                 Ref(ws.ref.encode()), ObjectID(old.encode()), ObjectID(new.encode()),
-                message=f"iterare: finish run {ws.run_id}: {reason}".encode()):
+                message=f"iterare: finish run {ws.run_id}: {reason}".encode(),
+                committer=reflog_identity(repo)):
             raise OperationFailed(f"{ws.branch} moved while finishing the run; "
                                   "finish it again")
 

@@ -280,7 +280,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         base_commit, base_branch = previous.head, previous.branch
     else:
         base_branch = request.branch or prompt.branch
-        base_commit = resolve_here(repo, base_branch or "HEAD")
+        base_commit = _base_commit(repo, request.branch, prompt)
         if base_branch is None:
             base_branch = _current_branch(repo)
     from git_iterare.runner.workspace import check_run_dirs, include_paths
@@ -295,6 +295,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         from git_iterare.runner.ship import check_request
 
         check_request(repo, base_commit, more_mounts)
+    if unheld := agent.unheld_limits(budget):
+        ui.warn(f"the {agent.name} agent cannot enforce {' or '.join(unheld)}: this run "
+                f"goes on without {'that limit' if len(unheld) == 1 else 'these limits'}")
     # The first questions to the engine come last, so the docker SDK has been imported in
     # the background meanwhile; both still come before anything is created.
     limits = sandbox_limits(config)
@@ -450,6 +453,7 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
     from git_iterare import sandbox
     from git_iterare.runner.finish import has_worktree
     from git_iterare.runner.workspace import cleanup_run, open_run
+    from git_iterare.runs.cas import IDENTITY
     from git_iterare.runs.ids import run_ref
 
     try:
@@ -462,7 +466,8 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
         shutil.rmtree(state_dir(repo, run_id), ignore_errors=True)
         return bool(store.repo.refs.remove_if_equals(
             Ref(run_ref(run_id).encode()), ObjectID(snap.commit),
-            message=f"iterare: remove run {run_id}, which never started".encode()))
+            message=f"iterare: remove run {run_id}, which never started".encode(),
+            committer=IDENTITY))  # as the record's other moves (runs/cas.py)
     except Exception:  # keep the run and record its failure instead
         return False
 
@@ -517,6 +522,30 @@ def resolve_here(repo: Repo, commitish: str) -> str:
     if result.returncode != 0:
         raise UserError(f"{commitish!r} is not a commit in this repository")
     return str(result.stdout.strip())
+
+
+def _base_commit(repo: Repo, flag: str | None, prompt: Prompt) -> str:
+    """The hex id of the commit a run starts from: ``--branch`` (``flag``), else the
+    prompt's frontmatter ``branch``, else HEAD.
+
+    Raises:
+        UserError: it names no commit; one line naming where the name came from and what
+            to do.
+    """
+    try:
+        return resolve_here(repo, flag or prompt.branch or "HEAD")
+    except UserError:
+        pass
+    listing = "choose one `git branch -a` lists, or `git fetch` it from its remote first"
+    if flag:
+        raise UserError(f"--branch {flag}: no such branch or commit in this repository",
+                        hint=listing)
+    if prompt.branch:
+        raise UserError(f"{_relative(repo, prompt.path)}: branch {prompt.branch!r} "
+                        "(frontmatter) does not exist in this repository",
+                        hint=f"fix its `branch:` or give --branch; {listing}")
+    raise UserError("HEAD is no commit yet: the current branch has no commits",
+                    hint="make a first commit, or give --branch")
 
 
 def _current_branch(repo: Repo) -> str | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
-from git_iterare.git.repo import Repo, common_git
+from git_iterare.git.repo import Repo, common_git, reflog_identity
 from git_iterare.runner.ownership import ran_elsewhere
 from git_iterare.runner.paths import state_dir
 
@@ -341,7 +341,8 @@ def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunReco
         with DulwichRepo(str(repo.common_dir)) as main:
             if not main.refs.remove_if_equals(
                     Ref(ref.encode()), ObjectID(head.encode()),
-                    message=f"iterare: remove local branch of run {record.id}".encode()):
+                    message=f"iterare: remove local branch of run {record.id}".encode(),
+                    committer=reflog_identity(repo)):
                 raise OperationFailed(f"{branch} moved while removing it; run cleanup again")
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return record

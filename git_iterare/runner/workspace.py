@@ -40,7 +40,7 @@ from git_iterare import boundedfs, proc, ui
 from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.git import checkout, safegit
-from git_iterare.git.repo import Repo, common_git
+from git_iterare.git.repo import Repo, common_git, reflog_identity
 from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
@@ -673,7 +673,8 @@ def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
     with DulwichRepo(str(repo.common_dir)) as main:
         if not main.refs.remove_if_equals(
                 Ref(ws.ref.encode()), ObjectID(head.encode()),
-                message=f"iterare: remove run {ws.run_id}".encode()):
+                message=f"iterare: remove run {ws.run_id}".encode(),
+                committer=reflog_identity(repo)):
             raise OperationFailed(f"{ws.branch} moved while removing the run; run cleanup again")
 
 

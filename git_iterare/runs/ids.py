@@ -56,7 +56,7 @@ def ref_name_problem(name: str) -> str | None:
     if not name:
         return "it is empty"
     if len(name) > MAX_NAME_LENGTH:
-        return f"it is longer than {MAX_NAME_LENGTH} characters"
+        return f"it has {len(name)} characters; a run name has at most {MAX_NAME_LENGTH}"
     if name.startswith("-"):
         return "it starts with '-'"
     if name.startswith("."):
@@ -84,10 +84,19 @@ def validate_name(name: str) -> str:
         UserError: with the rule it breaks (exit status 2).
     """
     problem = name_problem(name)
-    if problem is not None:
-        raise UserError(f"invalid run name {name!r}: {problem}",
-                        hint="use letters, digits, '-', '_' and '.'")
-    return name
+    if problem is None:
+        return name
+    if len(name) > MAX_NAME_LENGTH:
+        hint = "choose a shorter name"
+    else:
+        hint = "use letters, digits, '-', '_' and '.'"
+    raise UserError(f"invalid run name {shown_name(name)}: {problem}", hint=hint)
+
+
+def shown_name(name: str) -> str:
+    """``name`` quoted for a message, cut to its first 40 characters and ``...`` when it is
+    longer than 50 (a name refused for its length must not fill the screen)."""
+    return f"{name[:40]!r}..." if len(name) > 50 else repr(name)
 
 
 def new_run_id(name: str) -> str:

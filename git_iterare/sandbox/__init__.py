@@ -31,7 +31,7 @@ __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
     "agent_ids", "attach", "begin", "engine_cpus", "get_backend", "inspect", "launch",
-    "list_sandboxes", "log_lines", "logs", "policy_from_config", "read_egress_report",
+    "list_sandboxes", "log_lines", "policy_from_config", "read_egress_report",
     "reclaim", "remove", "remove_sidecar", "start_sidecar", "stop", "wait",
 ]
 
@@ -107,11 +107,6 @@ def log_lines(container_id: str, *, follow: bool = False) -> Iterator[bytes]:
     """Its output as lines (bytes), streamed (see Backend.log_lines); memory stays bounded
     whatever the agent printed."""
     return get_backend().log_lines(container_id, follow=follow)
-
-
-def logs(container_id: str) -> bytes:
-    """Everything it has printed so far (stdout and stderr), without following."""
-    return get_backend().logs(container_id)
 
 
 def wait(container_id: str, timeout: float | None = None) -> int | None:

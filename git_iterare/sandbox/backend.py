@@ -45,10 +45,6 @@ class Backend(Protocol):
         until it exits, else what it printed so far."""
         ...
 
-    def logs(self, container_id: str) -> bytes:
-        """Everything it has printed so far (stdout and stderr), without following."""
-        ...
-
     def wait(self, container_id: str, timeout: float | None = None) -> int | None:
         """Wait for the exit status; None when ``timeout`` seconds pass first."""
         ...

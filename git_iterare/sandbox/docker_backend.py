@@ -665,12 +665,6 @@ class DockerBackend:
             # Inside: a connection that drops while following is one line too.
             yield from split_lines(stream)
 
-    def logs(self, container_id: str) -> bytes:
-        """Everything it printed so far, stdout and stderr interleaved as the engine kept them."""
-        with docker_errors(f"read the output of the sandbox {container_id[:12]}"):
-            data = client().containers.get(container_id).logs(stdout=True, stderr=True)
-        return bytes(data)
-
     def wait(self, container_id: str, timeout: float | None = None) -> int | None:
         """Return the exit status, or None when ``timeout`` seconds pass first."""
         import requests.exceptions

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A scripted stand-in for the OpenAI Responses API, standard library only.
 
-It lets the real Codex CLI (``codex exec``) run end to end without the internet: on the
-host (tests start it on 127.0.0.1 or on a test network's gateway address) or inside a
-container (``python3 openai_server.py ...``; no dependencies).
+It lets the real Codex CLI (``codex exec``) run end to end without the internet: tests
+start it on 127.0.0.1 or on a test network's gateway address. It is built on the
+scaffolding of :mod:`tests.fakeapi.server` (script, request log, JSON replies, the server
+thread, the command line). Run alone: ``python3 -m tests.fakeapi.openai_server --script
+turns.json [--port N]``.
 
 The script is a list of turns, each a list of steps::
 
@@ -31,9 +33,9 @@ Replies are streamed as server-sent events as the real API sends them
 (:data:`USAGE`) so tests can check the sums. A request with ``"stream": false`` gets the
 response object as JSON.
 
-``GET /v1/models`` answers an empty list; other GETs (a WebSocket upgrade) 404; other
-POSTs 404 with an API-style error. Every request is appended to the log file as one JSON
-line: method, path, headers (``authorization`` redacted), JSON body, and the turn it took.
+``GET /v1/models`` answers an empty list; other GETs (a WebSocket upgrade) 404; HEAD
+answers 200 ``{}``; other POSTs 404 with an API-style error. Every request is logged as in
+the Anthropic fake (``authorization`` redacted).
 
 Format source: https://platform.openai.com/docs/api-reference/responses-streaming and
 the requests of Codex CLI 0.171.0 (tests/test_fakeapi_openai.py).
@@ -41,41 +43,18 @@ the requests of Codex CLI 0.171.0 (tests/test_fakeapi_openai.py).
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import json
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
+
+from tests.fakeapi.server import SIDE_ANSWER, BaseHandler, FakeServer, Script, main
 
 #: Usage every reply reports.
 USAGE: dict[str, Any] = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 100},
          "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 5},
          "total_tokens": 1050}
-
-#: Answer to requests after the script ran out.
-SIDE_ANSWER = "ok"
-
-_SECRET_HEADERS = {"authorization", "proxy-authorization", "x-api-key"}
-
-
-def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
-    """Read a script file: a list of turns (or ``{"turns": [...]}``).
-
-    Raises:
-        ValueError: not a list of turns, or a step is not a message or shell step.
-    """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    turns = data.get("turns") if isinstance(data, dict) else data
-    if not isinstance(turns, list):
-        raise ValueError(f"{path}: expected a list of turns")
-    for number, turn in enumerate(turns, 1):
-        if not isinstance(turn, list) or not all(
-                isinstance(s, dict) and s.get("type") in ("message", "shell") for s in turn):
-            raise ValueError(f"{path}: turn {number}: steps are message or shell")
-    return turns
+#: The step types of a script.
+KINDS = ("message", "shell")
 
 
 def offered_tools(body: dict[str, Any]) -> dict[str, str]:
@@ -120,22 +99,11 @@ def shell_call(command: str, tools: dict[str, str], call_id: str) -> dict[str, A
     raise ValueError(f"the request offers no tool to run commands: {sorted(tools)}")
 
 
-class Script:
-    """The turns left to play, shared by the server's threads.
+class ResponsesScript(Script):
+    """The turns left to play: every Responses request takes one (Codex sends no side
+    queries), until the script runs out."""
 
-    Args:
-        turns: from :func:`load_script`.
-        log_path: file the requests are appended to as JSON lines, or None.
-    """
-
-    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None):
-        self.turns = turns
-        self.next_turn = 0
-        self.log_path = Path(log_path) if log_path else None
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-
-    def take(self) -> tuple[int | None, list[dict[str, Any]]]:
+    def take(self, body: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
         """The turn number (0-based; None when the script ran out) and its steps."""
         with self._lock:
             if self.next_turn < len(self.turns):
@@ -143,16 +111,6 @@ class Script:
                 self.next_turn += 1
                 return number, self.turns[number]
             return None, [{"type": "message", "text": SIDE_ANSWER}]
-
-    def new_id(self, prefix: str) -> str:
-        with self._lock:
-            return f"{prefix}_fake{next(self._ids):04d}"
-
-    def log(self, entry: dict[str, Any]) -> None:
-        if self.log_path is None:
-            return
-        with self._lock, self.log_path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(entry) + "\n")
 
 
 def _sse(data: dict[str, Any]) -> bytes:
@@ -186,40 +144,11 @@ def stream_events(response: dict[str, Any]) -> list[bytes]:
     return events
 
 
-class Handler(BaseHTTPRequestHandler):
-    """Answers one request; ``server.script`` holds the shared :class:`Script`."""
+class ResponsesHandler(BaseHandler):
+    """Speaks the OpenAI Responses API (``POST /v1/responses``) and ``GET /v1/models``."""
 
-    protocol_version = "HTTP/1.1"
     server_version = "fake-openai/1"
-
-    @property
-    def script(self) -> Script:
-        return self.server.script  # type: ignore[attr-defined]
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # the JSON log is the record; keep stderr quiet
-
-    def _read_body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return raw.decode("utf-8", "replace")
-
-    def _record(self, body: Any, turn: int | None = None) -> None:
-        headers = {k.lower(): ("***" if k.lower() in _SECRET_HEADERS else v)
-                   for k, v in self.headers.items()}
-        self.script.log({"method": self.command, "path": self.path, "headers": headers,
-                         "body": body, "turn": turn})
-
-    def _json(self, status: int, data: Any) -> None:
-        payload = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+    request_id_header = "x-request-id"
 
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": {"message": message, "type": "invalid_request_error",
@@ -238,7 +167,7 @@ class Handler(BaseHTTPRequestHandler):
             self._record(body)
             self._error(404, f"fake API: no POST {self.path}")
             return
-        turn, steps = self.script.take()
+        turn, steps = self.script.take(body)
         self._record(body, turn)
         tools = offered_tools(body)
         output = []
@@ -262,77 +191,25 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("stream") is False:
             self._json(200, response)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")  # the body ends when the connection does
-        self.end_headers()
-        self.close_connection = True
+        self._start_event_stream()
         for event in stream_events(response):
             self.wfile.write(event)
             self.wfile.flush()
 
 
-class FakeOpenAI:
-    """The server in a background thread, for tests.
+class FakeOpenAI(FakeServer):
+    """The fake Responses API in a background thread (see :class:`FakeServer`); its
+    :attr:`url` ends in ``/v1``, the value for ``[codex] base_url``."""
 
-    Args:
-        turns: from :func:`load_script`.
-        log_path: request log (JSON lines), or None.
-        host: address to listen on.
-        port: 0 picks a free one.
-
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
-    """
-
-    def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
-                 host: str = "127.0.0.1", port: int = 0):
-        self.script = Script(turns, log_path)
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.script = self.script  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                        daemon=True)
+    handler = ResponsesHandler
+    script_class = ResponsesScript
+    kinds = KINDS
 
     @property
     def url(self) -> str:
-        """``http://host:port/v1``, the value for ``[codex] base_url``."""
-        host, port = self.httpd.socket.getsockname()[:2]
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join()
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fake OpenAI Responses API for tests.")
-    parser.add_argument("--script", required=True, help="JSON file of turns")
-    parser.add_argument("--log", help="append every request to this file (JSON lines)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    args = parser.parse_args(argv)
-    server = FakeOpenAI(load_script(args.script), args.log, args.host, args.port)
-    print(f"listening on {server.url}", flush=True)
-    try:
-        server.httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.httpd.server_close()
-    return 0
+        """``http://host:port/v1``."""
+        return f"{super().url}/v1"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(server_class=FakeOpenAI, description="Fake OpenAI Responses API for tests."))

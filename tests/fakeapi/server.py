@@ -34,7 +34,8 @@ is appended to the log file as one JSON line: method, path, headers (``x-api-key
 Message format source: https://docs.anthropic.com/en/api/messages-streaming
 
 The scaffolding (:class:`Script`, :class:`BaseHandler`, :class:`FakeServer`, :func:`main`)
-serves the other fake APIs too (:mod:`tests.fakeapi.gemini`).
+serves the other fake APIs too (:mod:`tests.fakeapi.gemini`,
+:mod:`tests.fakeapi.openai_server`).
 """
 
 from __future__ import annotations
@@ -54,11 +55,18 @@ SIDE_ANSWER = "ok"
 _SECRET_HEADERS = {"x-api-key", "x-goog-api-key", "authorization", "proxy-authorization"}
 
 
-def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
+def load_script(path: str | Path, kinds: tuple[str, ...] = ("text", "tool_use")
+                ) -> list[list[dict[str, Any]]]:
     """Read a script file and return its turns, each a list of content blocks.
 
+    Args:
+        path: a JSON list of turns, or ``{"turns": [...]}``; a turn is a list of blocks,
+            or ``{"content": [...]}``.
+        kinds: the block types a turn may hold (each block is an object with ``type``).
+
     Raises:
-        ValueError: the file is not a list of turns, or a block has an unknown type.
+        ValueError: the file is not a list of turns, or a block has a type not in
+            ``kinds``.
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     turns = data.get("turns") if isinstance(data, dict) else data
@@ -70,8 +78,8 @@ def load_script(path: str | Path) -> list[list[dict[str, Any]]]:
         if not isinstance(blocks, list):
             raise ValueError(f"{path}: turn {number}: expected a list of content blocks")
         for block in blocks:
-            if not isinstance(block, dict) or block.get("type") not in ("text", "tool_use"):
-                raise ValueError(f"{path}: turn {number}: blocks are text or tool_use")
+            if not isinstance(block, dict) or block.get("type") not in kinds:
+                raise ValueError(f"{path}: turn {number}: blocks are {' or '.join(kinds)}")
         result.append(blocks)
     return result
 
@@ -115,9 +123,10 @@ class Script:
                     block.setdefault("input", {})
             return number, blocks
 
-    def new_id(self) -> str:
+    def new_id(self, prefix: str = "msg") -> str:
+        """A fresh id, ``<prefix>_fake0001`` and on."""
         with self._lock:
-            return f"msg_fake{next(self._ids):04d}"
+            return f"{prefix}_fake{next(self._ids):04d}"
 
     def log(self, entry: dict[str, Any]) -> None:
         if self.log_path is None:
@@ -289,11 +298,15 @@ class FakeServer:
 
     #: The request handler speaking the API.
     handler: type[BaseHandler] = BaseHandler
+    #: What plays the turns (a subclass decides differently which requests take one).
+    script_class: type[Script] = Script
+    #: The block types of this API's scripts (see :func:`load_script`).
+    kinds: tuple[str, ...] = ("text", "tool_use")
 
     def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
                  host: str = "127.0.0.1", port: int = 0,
                  input_tokens_per_turn: int | None = None):
-        self.script = Script(turns, log_path, input_tokens_per_turn)
+        self.script = self.script_class(turns, log_path, input_tokens_per_turn)
         self.httpd = ThreadingHTTPServer((host, port), self.handler)
         self.httpd.daemon_threads = True
         self.httpd.script = self.script  # type: ignore[attr-defined]
@@ -339,8 +352,8 @@ def main(argv: list[str] | None = None, server_class: type[FakeServer] = FakeAnt
     parser.add_argument("--input-tokens-per-turn", type=int, default=None,
                         help="report this many input tokens for every turn taken")
     args = parser.parse_args(argv)
-    server = server_class(load_script(args.script), args.log, args.host, args.port,
-                          args.input_tokens_per_turn)
+    server = server_class(load_script(args.script, server_class.kinds), args.log, args.host,
+                          args.port, args.input_tokens_per_turn)
     print(f"listening on {server.url}", flush=True)
     try:
         server.httpd.serve_forever()
