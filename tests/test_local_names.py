@@ -57,7 +57,8 @@ def test_a_shadowing_alias_does_not_resolve(repo: Path, sandbox_image: str,
         "---\nagent: shell\n---\n"
         "echo \"db: $(curl -s -m 5 http://db/)\"\n"
         "echo \"allowed: $(curl -s -m 5 http://allowed.test/)\"\n"
-        "getent hosts api.anthropic.com || echo anthropic-unresolved\n")
+        "getent hosts api.anthropic.com || echo anthropic-unresolved\n"
+        "getent hosts exfil-31337.db || echo db-subdomain-unresolved\n")
     git("add", "-A", cwd=repo)
     git("commit", "-qm", "prompt", cwd=repo)
     network = f"itrnames{os.getpid()}"
@@ -74,6 +75,15 @@ def test_a_shadowing_alias_does_not_resolve(repo: Path, sandbox_image: str,
         assert "db: shadow:80\n" in started.stdout
         assert "allowed: allowed:80\n" in started.stdout
         assert "anthropic-unresolved\n" in started.stdout
+        # A local name stands for itself alone: its subdomains are answered in the
+        # sandbox, never sent on to Docker's server (which would ask the internet).
+        assert "db-subdomain-unresolved\n" in started.stdout
+        dns_logs = list((repo / ".git" / "iterare" / "state").glob("*/out/dns.log"))
+        assert dns_logs
+        queries = "".join(log.read_text() for log in dns_logs)
+        assert "exfil-31337.db" in queries
+        assert not [line for line in queries.splitlines()
+                    if "exfil-31337.db" in line and "127.0.0.11" in line], queries
         assert ("warning: names of containers on the attached networks that look like "
                 "public or allowlisted names do not resolve in the sandbox: allowed.test, "
                 "api.anthropic.com (use their addresses, or single-label names such as "

@@ -380,3 +380,40 @@ def test_volumes_of_the_image_go_with_the_sandbox(make_spec, sandbox_image: str,
                 _engine().volumes.get(name)
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def test_an_attached_networks_gateway_is_known_without_one_in_its_configuration() -> None:
+    """Docker leaves the gateway out of a network's IPAM configuration unless it was asked
+    for (`docker network create` without --gateway); the host's address on it is still
+    the subnet's first one, and it must be closed to the sandbox (found by an adversarial
+    test: on a remote engine nothing else closed it)."""
+    from git_iterare.sandbox.networks import network_gateways
+
+    name = f"itr-gw-{os.getpid()}"
+    subprocess.run(["docker", "network", "create", "--ipv6", "--subnet", "172.31.211.0/24",
+                    "--subnet", "fd00:211::/64", name], capture_output=True, check=True)
+    try:
+        ipam = json.loads(subprocess.run(
+            ["docker", "network", "inspect", name, "--format", "{{json .IPAM.Config}}"],
+            capture_output=True, text=True, check=True).stdout)
+        assert sorted(network_gateways(name)) == ["172.31.211.1", "fd00:211::1"], ipam
+        # And that is the address the engine gave its bridge (the Docker host's).
+        probe = subprocess.run(
+            ["docker", "run", "--rm", "--network", name, "--entrypoint", "sh",
+             "iterare-base:bookworm", "-c", "cat /proc/net/route"],
+            capture_output=True, text=True, check=True).stdout
+        assert "\t01D31FAC\t" in probe  # 172.31.211.1, little-endian
+    finally:
+        subprocess.run(["docker", "network", "rm", name], capture_output=True, check=False)
+
+
+def test_an_allowlist_too_long_to_hand_over_is_one_line_and_leaves_nothing(make_spec) -> None:
+    """The policy goes into the sidecar's environment, which Linux caps at 128 KiB."""
+    names = [f"host{i}.example{i % 50}.test" for i in range(6000)]
+    spec = dataclasses.replace(make_spec("true"), policy=EgressPolicy.build(names))
+    with pytest.raises(UserError) as info:
+        sandbox.launch(spec)
+    assert info.value.render().startswith(
+        "the sandbox's allowlist is too long: 6000 names, ")
+    assert "*.example.com" in info.value.render()
+    assert not _exists(spec.name) and not _exists(f"{spec.name}-net")

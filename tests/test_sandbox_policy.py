@@ -251,3 +251,24 @@ def test_host_addresses_from_the_kernels_tables(tmp_path: Path) -> None:
                      "fe8000000000000000fc00fffe000001 02 40 20 80     eth0\n")
     assert host_addresses(fib, inet6) == ("192.0.2.2", "fd00::2")
     assert host_addresses(tmp_path / "none", tmp_path / "none") == ()
+
+
+@pytest.mark.parametrize("name", ["x.test\n", "a\n.b.test", "x.test\r"])
+def test_a_name_with_a_line_break_is_refused(name: str) -> None:
+    """``$`` also matches before a final newline: names are matched whole (found by an
+    adversarial test, where such a name crashed the launch)."""
+    with pytest.raises(UserError):
+        validate_domain(name, "firewall.allowed_domains")
+
+
+@pytest.mark.parametrize(("config", "gateway"), [
+    ({"Subnet": "172.31.77.0/24"}, "172.31.77.1"),
+    ({"Subnet": "172.31.77.0/24", "Gateway": "172.31.77.254"}, "172.31.77.254"),
+    ({"Subnet": "fd77:ad::/64"}, "fd77:ad::1"),
+    ({"Subnet": "10.9.9.9/32"}, None),
+    ({}, None),
+])
+def test_gateway_of_an_ipam_entry(config: dict[str, str], gateway: str | None) -> None:
+    from git_iterare.sandbox.networks import _gateway
+
+    assert _gateway(config) == gateway

@@ -197,7 +197,7 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     head_before = _rev(top, "HEAD")
     if head_before is None:
         raise UserError("no commit is checked out here; commit something first")
-    if _HEX40.match(branch):
+    if _HEX40.fullmatch(branch):
         target = _rev(top, f"{branch}^{{commit}}")
         if target is None:
             raise UserError(f"commit {branch} is not in this repository",

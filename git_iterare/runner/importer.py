@@ -408,7 +408,7 @@ def commit_message(message: str, trailers: dict[str, str]) -> str:
     """
     lines = []
     for key, value in trailers.items():
-        if not TRAILER_KEY.match(key) or "\n" in value or "\r" in value:
+        if not TRAILER_KEY.fullmatch(key) or "\n" in value or "\r" in value:
             raise UserError(f"invalid commit trailer {key!r}: {value!r}")
         lines.append(f"{key}: {value}\n")
     body = message.strip() or "iterare: work left uncommitted by the agent"

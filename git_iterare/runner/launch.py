@@ -145,7 +145,7 @@ def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str,
     """
     values = {}
     for name in names:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise UserError(f"--env {name!r}: not a variable name",
                             hint="use letters, digits and _, not starting with a digit")
         if name not in env:

@@ -119,7 +119,7 @@ def cache_key(repo: Repo) -> str:
     path = repo.common_dir / "iterare" / "cache-id"
     with contextlib.suppress(OSError):
         key = path.read_text().strip()
-        if _KEY.match(key):
+        if _KEY.fullmatch(key):
             return key
     key = secrets.token_hex(8)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def _cache_haves(porter: Porter) -> list[str]:
     found: list[tuple[float, str]] = []
     for member, _ in _members(porter.get("/cache/have")):
         name = member.name.rsplit("/", 1)[-1]
-        if member.isfile() and _HEX40.match(name):
+        if member.isfile() and _HEX40.fullmatch(name):
             found.append((member.mtime, name))
     return [name for _, name in sorted(found, reverse=True)]
 
@@ -546,7 +546,7 @@ def fetch_out(repo: Repo, record: RunRecord) -> None:
     for member, tar in _members(remote.get_archive(sidecar, OUT_PATH)):
         name = member.name.rsplit("/", 1)[-1]
         if (member.isfile() and member.size <= MAX_OUT_FILE_BYTES
-                and re.match(r"^[a-z]+\.(json|log)$", name)):
+                and re.fullmatch(r"[a-z]+\.(json|log)", name)):
             target = out / name
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
@@ -661,6 +661,6 @@ def remove_cache(repo: Repo) -> list[str]:
         key = path.read_text().strip()
     except OSError:
         return []
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         return []
     return remote.remove_volumes(remote.cache_volumes(key))

@@ -445,7 +445,7 @@ def read_run_ref(gitdir: Path, ref: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         pass
     else:
-        if not HEX40.match(value):
+        if not HEX40.fullmatch(value):
             raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
         return value
     packed = gitdir / "packed-refs"
@@ -457,7 +457,7 @@ def read_run_ref(gitdir: Path, ref: str) -> str | None:
     for line in data.decode("utf-8", "replace").splitlines():
         sha, _, name = line.partition(" ")
         if name == ref:
-            if not HEX40.match(sha):
+            if not HEX40.fullmatch(sha):
                 raise OperationFailed(f"{packed}: bad id for {ref}")
             return sha
     return None

@@ -114,7 +114,7 @@ def is_run_id(text: str, *, new: bool = False) -> bool:
     """Whether ``text`` has the shape of a run id: ``<name>-<8 hex>`` whose name passes
     :func:`ref_name_problem` (ids that exist, wherever they were made), or with ``new``
     :func:`name_problem` (ids this version makes)."""
-    match = _ID_RE.match(text)
+    match = _ID_RE.fullmatch(text)
     check = name_problem if new else ref_name_problem
     return match is not None and check(match.group("name")) is None
 

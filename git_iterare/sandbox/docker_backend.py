@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from git_iterare.errors import OperationFailed
+from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import client, docker_errors
 from git_iterare.sandbox.exitcodes import describe
 from git_iterare.sandbox.spec import (
@@ -77,6 +77,10 @@ SIDECAR_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": "1024"}
 #: Docker's json-file log of each container: at most this much is kept (the engine
 #: rotates; git-iterare reads the log back into the record, within its own limit).
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}}
+
+#: Longest policy handed to the sidecar, in bytes: it goes in one environment variable,
+#: which Linux caps at 128 KiB (MAX_ARG_STRLEN); about 5,000 names.
+MAX_POLICY_BYTES = 120 * 1024
 
 #: Seconds the sidecar may take to set up the firewall before the launch fails.
 READY_TIMEOUT = 60.0
@@ -478,7 +482,8 @@ class DockerBackend:
         gets no further removes it with :meth:`remove_sidecar`.
 
         Raises:
-            UserError: the image does not exist.
+            UserError: the image does not exist, or the policy is too long to hand over
+                (:data:`MAX_POLICY_BYTES`).
             OperationFailed: the engine is unreachable, the name is taken or it refused
                 (then nothing is left behind).
         """
@@ -486,6 +491,13 @@ class DockerBackend:
         from docker.types import Mount as DockerMount
 
         spec = _with_dns(spec)
+        policy = spec.policy.to_lines()
+        if len(policy.encode()) > MAX_POLICY_BYTES:
+            raise UserError(f"the sandbox's allowlist is too long: {len(spec.policy.domains)} "
+                            f"names, {len(policy.encode()) // 1024} KiB (at most "
+                            f"{MAX_POLICY_BYTES // 1024} KiB)",
+                            hint="cover many names with wildcard entries such as "
+                                 "*.example.com")
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
@@ -512,7 +524,7 @@ class DockerBackend:
                              "ITERARE_TREES": trees,
                              # Not a secret (the record keeps it too); in the
                              # configuration it needs no call before the start.
-                             "ITERARE_POLICY": spec.policy.to_lines()},
+                             "ITERARE_POLICY": policy},
                 mounts=mounts, network=spec.network or None,
                 cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,

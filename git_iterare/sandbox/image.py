@@ -197,7 +197,7 @@ def dockerfile(template: bytes, agents: Sequence[str]) -> bytes:
             missing from ``template``.
     """
     for name in agents:
-        if not _AGENT_NAME.match(name):
+        if not _AGENT_NAME.fullmatch(name):
             raise ValueError(f"bad agent name for the image: {name!r}")
     stages = []
     for name in agents:

@@ -13,6 +13,7 @@ lower-cased, keeping ``a-z``, ``0-9``, ``_`` and ``-``, leading ``_``/``-`` drop
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -161,7 +162,7 @@ def network_names(name: str) -> tuple[str, ...]:
             endpoint = ((container.attrs.get("NetworkSettings") or {}).get("Networks")
                         or {}).get(name) or {}
             for alias in (own, *(endpoint.get("Aliases") or ())):
-                if (isinstance(alias, str) and label.match(alias) and len(alias) <= 253
+                if (isinstance(alias, str) and label.fullmatch(alias) and len(alias) <= 253
                         and not container.id.startswith(alias)):
                     found.append(alias.lower())
     return tuple(dict.fromkeys(found))
@@ -252,11 +253,24 @@ def network_subnets(name: str) -> tuple[str, ...]:
 
 def network_gateways(name: str) -> tuple[str, ...]:
     """The gateway addresses of the engine's network ``name`` (the Docker host's address
-    on it), as its IPAM configuration names them; empty when it names none.
+    on it), one per subnet: as its IPAM configuration names them, else the subnet's
+    first address, which Docker's default IPAM driver gives the gateway when none was
+    asked for (and leaves out of the configuration).
 
     Raises:
         UserError: the engine has no such network.
         OperationFailed: the engine cannot be reached.
     """
-    return tuple(str(c["Gateway"]).split("/")[0] for c in _ipam_configs(name)
-                 if c.get("Gateway"))
+    return tuple(dict.fromkeys(
+        gateway for gateway in (_gateway(c) for c in _ipam_configs(name)) if gateway))
+
+
+def _gateway(config: Mapping[str, Any]) -> str | None:
+    """The gateway of one ``IPAM.Config`` entry (see :func:`network_gateways`)."""
+    if config.get("Gateway"):
+        return str(config["Gateway"]).split("/")[0]
+    try:
+        subnet = ipaddress.ip_network(str(config.get("Subnet") or ""), strict=False)
+    except ValueError:
+        return None
+    return str(subnet.network_address + 1) if subnet.num_addresses > 2 else None

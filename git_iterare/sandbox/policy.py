@@ -69,7 +69,7 @@ def validate_domain(name: str, where: str) -> str:
     for label in labels:
         if "*" in label:
             raise bad("'*' is allowed only as a whole leading label, as in *.example.com")
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             raise bad(f"label {label!r} is not letters, digits and inner '-' (1-63 characters)")
     if name.startswith("*.") and len(labels) < 2:
         raise bad("a wildcard needs at least two labels after '*.'")

@@ -57,7 +57,7 @@ def memory_bytes(size: str) -> int:
     Raises:
         UserError: not such a size.
     """
-    match = _MEMORY.match(size.strip())
+    match = _MEMORY.fullmatch(size.strip())
     if not match:
         raise UserError(f"docker.memory: bad size {size!r}",
                         hint="use a number with b, k, m or g, such as 4g")
@@ -238,7 +238,7 @@ class SandboxSpec:
         if self.agent_uid <= 0 or self.agent_gid <= 0:
             raise UserError("the agent must not run as root (uid/gid 0)")
         for name in (*self.env, *self.secret_env):
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise UserError(f"bad environment variable name {name!r}",
                                 hint="use letters, digits and _, not starting with a digit")
         for rel in self.secret_files:
