@@ -397,7 +397,9 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
             shipping = pool.submit(ship.ship, repo, record.id, plan.base_commit, remote,
                                    spec.sidecar_image, spec.all_labels())
         try:
-            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid)
+            # A remote engine checks the base out itself (runner.ship): none here.
+            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid,
+                                 fill=remote is None)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
             if shipping is not None:
                 shipped = shipping.result()

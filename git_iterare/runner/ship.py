@@ -248,32 +248,42 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
     volumes = {trees.cache: ("/cache", False), trees.work: ("/work", False),
                trees.git: ("/git", False)}
     pack_bytes = objects = 0
-    with remote.Porter(image, volumes, labels) as porter:
-        haves = _cache_haves(porter)
-        if base not in haves:
-            known = _local_commits(repo, haves[:MAX_HAVES])
-            scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
-            try:
-                pack, index, objects = _pack(repo, base, known, scratch)
-                pack_bytes = pack.stat().st_size + index.stat().st_size
-                archive = scratch / "cache.tar"
-                with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+    git_tar, work_tar = _gitdir_archive(repo, run_id, base), _worktree_archive()
+    scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
+    try:
+        with remote.Porter(image, volumes, labels) as porter:
+            archive = scratch / "ship.tar"
+            # One archive into all three volumes (the porter mounts them below /): each
+            # put_archive costs the engine a mount of the container's filesystem.
+            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                haves = _cache_haves(porter)
+                if base not in haves:
+                    known = _local_commits(repo, haves[:MAX_HAVES])
+                    pack, index, objects = _pack(repo, base, known, scratch)
+                    pack_bytes = pack.stat().st_size + index.stat().st_size
                     for folder in ("objects", "objects/pack", "objects/info", "have"):
-                        _add_dir(tar, folder)
+                        _add_dir(tar, f"cache/{folder}")
                     # The pack before its index: readers find packs by their index.
-                    tar.add(pack, f"objects/pack/{pack.name}")
-                    tar.add(index, f"objects/pack/{index.name}")
-                    _add_file(tar, f"have/{base}", b"")
-                with archive.open("rb") as handle:
-                    remote.put_archive(porter.container, "/cache", handle)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        git_tar = _gitdir_archive(repo, run_id, base)
-        remote.put_archive(porter.container, "/git", git_tar)
-        work_tar = _worktree_archive()
-        remote.put_archive(porter.container, "/work", work_tar)
+                    tar.add(pack, f"cache/objects/pack/{pack.name}")
+                    tar.add(index, f"cache/objects/pack/{index.name}")
+                    _add_file(tar, f"cache/have/{base}", b"")
+                _copy_members(tar, git_tar, "git")
+                _copy_members(tar, work_tar, "work")
+            with archive.open("rb") as handle:
+                remote.put_archive(porter.container, "/", handle)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
                    file_bytes=len(git_tar) + len(work_tar))
+
+
+def _copy_members(tar: tarfile.TarFile, data: bytes, prefix: str) -> None:
+    """Add the members of the tar ``data`` to ``tar`` below ``prefix``."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as source:
+        for member in source.getmembers():
+            content = source.extractfile(member) if member.isfile() else None
+            member.name = f"{prefix}/{member.name}"
+            tar.addfile(member, content)
 
 
 def _tmp_root(repo: Repo) -> Path:
@@ -564,9 +574,13 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
     Raises:
         OperationFailed: the engine cannot be reached or refused; a bad archive.
     """
+    from git_iterare.runner.workspace import fill_worktree, on_engine_path, worktree_on_engine
+
     fetch_out(repo, record)
     with _source(record) as source:
         if source is None:
+            if worktree_on_engine(ws):  # the host's copy was never filled: the base
+                fill_worktree(repo, ws)
             return ["its files on the Docker engine are gone; what the host has is kept"]
         container, work_path, git_path = source
         from git_iterare.sandbox import remote
@@ -581,6 +595,7 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
             finally:
                 if scratch.exists():
                     boundedfs.remove_tree(scratch)
+        on_engine_path(ws).unlink(missing_ok=True)
     return notes[:100]
 
 
