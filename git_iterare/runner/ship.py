@@ -61,10 +61,13 @@ if TYPE_CHECKING:
 #: While this file is in the run gitdir a porter checks the base out (:data:`PORTER_CHECKOUT`);
 #: the agent's container waits for it to go (:data:`CHECKOUT`).
 PENDING = "iterare-checkout"
+#: The last file of the archive :func:`ship` puts: the porter, started meanwhile, begins.
+GO = "iterare-checkout-go"
 
 _CHECKOUT_BODY = """\
 if [ ! -e /git/run/index ]; then
-    git -c core.hooksPath=/dev/null -c advice.detachedHead=false reset -q --hard HEAD \\
+    git -c core.hooksPath=/dev/null -c advice.detachedHead=false -c checkout.workers=0 \\
+        reset -q --hard HEAD \\
         || { echo "iterare-sandbox: error: cannot check the run's base out (is git in the \\
 image?)" >&2; exit 125; }
     if [ -d /git/run/iterare-include ]; then
@@ -74,14 +77,14 @@ fi
 """
 
 #: Runs before the agent's command in its container on a remote engine (as the agent):
-#: it waits while a porter checks the base out (:data:`PORTER_CHECKOUT`, at most 5 min),
+#: it waits while a porter checks the base out (:data:`PORTER_CHECKOUT`, at most 30 min),
 #: then, when there is no index yet (the porter failed, or the container starts for the
 #: first time without one), checks the base out from the object cache itself and copies
 #: the ``.iterare/include`` files put aside in the gitdir over it.
 CHECKOUT = f"""\
 set -e
 i=0
-while [ -e /git/run/{PENDING} ] && [ $i -lt 6000 ]; do
+while [ -e /git/run/{PENDING} ] && [ $i -lt 36000 ]; do
     sleep 0.05 2>/dev/null || sleep 1
     i=$((i + 1))
 done
@@ -89,11 +92,18 @@ done
 """
 
 #: Runs in the porter from git-iterare's own image, as the agent's uid, with no
-#: capabilities and no network, while the sandbox is launched: the checkout of
-#: :data:`CHECKOUT`, ahead of the agent's container; :data:`PENDING` goes when it ends.
+#: capabilities and no network: once the run's files are all there (:data:`GO`; at most an
+#: hour), the checkout of :data:`CHECKOUT`, ahead of the agent's container, while the
+#: sandbox is launched; :data:`PENDING` goes when it ends.
 PORTER_CHECKOUT = f"""\
 set -e
-trap 'rm -f /git/run/{PENDING}' EXIT
+trap 'rm -f /git/run/{PENDING} /git/run/{GO}' EXIT
+i=0
+until [ -e /git/run/{GO} ]; do
+    [ $i -lt 72000 ] || exit 1
+    sleep 0.05
+    i=$((i + 1))
+done
 cd /workspace
 {_CHECKOUT_BODY}"""
 
@@ -285,10 +295,16 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
     pack_bytes = objects = 0
     git_tar, work_tar = _gitdir_archive(repo, run_id, base), _worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
+    # The checkout's porter reads the cache only (it runs as the agent's uid).
+    reading = {**volumes, trees.cache: (remote.CACHE_PATH, True)}
+    checkout = remote.Porter(image, reading, labels, user=f"{agent[0]}:{agent[1]}",
+                             command=["/bin/sh", "-c", PORTER_CHECKOUT, "iterare-checkout"])
     try:
-        with remote.Porter(image, volumes, labels, command=[
-                "/bin/sh", "-c", PORTER_CHECKOUT, "iterare-checkout"],
-                user=f"{agent[0]}:{agent[1]}") as porter:
+        # The files go in through a porter that is never started (root's, for the cache);
+        # the checkout's porter starts once they are all there (GO). (Starting it while
+        # they go in, from another thread, needs one more ssh session at once than an
+        # ssh:// engine's sshd allows by default.)
+        with remote.Porter(image, volumes, labels) as porter, checkout:
             archive = scratch / "ship.tar"
             # One archive into all three volumes: each put_archive costs the engine a mount
             # of the container's filesystem.
@@ -309,10 +325,12 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
                 for top, data in ((remote.GITDIR_PATH, git_tar), (remote.WORK_PATH, work_tar)):
                     _add_dir(tar, top.strip("/"), owner=agent)
                     _copy_members(tar, data, top.strip("/"), owner=agent)
-                _add_file(tar, f"{remote.GITDIR_PATH.strip('/')}/{PENDING}", b"", owner=agent)
+                run = remote.GITDIR_PATH.strip("/")
+                _add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
+                _add_file(tar, f"{run}/{GO}", b"", owner=agent)  # last: all is there
             with archive.open("rb") as handle:
                 remote.put_archive(porter.container, "/", handle)
-            porter.start()
+            checkout.start()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,

@@ -228,7 +228,8 @@ class Porter:
 
         from git_iterare.sandbox.docker_errors import client, docker_errors
 
-        mounts = [Mount(path, name, type="volume", read_only=ro)
+        # no_copy: an empty volume is not filled from the image's folder at that path.
+        mounts = [Mount(path, name, type="volume", read_only=ro, no_copy=True)
                   for name, (path, ro) in self.volumes.items()]
         with docker_errors("make a container to copy files to the Docker engine"):
             self.container = client().containers.create(
