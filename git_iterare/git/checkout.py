@@ -228,6 +228,26 @@ def populate(common_dir: Path, worktree: Path, base: str, index_file: Path,
     return CheckoutMap(trusted, tuple(entries), tuple(subs))
 
 
+def engine_map(common_dir: Path, base: str) -> CheckoutMap:
+    """The checkout map of ``base`` as git without filter programs writes it (a remote
+    engine's checkout: :mod:`git_iterare.runner.ship`): every file's ``raw`` is its blob
+    id, so at finish a file still holding exactly its blob's bytes is recorded as that
+    blob, and any other is cleaned as on a local run. Gitlinks are listed as submodules.
+
+    Raises:
+        ExternalError: git failed.
+    """
+    trusted = filters.trusted_commit(common_dir, base)
+    listing = _git(common_dir, "ls-tree", "-r", "-z", "--full-tree", base).stdout
+    entries = []
+    for item in filter(None, listing.split("\0")):
+        meta, path = item.split("\t", 1)
+        mode, kind, sha = meta.split()
+        if kind == "blob" and mode in ("100644", "100755", "120000"):
+            entries.append(Entry(mode, sha, sha, path))
+    return CheckoutMap(trusted, tuple(entries), tuple(submodules(common_dir, base)))
+
+
 def write_map(path: Path, checkout_map: CheckoutMap) -> None:
     """Store ``checkout_map`` at ``path`` (NUL-separated records, written atomically)."""
     out = [f"{MAP_VERSION} {checkout_map.attributes_commit or '-'}".encode()]

@@ -43,6 +43,7 @@ from git_iterare.runner.workspace import (
     is_ancestor,
     read_run_ref,
     worktree_admin_dir,
+    worktree_on_engine,
 )
 
 if TYPE_CHECKING:
@@ -511,7 +512,9 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     nested: tuple[str, ...] = ()
     skipped: tuple[safegit.Skipped, ...] = ()
     admin = worktree_admin_dir(repo, ws.worktree)
-    if ws.worktree.is_dir() and not ws.worktree.is_symlink():
+    # A remote run's host worktree that was never filled holds none of its files: only
+    # its commits are imported (committing it would delete everything).
+    if ws.worktree.is_dir() and not ws.worktree.is_symlink() and not worktree_on_engine(ws):
         _return_ownership(repo, ws.worktree)
         text = commit_message(message, trailers)
         plan = checkout.plan_snapshot(

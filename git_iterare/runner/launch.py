@@ -384,23 +384,28 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
         from git_iterare.runner import ship
 
         ship.make_volumes(repo, remote, spec.all_labels())
-    try:
-        sidecar = sandbox.begin(spec, start=False)
-    except BaseException:
-        _drop_volumes(remote)
-        raise
     shipped = shipping = None
     with ThreadPoolExecutor(2, thread_name_prefix="sidecar") as pool:
-        # The sidecar starts (and sets up the firewall) while the worktree and the agent's
-        # container are made; the agent's container starts only after both.
-        started = pool.submit(sandbox.start_sidecar, sidecar)
-        if remote is not None:  # and a remote engine gets the run's files meanwhile
+        if remote is not None:  # a remote engine gets the run's files meanwhile, first
             from git_iterare.runner import ship
 
             shipping = pool.submit(ship.ship, repo, record.id, plan.base_commit, remote,
-                                   spec.sidecar_image, spec.all_labels())
+                                   spec.sidecar_image, spec.all_labels(), (uid, gid))
         try:
-            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid)
+            sidecar = sandbox.begin(spec, start=False)
+        except BaseException:
+            if shipping is not None:
+                with contextlib.suppress(BaseException):
+                    shipping.exception()
+            _drop_volumes(remote)
+            raise
+        # The sidecar starts (and sets up the firewall) while the worktree and the agent's
+        # container are made; the agent's container starts only after both.
+        started = pool.submit(sandbox.start_sidecar, sidecar)
+        try:
+            # A remote engine checks the base out itself (runner.ship): none here.
+            ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid,
+                                 fill=remote is None)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
             if shipping is not None:
                 shipped = shipping.result()

@@ -1,8 +1,10 @@
 """Runs on an engine that shares no filesystem with the client (``ssh://``, ``tcp://``).
 
-The run's worktree and gitdir are made on the host as for a local run (the user's view of
-the run, and what :mod:`git_iterare.importer` imports from); the engine gets copies, in
-volumes (:mod:`git_iterare.sandbox.remote`), through the Engine API only:
+The run's branch, worktree and gitdir are made on the host as for a local run (the user's
+view of the run, and what :mod:`git_iterare.importer` imports from), but the worktree stays
+empty until the run ends (no checkout on the host: see
+:func:`git_iterare.runner.workspace.prepare_run`); the engine gets what it needs, in volumes
+(:mod:`git_iterare.sandbox.remote`), through the Engine API only, in one archive:
 
 * **Objects** go into the repository's object cache on the engine, once: the cache lists
   the commits it holds (``have/<commit>``), and a run ships a pack of the objects
@@ -11,17 +13,21 @@ volumes (:mod:`git_iterare.sandbox.remote`), through the Engine API only:
   by a random id of this repository (``<common dir>/iterare/cache-id``), so no other
   repository's runs see its objects. ``git iterare cleanup --cache`` removes it.
 * **The run gitdir** (HEAD, branch, config, exclude; alternates naming the cache) and the
-  ``.iterare/include`` files go into the run's volumes; the agent's container checks the
-  base out itself (``git reset --hard``, as the agent, before the agent's command:
-  :data:`CHECKOUT`), so the worktree's content never crosses the wire.
+  ``.iterare/include`` files go into the run's volumes, the agent's. The base is checked
+  out there from the cache, so the worktree's content never crosses the wire: by a
+  porter from git-iterare's own image, as the agent's uid, with no capabilities and no
+  network, started as soon as the files are in (:data:`PORTER_CHECKOUT`), so the
+  checkout goes on while the sandbox is launched; the agent's container waits for it
+  before the agent's command, and does it itself when it failed (:data:`CHECKOUT`).
 * **The prompt** is a file put into the agent's container before it starts.
 
 Results come out when the run ends (:func:`fetch_results`, by whichever command notices
 first): the worktree and the run gitdir as archives (``get_archive``), unpacked into the
-host's worktree and run gitdir by :func:`extract` (no path leaves its folder, no link is
-followed, special files and set-uid bits are dropped), and then imported and committed by
-the same code as a local run's. ``git iterare diff RUN`` of a live run unpacks the worktree
-into a scratch folder and diffs a snapshot of it (:func:`live_tree`).
+host's (so far empty) worktree and run gitdir by :func:`extract` (no path leaves its
+folder, no link is followed, special files and set-uid bits are dropped), and then
+imported and committed by the same code as a local run's. ``git iterare diff RUN`` of a
+live run unpacks the worktree into a scratch folder and diffs a snapshot of it
+(:func:`live_tree`).
 """
 
 from __future__ import annotations
@@ -52,21 +58,54 @@ if TYPE_CHECKING:
     from git_iterare.sandbox.remote import ContainerHandle, Porter, RemoteTrees
     from git_iterare.sandbox.spec import Mount
 
-#: Runs before the agent's command in its container on a remote engine (as the agent):
-#: the base is checked out from the object cache, then the ``.iterare/include`` files
-#: put aside in the gitdir are copied over it. Only on the first start (no index yet).
-CHECKOUT = """\
-set -e
+#: While this file is in the run gitdir a porter checks the base out (:data:`PORTER_CHECKOUT`);
+#: the agent's container waits for it to go (:data:`CHECKOUT`).
+PENDING = "iterare-checkout"
+#: The last file of the archive :func:`ship` puts: the porter, started meanwhile, begins.
+GO = "iterare-checkout-go"
+
+_CHECKOUT_BODY = """\
 if [ ! -e /git/run/index ]; then
-    git -c core.hooksPath=/dev/null -c advice.detachedHead=false reset -q --hard HEAD \\
-        || { echo "iterare-sandbox: error: cannot check the run's base out (is git in the \
+    git -c core.hooksPath=/dev/null -c advice.detachedHead=false -c checkout.workers=0 \\
+        reset -q --hard HEAD \\
+        || { echo "iterare-sandbox: error: cannot check the run's base out (is git in the \\
 image?)" >&2; exit 125; }
     if [ -d /git/run/iterare-include ]; then
         cp -R -p /git/run/iterare-include/. /workspace/ && rm -rf /git/run/iterare-include
     fi
 fi
-exec "$@"
 """
+
+#: Runs before the agent's command in its container on a remote engine (as the agent):
+#: it waits while a porter checks the base out (:data:`PORTER_CHECKOUT`, at most 30 min),
+#: then, when there is no index yet (the porter failed, or the container starts for the
+#: first time without one), checks the base out from the object cache itself and copies
+#: the ``.iterare/include`` files put aside in the gitdir over it.
+CHECKOUT = f"""\
+set -e
+i=0
+while [ -e /git/run/{PENDING} ] && [ $i -lt 36000 ]; do
+    sleep 0.05 2>/dev/null || sleep 1
+    i=$((i + 1))
+done
+{_CHECKOUT_BODY}exec "$@"
+"""
+
+#: Runs in the porter from git-iterare's own image, as the agent's uid, with no
+#: capabilities and no network: once the run's files are all there (:data:`GO`; at most an
+#: hour), the checkout of :data:`CHECKOUT`, ahead of the agent's container, while the
+#: sandbox is launched; :data:`PENDING` goes when it ends.
+PORTER_CHECKOUT = f"""\
+set -e
+trap 'rm -f /git/run/{PENDING} /git/run/{GO}' EXIT
+i=0
+until [ -e /git/run/{GO} ]; do
+    [ $i -lt 72000 ] || exit 1
+    sleep 0.05
+    i=$((i + 1))
+done
+cd /workspace
+{_CHECKOUT_BODY}"""
 
 #: Largest archive unpacked from the engine (bytes of file content) and most entries.
 MAX_FETCH_BYTES = 32 * 1024**3
@@ -195,10 +234,11 @@ def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
             if len(line.split()) == 2 and line.split()[1] == "commit"]
 
 
-def _cache_haves(porter: Porter) -> list[str]:
-    """The commits the cache holds (names of ``have/*``), newest first."""
+def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
+    """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
+    newest first."""
     found: list[tuple[float, str]] = []
-    for member, _ in _members(porter.get("/cache/have")):
+    for member, _ in _members(porter.get(f"{cache}/have")):
         name = member.name.rsplit("/", 1)[-1]
         if member.isfile() and _HEX40.fullmatch(name):
             found.append((member.mtime, name))
@@ -223,11 +263,13 @@ def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, 
 
 
 def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
-         labels: Mapping[str, str]) -> Shipped:
+         labels: Mapping[str, str], agent: tuple[int, int]) -> Shipped:
     """Put what a new run needs on the engine: the objects of its base into the
     repository's cache (only those the cache lacks), the run gitdir and the
-    ``.iterare/include`` files into its volumes. Needs nothing of the run's host
-    worktree, so it runs while that is made.
+    ``.iterare/include`` files into its volumes, all in one archive; then start the
+    checkout of the base there (:data:`PORTER_CHECKOUT`), which goes on while the sandbox
+    is launched (the agent's container waits for it). Needs nothing of the run's host
+    worktree.
 
     Args:
         repo: the repository.
@@ -236,6 +278,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
         trees: the run's :class:`~git_iterare.sandbox.remote.RemoteTrees`.
         image: git-iterare's own image on the engine (for the porter container).
         labels: labels of the run's volumes (run and repository).
+        agent: the agent's uid and gid (the run's trees are made its own).
 
     Returns:
         What was sent.
@@ -245,35 +288,65 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
     """
     from git_iterare.sandbox import remote
 
-    volumes = {trees.cache: ("/cache", False), trees.work: ("/work", False),
-               trees.git: ("/git", False)}
+    # The porter sees the trees where the agent's container does, so the run gitdir's
+    # alternates and the worktree's .git file hold for both.
+    volumes = {trees.cache: (remote.CACHE_PATH, False), trees.work: (remote.WORK_PATH, False),
+               trees.git: (remote.GITDIR_PATH, False)}
     pack_bytes = objects = 0
-    with remote.Porter(image, volumes, labels) as porter:
-        haves = _cache_haves(porter)
-        if base not in haves:
-            known = _local_commits(repo, haves[:MAX_HAVES])
-            scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
-            try:
-                pack, index, objects = _pack(repo, base, known, scratch)
-                pack_bytes = pack.stat().st_size + index.stat().st_size
-                archive = scratch / "cache.tar"
-                with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+    git_tar, work_tar = _gitdir_archive(repo, run_id, base), _worktree_archive()
+    scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
+    # The checkout's porter reads the cache only (it runs as the agent's uid).
+    reading = {**volumes, trees.cache: (remote.CACHE_PATH, True)}
+    checkout = remote.Porter(image, reading, labels, user=f"{agent[0]}:{agent[1]}",
+                             command=["/bin/sh", "-c", PORTER_CHECKOUT, "iterare-checkout"])
+    try:
+        # The files go in through a porter that is never started (root's, for the cache);
+        # the checkout's porter starts once they are all there (GO). (Starting it while
+        # they go in, from another thread, needs one more ssh session at once than an
+        # ssh:// engine's sshd allows by default.)
+        with remote.Porter(image, volumes, labels) as porter, checkout:
+            archive = scratch / "ship.tar"
+            # One archive into all three volumes: each put_archive costs the engine a mount
+            # of the container's filesystem.
+            cache = remote.CACHE_PATH.strip("/")
+            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                haves = _cache_haves(porter, remote.CACHE_PATH)
+                if base not in haves:
+                    known = _local_commits(repo, haves[:MAX_HAVES])
+                    pack, index, objects = _pack(repo, base, known, scratch)
+                    pack_bytes = pack.stat().st_size + index.stat().st_size
                     for folder in ("objects", "objects/pack", "objects/info", "have"):
-                        _add_dir(tar, folder)
+                        _add_dir(tar, f"{cache}/{folder}")
                     # The pack before its index: readers find packs by their index.
-                    tar.add(pack, f"objects/pack/{pack.name}")
-                    tar.add(index, f"objects/pack/{index.name}")
-                    _add_file(tar, f"have/{base}", b"")
-                with archive.open("rb") as handle:
-                    remote.put_archive(porter.container, "/cache", handle)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        git_tar = _gitdir_archive(repo, run_id, base)
-        remote.put_archive(porter.container, "/git", git_tar)
-        work_tar = _worktree_archive()
-        remote.put_archive(porter.container, "/work", work_tar)
+                    tar.add(pack, f"{cache}/objects/pack/{pack.name}")
+                    tar.add(index, f"{cache}/objects/pack/{index.name}")
+                    _add_file(tar, f"{cache}/have/{base}", b"")
+                # The trees (their top folders too) are the agent's, for the checkout.
+                for top, data in ((remote.GITDIR_PATH, git_tar), (remote.WORK_PATH, work_tar)):
+                    _add_dir(tar, top.strip("/"), owner=agent)
+                    _copy_members(tar, data, top.strip("/"), owner=agent)
+                run = remote.GITDIR_PATH.strip("/")
+                _add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
+                _add_file(tar, f"{run}/{GO}", b"", owner=agent)  # last: all is there
+            with archive.open("rb") as handle:
+                remote.put_archive(porter.container, "/", handle)
+            checkout.start()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
                    file_bytes=len(git_tar) + len(work_tar))
+
+
+def _copy_members(tar: tarfile.TarFile, data: bytes, prefix: str,
+                  owner: tuple[int, int] = (0, 0)) -> None:
+    """Add the members of the tar ``data`` to ``tar`` below ``prefix``, owned by
+    ``owner`` (uid, gid)."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as source:
+        for member in source.getmembers():
+            content = source.extractfile(member) if member.isfile() else None
+            member.name = f"{prefix}/{member.name}"
+            member.uid, member.gid = owner
+            tar.addfile(member, content)
 
 
 def _tmp_root(repo: Repo) -> Path:
@@ -282,15 +355,19 @@ def _tmp_root(repo: Repo) -> Path:
     return root
 
 
-def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
+def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755,
+             owner: tuple[int, int] = (0, 0)) -> None:
     info = tarfile.TarInfo(name)
     info.type, info.mode = tarfile.DIRTYPE, mode
+    info.uid, info.gid = owner
     tar.addfile(info)
 
 
-def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644,
+              owner: tuple[int, int] = (0, 0)) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+    info.uid, info.gid = owner
     tar.addfile(info, io.BytesIO(data))
 
 
@@ -564,6 +641,8 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
     Raises:
         OperationFailed: the engine cannot be reached or refused; a bad archive.
     """
+    from git_iterare.runner.workspace import fill_worktree, on_engine_path, worktree_on_engine
+
     fetch_out(repo, record)
     from git_iterare.sandbox.remote import never_started
 
@@ -573,6 +652,8 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
         return ["its agent never started; the base checked out here is kept"]
     with _source(record) as source:
         if source is None:
+            if worktree_on_engine(ws):  # the host's copy was never filled: the base
+                fill_worktree(repo, ws)
             return ["its files on the Docker engine are gone; what the host has is kept"]
         container, work_path, git_path = source
         from git_iterare.sandbox import remote
@@ -587,6 +668,7 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
             finally:
                 if scratch.exists():
                     boundedfs.remove_tree(scratch)
+        on_engine_path(ws).unlink(missing_ok=True)
     return notes[:100]
 
 

@@ -289,7 +289,7 @@ def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
 
 
 def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
-                alternates: str = CONTAINER_OBJECTS) -> RunWorkspace:
+                alternates: str = CONTAINER_OBJECTS, fill: bool = True) -> RunWorkspace:
     """Create branch, worktree and run gitdir for a new run.
 
     Args:
@@ -299,6 +299,11 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         agent_uid: uid for the agent; see :func:`agent_ids`.
         alternates: path of the main object store as git inside the run gitdir will see
             it; the container path in production, the host objects dir in tests.
+        fill: check the base out into the worktree. False for a run on a remote engine,
+            which checks it out there (:mod:`git_iterare.runner.ship`): the worktree stays
+            empty, marked so (:func:`on_engine_path`), with a checkout map of what the
+            engine writes (:func:`git_iterare.git.checkout.engine_map`), until its files
+            come back (:func:`fill_worktree` when they cannot).
 
     Returns:
         The workspace.
@@ -344,23 +349,66 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         if admin is None:
             raise OperationFailed(f"git worktree add did not register {worktree}")
         _not_sparse(admin)
-        warnings: list[str] = []
-        checkout.write_map(checkout_map_path(ws), checkout.populate(
-            repo.common_dir, worktree, base_commit, admin / "index", warnings))
-        for line in warnings:
-            ui.warn(line)
-        copy_includes(repo, worktree, included)
         _write_run_gitdir(repo, ws, alternates)
-        # The stat data in the index is current, so git inside need not rehash every
-        # file (the run gitdir's config tells it to ignore the owner and ctime changes
-        # the sandbox makes, and filtered files are never rehashed without their filter).
-        shutil.copyfile(admin / "index", gitdir / "index")
+        if fill:
+            _fill(repo, ws, admin)
+        else:
+            on_engine_path(ws).write_text("the worktree's files are on the Docker engine\n")
+            checkout.write_map(checkout_map_path(ws),
+                               checkout.engine_map(repo.common_dir, base_commit))
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)
             _delete_branch(repo, ws, base_commit)
         raise
     return ws
+
+
+def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
+    """Check the run's base out into its (empty) worktree, copy the include files, write
+    the checkout map, and give the run gitdir the worktree's index."""
+    warnings: list[str] = []
+    checkout.write_map(checkout_map_path(ws), checkout.populate(
+        repo.common_dir, ws.worktree, ws.base_commit, admin / "index", warnings))
+    for line in warnings:
+        ui.warn(line)
+    copy_includes(repo, ws.worktree, ws.included)
+    # The stat data in the index is current, so git inside need not rehash every file
+    # (the run gitdir's config tells it to ignore the owner and ctime changes the sandbox
+    # makes, and filtered files are never rehashed without their filter).
+    shutil.copyfile(admin / "index", ws.gitdir / "index")
+
+
+def on_engine_path(ws: RunWorkspace) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.on-engine``: present while a remote run's
+    host worktree was never filled (its files are on the engine only; see
+    :func:`prepare_run`). Host-only, never mounted or shipped."""
+    return ws.gitdir.with_name(ws.run_id + ".on-engine")
+
+
+def worktree_on_engine(ws: RunWorkspace) -> bool:
+    """Whether the run's host worktree was never filled: its files are on the engine."""
+    return on_engine_path(ws).exists()
+
+
+def fill_worktree(repo: Repo, ws: RunWorkspace) -> None:
+    """Give a remote run whose files on the engine are gone the worktree a local run
+    would have had: its base checked out on the host (and the include files), so its
+    finish commits no deletion of everything. Clears :func:`on_engine_path`.
+
+    Raises:
+        OperationFailed: the worktree is not registered with git.
+        ExternalError: git (or a filter of the user's) failed.
+    """
+    admin = worktree_admin_dir(repo, ws.worktree)
+    if admin is None:
+        raise OperationFailed(f"{ws.worktree} is not a registered worktree any more",
+                              hint=f"`git iterare cleanup --force {ws.run_id}`")
+    for entry in os.scandir(ws.worktree):  # anything but its .git file is ours to replace
+        if entry.name != ".git":
+            boundedfs.remove_tree(Path(entry.path))
+    _fill(repo, ws, admin)
+    on_engine_path(ws).unlink(missing_ok=True)
 
 
 def checkout_map_path(ws: RunWorkspace) -> Path:
@@ -489,7 +537,8 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
             run_head, problems = None, [exc.message]
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
-    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink():
+    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink() \
+            and not worktree_on_engine(ws):  # an empty host copy holds no work
         plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
                                       checkout_map_path(ws), ws.ref, commit=False)
         problems.extend(plan.pending)
@@ -619,7 +668,7 @@ def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     # agent locked opened up again): `git worktree remove` would unregister the worktree
     # even when it fails to remove its files.
     _remove_run_tree(ws, ws.worktree)
-    for path in (ws.gitfile, checkout_map_path(ws)):
+    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws)):
         _remove_run_tree(ws, path)
     admin = worktree_admin_dir(repo, ws.worktree)
     if admin is not None:

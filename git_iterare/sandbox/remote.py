@@ -194,37 +194,52 @@ def remove_volumes(names: Sequence[str]) -> list[str]:
 
 
 class Porter:
-    """A container from git-iterare's own image that mounts volumes and is never started:
-    files go into the volumes (``put_archive``) and come out (``get_archive``) through
-    it. Use as a context manager; it is removed at the end.
+    """A container from git-iterare's own image that mounts volumes: files go into the
+    volumes (``put_archive``) and come out (``get_archive``) through it. Use as a context
+    manager; it is removed at the end, unless :meth:`start` ran its ``command`` (then the
+    engine removes it when that ends).
+
+    It has no capabilities, no network and no new privileges, whoever it runs as.
 
     Args:
         image: git-iterare's own image (on the engine; the sidecar's).
         volumes: volume name -> (path in the porter, read-only).
         labels: labels for the container.
+        command: argv for :meth:`start`; None for a porter that is never started.
+        user: ``uid:gid`` it runs as.
 
     Raises:
         UserError / OperationFailed: the image is missing, the engine refused.
     """
 
     def __init__(self, image: str, volumes: Mapping[str, tuple[str, bool]],
-                 labels: Mapping[str, str] | None = None) -> None:
+                 labels: Mapping[str, str] | None = None, *,
+                 command: Sequence[str] | None = None, user: str = "0:0") -> None:
         self.image = image
         self.volumes = dict(volumes)
         self.labels = dict(labels or {})
+        self.command = list(command) if command is not None else None
+        self.user = user
         self.container: Any = None
+        self.started = False
 
     def __enter__(self) -> Porter:
         from docker.types import Mount
 
         from git_iterare.sandbox.docker_errors import client, docker_errors
 
-        mounts = [Mount(path, name, type="volume", read_only=ro)
+        # no_copy: an empty volume is not filled from the image's folder at that path.
+        mounts = [Mount(path, name, type="volume", read_only=ro, no_copy=True)
                   for name, (path, ro) in self.volumes.items()]
         with docker_errors("make a container to copy files to the Docker engine"):
             self.container = client().containers.create(
-                self.image, command=["true"], entrypoint=["true"], user="0:0",
+                self.image, command=None if self.command else ["true"],
+                entrypoint=self.command or ["true"], user=self.user,
                 mounts=mounts, network_mode="none", cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                environment={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+                             "HOME": "/tmp"},
+                auto_remove=self.command is not None,
                 labels={**self.labels, LABEL_VOLUME: "porter"}, detach=True)
         return self
 
@@ -233,10 +248,22 @@ class Porter:
 
         from git_iterare.sandbox.docker_errors import docker_errors
 
-        if self.container is not None:
+        if self.container is not None and not self.started:
             with contextlib.suppress(docker.errors.NotFound), \
                     docker_errors("remove the copying container"):
                 self.container.remove(force=True)
+
+    def start(self) -> None:
+        """Start its ``command`` and leave it: the engine removes it when it ends.
+
+        Raises:
+            OperationFailed: the engine refused.
+        """
+        from git_iterare.sandbox.docker_errors import docker_errors
+
+        with docker_errors("start the checkout on the Docker engine"):
+            self.container.start()
+        self.started = True
 
     def put(self, path: str, archive: bytes | IO[bytes]) -> None:
         """Unpack the tar ``archive`` (bytes or a file open for reading) at ``path``
