@@ -396,7 +396,7 @@ def test_interactive_when_the_docker_command_cannot_reach_the_engine(
         f"engine from this shell; `git iterare stop {runs[0]}` ends the run)")
     stopped = iterare("stop", runs[0], cwd=project)
     assert stopped.returncode == 0, stopped.stderr
-    assert f"run {runs[0]}: its agent never started; the base checked out here is kept" in (
+    assert f"run {runs[0]}: its agent never started; its base is kept" in (
         stopped.stderr)
     assert git("rev-parse", f"iterare/{runs[0]}", cwd=project).stdout == git(
         "rev-parse", "main", cwd=project).stdout

@@ -648,8 +648,11 @@ def fetch_results(repo: Repo, record: RunRecord, ws: RunWorkspace) -> list[str]:
 
     agent = _agent_container(record)
     if agent is not None and never_started(agent):
-        # The agent's container checks the base out itself: its trees are empty there.
-        return ["its agent never started; the base checked out here is kept"]
+        # Its trees on the engine may be empty (the checkout runs beside the launch): the
+        # base is the run's result, checked out here if it was not.
+        if worktree_on_engine(ws):
+            fill_worktree(repo, ws)
+        return ["its agent never started; its base is kept"]
     with _source(record) as source:
         if source is None:
             if worktree_on_engine(ws):  # the host's copy was never filled: the base
