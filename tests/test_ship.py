@@ -127,3 +127,24 @@ def test_cache_key_is_made_once(repo: Path) -> None:
     key = ship.cache_key(here)
     assert len(key) == 16 and key == ship.cache_key(here)
     assert (here.common_dir / "iterare" / "cache-id").read_text() == key + "\n"
+
+
+def test_the_agents_files_and_a_remote_runs_files_go_in_one_archive(tmp_path: Path) -> None:
+    """One put into the agent's container (each is a round trip to a remote engine): its
+    accounts and start script, and the run's files (the prompt), root's and readable."""
+    from git_iterare.sandbox import EgressPolicy, Limits, SandboxSpec
+    from git_iterare.sandbox.docker_backend import agent_files
+    from git_iterare.sandbox.remote import RemoteTrees
+
+    spec = SandboxSpec(image="i", sidecar_image="i", name="n", command=("true",),
+                       policy=EgressPolicy(), out_dir=tmp_path,
+                       limits=Limits(cpus=1.0, memory="64m", pids=16),
+                       remote=RemoteTrees("w", "g", "c", {"/run/iterare/prompt.md": b"do it\n"}))
+    data = agent_files(spec, b"root:x:0:0::/root:/bin/sh\n", b"root:x:0:\n")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        prompt = members["run/iterare/prompt.md"]
+        assert (prompt.uid, prompt.mode) == (0, 0o644)
+        assert tar.extractfile(prompt).read() == b"do it\n"  # type: ignore[union-attr]
+        assert [m.name for m in tar.getmembers()].count("run/iterare") == 1
+        assert "run/iterare/agent-start" in members and "etc/passwd" in members

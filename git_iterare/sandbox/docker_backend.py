@@ -258,8 +258,9 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
     Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
     (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
     secret variables as files ``/run/iterare/secrets/env/NAME`` (0400, in a 0500 dir), and
-    the CA bundle (0644) when the spec names one. Everything the agent may read is owned
-    by its uid; nothing is written on the host.
+    the CA bundle (0644) when the spec names one, and on a remote engine the run's files
+    (``spec.remote.files``: root's, 0644). Everything the agent may read is owned by its
+    uid; nothing is written on the host.
 
     Raises:
         OSError: the CA bundle cannot be read.
@@ -287,6 +288,12 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
             tar.file(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400)
     if spec.ca_bundle is not None:
         tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
+    if spec.remote is not None:  # what a remote engine cannot mount (the prompt): root's
+        for path, data in sorted(spec.remote.files.items()):
+            parts = path.strip("/").split("/")
+            for depth in range(1, len(parts)):
+                tar.dir("/".join(parts[:depth]), 0, 0, 0o755)
+            tar.file(path, data, 0, 0, 0o644)
     return tar.data()
 
 
@@ -635,10 +642,6 @@ class DockerBackend:
             with docker_errors(f"prepare the sandbox {spec.name}"):
                 passwd, group = _image_accounts(agent, spec.image)
                 agent.put_archive("/", agent_files(spec, passwd, group))
-                if spec.remote is not None and spec.remote.files:
-                    from git_iterare.sandbox.remote import files_archive
-
-                    agent.put_archive("/", files_archive(spec.remote.files))
             if sidecar_started is not None:
                 sidecar_started.result()
             # The agent's container starts once the sidecar has locked the namespace,

@@ -21,8 +21,6 @@ decides what to put and reads what comes back.
 from __future__ import annotations
 
 import contextlib
-import io
-import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -109,27 +107,6 @@ def agent_mounts(trees: RemoteTrees) -> list[Any]:
     return [Mount(WORK_PATH, trees.work, type="volume"),
             Mount(GITDIR_PATH, trees.git, type="volume"),
             Mount(CACHE_PATH, trees.cache, type="volume", read_only=True)]
-
-
-def files_archive(files: Mapping[str, bytes]) -> bytes:
-    """A tar of ``files`` (absolute path -> content) for ``put_archive`` at ``/``: root's,
-    0644, in folders 0755."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        made: set[str] = set()
-        for path, data in sorted(files.items()):
-            parts = path.strip("/").split("/")
-            for depth in range(1, len(parts)):
-                folder = "/".join(parts[:depth])
-                if folder not in made:
-                    made.add(folder)
-                    info = tarfile.TarInfo(folder)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-            info = tarfile.TarInfo("/".join(parts))
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def ensure_volume(name: str, labels: Mapping[str, str]) -> None:
