@@ -227,6 +227,10 @@ def import_docker(engine: Engine) -> Any:
     return docker
 
 
+#: Connections kept open to an ``ssh://`` engine (see :func:`_connect`).
+SSH_POOL_SIZE = 3
+
+
 def _connect(engine: Engine) -> Any:
     """A new ``docker.DockerClient`` for ``engine`` (ssh through paramiko with
     ``~/.ssh/config`` and known hosts). The API version is negotiated with the engine
@@ -246,6 +250,13 @@ def _connect(engine: Engine) -> Any:
                               "timeout": 300}
     if engine.tls is not None:
         kwargs["tls"] = _tls_config(engine)
+    if engine.url.startswith("ssh://"):
+        # Each pooled connection is an ssh channel, idle ones included, and sshd allows
+        # 10 a connection (MaxSessions): keep few, so the threads of a launch (the
+        # sidecar's start, its log, shipping the trees) never run out. Connections over
+        # the pool's size are closed after use; urllib3 says so at warning level.
+        kwargs["max_pool_size"] = SSH_POOL_SIZE
+        logging.getLogger("urllib3.connectionpool").addHandler(logging.NullHandler())
     api_class = _api_class()
 
     class EngineClient(docker.DockerClient):
