@@ -177,10 +177,40 @@ def split_frontmatter(text: str, where: str) -> tuple[str | None, int, str, int]
     raise UserError(f"{where}:1: frontmatter is not closed by a '---' line")
 
 
+#: A frontmatter line whose value YAML reads as plain text (``agent: shell``): a key, and
+#: a value that starts with a letter and holds no character YAML gives a meaning to.
+_PLAIN_LINE = re.compile(r"([a-z_]+): +([A-Za-z][A-Za-z0-9_./-]*) *")
+#: Plain words YAML 1.1 (PyYAML's SafeLoader) reads as booleans or null, not text.
+_YAML_WORDS = frozenset(
+    f(w) for w in ("yes", "no", "true", "false", "on", "off", "null", "y", "n")
+    for f in (str.lower, str.title, str.upper))
+
+
+def _plain_frontmatter(yaml_text: str, first_line: int
+                       ) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """The mapping and key lines of frontmatter made only of ``key: word`` lines whose
+    words YAML reads as text, without importing YAML (about a tenth of ``execute``'s
+    start); None for anything else, which :func:`_parse_yaml` reads with YAML."""
+    data: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    for offset, line in enumerate(yaml_text.split("\n")):
+        if not line:
+            continue
+        match = _PLAIN_LINE.fullmatch(line)
+        if match is None or match[2] in _YAML_WORDS:
+            return None
+        data[match[1]] = match[2]
+        lines[match[1]] = first_line + offset
+    return (data, lines) if data else None
+
+
 def _parse_yaml(
     yaml_text: str, first_line: int, where: str
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """Parse frontmatter; return the mapping and the file line of each key."""
+    plain = _plain_frontmatter(yaml_text, first_line)
+    if plain is not None:
+        return plain
     import yaml
 
     # One parse: the node tree gives the lines, and it is built into data as

@@ -216,3 +216,37 @@ def test_prompts_are_read_only_from_regular_files(tmp_path: Path) -> None:
     (prompts / "big.md").write_bytes(b"x" * (1024 * 1024 + 1))
     with pytest.raises(UserError, match="larger than 1024 KiB"):
         load_prompt("big", prompts, tmp_path)
+
+
+@pytest.mark.parametrize("text", [
+    "agent: shell\n", "agent: claude\nworkspace: fix-bug\nbranch: feature/x.y\n",
+    "agent:   codex  \n\nmodel: gpt-4.1\n", "agent: Yes\n", "agent: off\n", "agent: NULL\n",
+    "agent: y\n", "agent: e5\n", "agent: inf\n", "branch: v1.2-rc\n", "agent: shell # c\n",
+    "timeout: 300\n", "agent: 'shell'\n", "agent:shell\n", "agent:\tshell\n", "agent: a:b\n",
+    "agent: shell\nagent: codex\n", "Agent: shell\n", "agent: [shell]\n", "agent: ~\n",
+    "agent: shell\n  more\n", "agent: <<\n", "env: x\n", "agent: !!str x\n", "",
+])
+def test_plain_frontmatter_reads_as_yaml_does(text: str) -> None:
+    """The YAML-free reading of ``key: word`` frontmatter gives what YAML gives, lines
+    included, or leaves the text to YAML."""
+    import yaml
+
+    from git_iterare.prompt import _parse_yaml, _plain_frontmatter
+
+    plain = _plain_frontmatter(text, 2)
+    if plain is None:
+        return  # YAML reads it (every other test of this file covers that path)
+    assert plain[0] == yaml.safe_load(text)
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    assert isinstance(node, yaml.MappingNode)
+    assert plain[1] == {k.value: 2 + k.start_mark.line for k, _ in node.value}
+    assert _parse_yaml(text, 2, "p") == plain
+
+
+def test_plain_frontmatter_is_taken_for_the_common_case() -> None:
+    from git_iterare.prompt import _plain_frontmatter
+
+    assert _plain_frontmatter("agent: shell\nworkspace: w\n", 2) == (
+        {"agent": "shell", "workspace": "w"}, {"agent": 2, "workspace": 3})
+    for text in ("agent: yes\n", "timeout: 300\n", "agent: shell # note\n", "a: 'b'\n"):
+        assert _plain_frontmatter(text, 2) is None, text
