@@ -290,6 +290,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                        "deletions": work.changes.deletions}
             if work.skipped:
                 _note_skipped(store, record.id, work.skipped)
+            for note in work.notes:
+                ui.warn(f"run {record.id}: {note}")
             if work.rejected_head:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")
