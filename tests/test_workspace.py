@@ -637,6 +637,22 @@ def test_a_committed_git_repository_is_flagged(repo: Path) -> None:
                        "docs/vendor.git/description": EMBEDDED_REPO_REASON}
 
 
+def test_symlinks_out_of_the_repository_are_flagged(repo: Path) -> None:
+    from git_iterare.git.hostexec import OUTSIDE_SYMLINK_REASON, changed_files
+
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    (repo / "d" / "e").mkdir(parents=True)
+    os.symlink("/etc/passwd", repo / "abs")
+    os.symlink("../../../outside", repo / "d" / "e" / "up")
+    os.symlink("../../README.md", repo / "d" / "e" / "inside")
+    os.symlink("e/inside", repo / "d" / "rel")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "links", cwd=repo)
+    reasons = {c.path: c.reason for c in changed_files(repo_mod.discover(repo), base, "HEAD")}
+    assert reasons == {"abs": OUTSIDE_SYMLINK_REASON, "d/e/up": OUTSIDE_SYMLINK_REASON,
+                       "d/e/inside": None, "d/rel": None}
+
+
 def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
