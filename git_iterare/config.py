@@ -40,6 +40,14 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 DEFAULT_IMAGE = "git-iterare:latest"
 
+
+def _agent_list() -> str:
+    """The registered agents' names as prose: ``claude, codex, gemini or shell``."""
+    from git_iterare.agents import names
+
+    *most, last = names()
+    return f"{', '.join(most)} or {last}" if most else last
+
 #: The keys of git-iterare itself. Each agent declares its own (its section, such as
 #: ``[claude]``, and its install version) as :attr:`git_iterare.agents.base.Agent.config_keys`;
 #: :data:`KEYS` holds both. iterare's keys (docker.image, session.shell,
@@ -71,7 +79,7 @@ CORE_KEYS: dict[str, Key] = {
         Key("docker.pids", "int", 1024,
             "Maximum number of processes in a run: 16 to 4194304 (0 is refused)."),
         Key("run.agent", "str", "claude",
-            "Agent that runs prompts: claude, codex or shell."),
+            f"Agent that runs prompts: {_agent_list()}."),
         Key("run.timeout", "int", 3600,
             "Wall-clock limit of a run, in seconds; 0 means no limit."),
         Key("run.max_budget_usd", "float", 0.0,

@@ -49,6 +49,15 @@ def test_unknown_option_is_a_usage_error(repo: Path) -> None:
                              "(see 'git iterare config -h')\n")
 
 
+def test_usage_errors_are_one_line_without_clicks_layout(tmp_path: Path) -> None:
+    result = iterare("completion", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "^J" not in result.stderr and "^I" not in result.stderr
+    assert result.stderr.startswith("error: Missing argument '{bash|zsh|fish}'. Choose from: "
+                                    "bash,")
+
+
 def test_every_command_has_an_executable_and_all_spellings_agree(repo: Path) -> None:
     for name in COMMANDS:
         assert os.access(BIN_DIR / f"git-iterare-{name}", os.X_OK), name

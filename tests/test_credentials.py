@@ -232,3 +232,12 @@ def test_login_in_the_sandbox_is_refused_on_a_remote_engine(tmp_path: Path,
         "logging in inside the sandbox needs a local Docker engine; ssh://me@203.0.113.5 "
         "(context box) is remote")
     assert "\n" not in info.value.render()
+
+
+def test_an_unknown_agent_given_with_agent_names_that_option(tmp_path: Path,
+                                                              hermetic_env: Path) -> None:
+    done = iterare("credentials", "--agent", "nosuch", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == ("error: unknown agent 'nosuch' (valid: claude, codex, gemini, "
+                           "shell) (give --agent one of them: `git iterare credentials "
+                           "--agent NAME`)\n")

@@ -42,6 +42,29 @@ def test_the_outcome_is_the_agents_unless_its_limit_was_reached(
     assert _outcome(_record(timeout), code, result, False, ran) == expected
 
 
+def test_a_run_killed_for_memory_names_the_setting() -> None:
+    status, error = _outcome(_record(60), 137, BAD, False, 2.0, oom_killed=True,
+                             memory_bytes=512 << 20)
+    assert status == "failed"
+    assert error == ("the agent ran out of memory (exit status 137; the limit is "
+                     "docker.memory = 512m); raise docker.memory in the config")
+    # a process killed for memory that the agent survived is not its outcome
+    assert _outcome(_record(60), 0, OK, False, 2.0, oom_killed=True) == ("succeeded", None)
+
+
+def test_container_info_carries_the_oom_flag_and_memory_limit() -> None:
+    from types import SimpleNamespace
+
+    from git_iterare.sandbox import docker_backend
+
+    container = SimpleNamespace(
+        id="c1", name="iterare-x",
+        attrs={"State": {"Status": "exited", "ExitCode": 137, "OOMKilled": True},
+               "HostConfig": {"Memory": 4 << 30}, "Config": {}})
+    info = docker_backend._info(container)
+    assert (info.oom_killed, info.memory_bytes) == (True, 4 << 30)
+
+
 def test_a_run_stopped_at_its_limit_by_a_later_command_is_timed_out() -> None:
     assert _outcome(_record(3, timed_out=True), 143, BAD, False, 70.0) == (
         "timed-out", "killed after the 3 s timeout")

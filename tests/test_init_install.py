@@ -35,6 +35,11 @@ def test_generated_config_documents_every_key_and_parses(repo: Path) -> None:
     for key in KEYS.values():
         assert parsed[key.section][key.key] == key.default, key.name
     assert iterare("config", "--list", cwd=repo).stderr == ""
+    # every registered agent is named where the file says which agent runs prompts
+    from git_iterare.agents import names
+
+    line = next(li for li in text.splitlines() if li.startswith("# Agent that runs prompts"))
+    assert all(name in line for name in names()), line
 
 
 def test_init_is_safe_to_rerun_and_force_overwrites(repo: Path) -> None:

@@ -163,6 +163,46 @@ def test_agent_work_comes_back_with_trailers(repo: Path) -> None:
     assert not again.autocommitted and again.imported_objects == 0
 
 
+@pytest.mark.parametrize("move", [["checkout", "-q", "-b", "sidework"],
+                                  ["checkout", "-q", "--detach"]])
+def test_commits_on_another_branch_or_detached_head_are_imported(
+        repo: Path, move: list[str]) -> None:
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("one\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "agent: on the run branch")
+    agent(ws, *move)
+    (ws.worktree / "b.txt").write_text("two\n")
+    agent(ws, "add", "b.txt")
+    agent(ws, "commit", "-qm", "agent: moved off")
+    (ws.worktree / "c.txt").write_text("three\n")  # left uncommitted
+    result = finish(repo, ws)
+    branch = f"iterare/{RUN}"
+    log = git("log", "--format=%s", f"main..{branch}", cwd=repo).stdout.splitlines()
+    assert log == ["iterare: leftovers", "agent: moved off", "agent: on the run branch"]
+    where = "branch sidework" if "-b" in move else "a detached HEAD"
+    assert result.notes == (f"the agent committed on {where}: its 1 commit(s) there were "
+                            f"imported onto {branch}",)
+    again = finish(repo, ws)
+    assert again.head == result.head and again.notes == ()
+
+
+def test_side_branch_not_descending_from_the_run_branch_is_named(repo: Path) -> None:
+    ws = prepare(repo)
+    (ws.worktree / "a.txt").write_text("one\n")
+    agent(ws, "add", "a.txt")
+    agent(ws, "commit", "-qm", "agent: a")
+    agent(ws, "checkout", "-q", "-b", "other", ws.base_commit)
+    (ws.worktree / "b.txt").write_text("two\n")
+    agent(ws, "add", "b.txt")
+    agent(ws, "commit", "-qm", "agent: b")
+    result = finish(repo, ws)
+    assert len(result.notes) == 1 and "branch other" in result.notes[0]
+    assert "not imported" in result.notes[0]
+    assert tree_of(repo, result.head) == {"README.md": "100644 hello\n",
+                                          "b.txt": "100644 two\n"}
+
+
 def test_finish_without_agent_commits(repo: Path) -> None:
     ws = prepare(repo)
     base = ws.base_commit
@@ -595,6 +635,22 @@ def test_a_committed_git_repository_is_flagged(repo: Path) -> None:
                        "docs/vendor.git/HEAD": EMBEDDED_REPO_REASON,
                        "docs/vendor.git/config": EMBEDDED_REPO_REASON,
                        "docs/vendor.git/description": EMBEDDED_REPO_REASON}
+
+
+def test_symlinks_out_of_the_repository_are_flagged(repo: Path) -> None:
+    from git_iterare.git.hostexec import OUTSIDE_SYMLINK_REASON, changed_files
+
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    (repo / "d" / "e").mkdir(parents=True)
+    os.symlink("/etc/passwd", repo / "abs")
+    os.symlink("../../../outside", repo / "d" / "e" / "up")
+    os.symlink("../../README.md", repo / "d" / "e" / "inside")
+    os.symlink("e/inside", repo / "d" / "rel")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "links", cwd=repo)
+    reasons = {c.path: c.reason for c in changed_files(repo_mod.discover(repo), base, "HEAD")}
+    assert reasons == {"abs": OUTSIDE_SYMLINK_REASON, "d/e/up": OUTSIDE_SYMLINK_REASON,
+                       "d/e/inside": None, "d/rel": None}
 
 
 def test_symlinked_worktrees_dir_is_refused(repo: Path, tmp_path: Path) -> None:

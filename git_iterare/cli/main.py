@@ -262,12 +262,16 @@ def run(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         return ExitCode.INTERRUPTED
     except click.ClickException as exc:
+        import re
+
         from git_iterare import ui
 
+        # click lays some messages out on lines (choices after a newline and a tab): one line
+        message = re.sub(r"[ \t\n]+", " ", exc.format_message()).strip()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
-            ui.error(f"{exc.format_message()} (see '{exc.ctx.command_path} -h')")
+            ui.error(f"{message} (see '{exc.ctx.command_path} -h')")
         else:
-            ui.error(exc.format_message())
+            ui.error(message)
         return ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except IterareError as exc:
         from git_iterare import ui

@@ -201,6 +201,39 @@ def _embedded_repositories(paths: list[str]) -> set[str]:
     return (folders("HEAD") & folders("config")) - {""}
 
 
+#: Why a symbolic link the run added or changed is flagged when it leaves the tree.
+OUTSIDE_SYMLINK_REASON = "symbolic link pointing outside the repository"
+
+
+def _escapes(path: str, target: bytes) -> bool:
+    """Whether the symlink ``path`` (tree-relative) with ``target`` points outside the tree."""
+    if not target or target.startswith(b"/") or b"\0" in target:
+        return True
+    where = posixpath.normpath(posixpath.join(posixpath.dirname(path),
+                                              target.decode("utf-8", "surrogateescape")))
+    return where == ".." or where.startswith("../")
+
+
+def _symlink_targets(repo: Repo, blobs: list[str]) -> dict[str, bytes]:
+    """Blob id -> content for the symlink blobs ``blobs`` (one ``git cat-file --batch``)."""
+    if not blobs:
+        return {}
+    out = common_git(repo, "cat-file", "--batch", input="".join(
+        b + "\n" for b in blobs).encode(), text=False).stdout
+    found: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(out):
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) != 3 or header[1] != b"blob":
+            continue
+        size = int(header[2])
+        found[header[0].decode()] = out[pos:pos + size]
+        pos += size + 1
+    return found
+
+
 def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
     """Every file changed between ``base`` and ``head``, with why it would run on the host.
 
@@ -221,6 +254,10 @@ def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
     fields = out.decode("utf-8", "surrogateescape").split("\0")
     pairs = list(zip(fields[0::2], fields[1::2], strict=False))
     repos = _embedded_repositories([path for _, path in pairs])
+    links = _symlink_targets(repo, sorted({
+        meta.split()[3] for meta, _ in pairs
+        if len(meta.split()) >= 5 and meta.split()[1] == "120000"
+        and not meta.split()[4].startswith("D")}))
     found = []
     for meta, path in pairs:
         parts = meta.split()
@@ -230,6 +267,9 @@ def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
         reason = None if status == "D" else classify(path, parts[1], hooks_prefix)
         if status != "D" and any(path.startswith(r + "/") for r in repos):
             reason = EMBEDDED_REPO_REASON
+        if status != "D" and reason is None and parts[1] == "120000" and _escapes(
+                path, links.get(parts[3], b"/")):
+            reason = OUTSIDE_SYMLINK_REASON
         found.append(FileChange(status=status, path=path, reason=reason))
     return sorted(found, key=lambda c: c.path)
 

@@ -62,7 +62,13 @@ def store_credentials(repo: Repo | None, config: Config, request: CredentialsReq
 
     if sum((request.api_key_env, request.token is not None, request.login)) > 1:
         raise UserError("give one of --api-key-env, --token-file and --login")
-    agent = get_agent(request.agent or config["run.agent"])
+    try:
+        agent = get_agent(request.agent or config["run.agent"])
+    except UserError as exc:
+        if request.agent:  # the name came from --agent, not from run.agent
+            raise UserError(exc.message, hint="give --agent one of them: "
+                            "`git iterare credentials --agent NAME`") from None
+        raise
     store = agent.credential_store
     if store is None:
         raise UserError(f"agent {agent.name} needs no credentials",

@@ -65,7 +65,8 @@ def age_seconds(timestamp: str | None) -> float:
 
 
 def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanished: bool,
-             ran_seconds: float | None = None) -> tuple[str, str | None]:
+             ran_seconds: float | None = None, *, oom_killed: bool = False,
+             memory_bytes: int | None = None) -> tuple[str, str | None]:
     """The final status and error line of a run.
 
     ``exit_code`` is the agent container's, which is always the agent's own: the sandbox's
@@ -76,7 +77,9 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
     mean a timeout only when the container ran that long (``ran_seconds``, the engine's
     clock): an agent may exit 124 or be killed on its own, and one that ended in time is
     judged by its own exit status however late the run is finished, also when processes
-    it left behind (a fork bomb) ended with its container.
+    it left behind (a fork bomb) ended with its container. An agent that failed in a
+    container the kernel killed a process of for memory (``oom_killed``; the limit
+    ``memory_bytes``) ran out of memory: the error names ``docker.memory``.
     """
     from git_iterare.runs import status as st
 
@@ -84,6 +87,10 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
         return st.LOST, "the sandbox container disappeared before the run was recorded"
     if record.extra.get("stop_requested"):
         return st.STOPPED, "stopped by `git iterare stop`"
+    if oom_killed and exit_code not in (0, None) and not record.extra.get("timed_out"):
+        return st.FAILED, (f"the agent ran out of memory (exit status {exit_code}; the "
+                           f"limit is docker.memory = {_size(memory_bytes)}); raise "
+                           "docker.memory in the config")
     timeout = record.extra.get("timeout") or 0
     limit_reached = bool(timeout) and exit_code in (TIMEOUT_EXIT, TIMEOUT_KILLED) and (
         ran_seconds is None or ran_seconds >= timeout)
@@ -100,6 +107,16 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
     if exit_code == 0:
         return st.FAILED, result.summary or "the agent reported an error"
     return st.FAILED, f"the agent exited with status {exit_code}"
+
+
+def _size(n: int | None) -> str:
+    """A memory limit in bytes as ``docker.memory`` spells it (``4g``, ``512m``)."""
+    if not n:
+        return "unlimited"
+    for unit, scale in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n} bytes"
 
 
 def over_limits(extra: Mapping[str, object], result: RunResult, *, ended_badly: bool = True
@@ -249,7 +266,9 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     events = (agent.parse_line(line) for line in _split_lines(log))
     result = agent.summarize(events, exit_code=exit_code)
     status, error = _outcome(record, exit_code, result, vanished,
-                             None if info is None else info.ran_seconds)
+                             None if info is None else info.ran_seconds,
+                             oom_killed=info is not None and info.oom_killed,
+                             memory_bytes=None if info is None else info.memory_bytes)
     from git_iterare.runner import ship
 
     remote = ship.is_remote(record)
@@ -290,6 +309,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                        "deletions": work.changes.deletions}
             if work.skipped:
                 _note_skipped(store, record.id, work.skipped)
+            for note in work.notes:
+                ui.warn(f"run {record.id}: {note}")
             if work.rejected_head:
                 ui.warn(f"run {record.id}: the agent's branch was not imported "
                         f"({work.rejected_head}); its files were committed instead")

@@ -86,6 +86,9 @@ class FinishResult:
             diverged), or None. The worktree is committed all the same, so its files are
             not lost; the rejected commits stay in the run gitdir until cleanup (which
             then needs ``force``).
+        notes: one-line warnings about what was imported in an unusual way (the agent
+            committed on another branch or a detached HEAD: those commits were imported
+            onto ``iterare/<id>``, or could not be and their files were committed).
     """
 
     head: str
@@ -96,6 +99,7 @@ class FinishResult:
     nested_repos: tuple[str, ...]
     rejected_head: str | None = None
     skipped: tuple[safegit.Skipped, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def _own_object_store(path: Path) -> DiskObjectStore:
@@ -456,26 +460,96 @@ def _move_branch(repo: Repo, ws: RunWorkspace, old: str, new: str, reason: str) 
                                   "finish it again")
 
 
-def _import_head(repo: Repo, ws: RunWorkspace, current: str) -> tuple[int, str]:
-    """Import the run gitdir's branch; return (objects copied, commit to build on).
+_SIDE_BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/+-]{1,200}")
+
+
+def _moved_head(ws: RunWorkspace) -> tuple[str | None, str]:
+    """The commit the run gitdir's HEAD is on when the agent moved it off ``ws.ref``.
+
+    Read like :func:`~git_iterare.runner.workspace.read_run_ref`: a regular file, no
+    symlinks; a symbolic HEAD must name a plain ``refs/heads/...`` branch.
+
+    Returns:
+        (hex id or None when HEAD is still on ``ws.ref`` or unreadable, a description
+        such as ``branch sidework`` or ``a detached HEAD`` for messages).
+
+    Raises:
+        OperationFailed: HEAD or the branch it names is odd (a symlink, not a hex id...).
+    """
+    head_file = ws.gitdir / "HEAD"
+    try:
+        value = boundedfs.read_regular(head_file, lim.MAX_REF_FILE_BYTES,
+                                       limit_name="MAX_REF_FILE_BYTES").decode(
+            "utf-8", "replace").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None, ""
+    if value.startswith("ref:"):
+        name = value[4:].strip()
+        if name == ws.ref:
+            return None, ""
+        parts = name.split("/")
+        if not _SIDE_BRANCH.fullmatch(name) or any(p in ("", ".", "..") for p in parts) \
+                or name.endswith(".lock"):
+            raise OperationFailed(f"the run's HEAD names an odd branch {name[:60]!r}")
+        return read_run_ref(ws.gitdir, name), "branch " + name.removeprefix("refs/heads/")
+    if re.fullmatch(r"[0-9a-f]{40}", value):
+        return value, "a detached HEAD"
+    raise OperationFailed(f"the run's HEAD does not hold a commit id (got {value[:60]!r})")
+
+
+def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str | None]:
+    """Import the commits of a HEAD the agent moved off ``ws.ref`` when they descend from ``tip``.
+
+    Returns:
+        (objects copied, commit to build on, a warning line or None).
+    """
+    try:
+        moved, where = _moved_head(ws)
+        if moved is None or moved == tip:
+            return 0, tip, None
+        imported = copy_objects(ws.gitdir, moved, repo.common_dir)
+    except OperationFailed as exc:
+        return 0, tip, (f"the agent moved its HEAD off {ws.branch}; its commits there were "
+                        f"not imported ({exc.message}); its files were committed instead")
+    if is_ancestor(repo, moved, tip):
+        return imported, tip, None
+    if not is_ancestor(repo, tip, moved) or not is_ancestor(repo, ws.base_commit, moved):
+        return imported, tip, (
+            f"the agent committed on {where} ({moved[:12]}), which does not descend from "
+            f"{ws.branch}; those commits were not imported, their files were committed "
+            "instead")
+    count = len(common_git(repo, "rev-list", f"{tip}..{moved}").stdout.split())
+    return imported, moved, (f"the agent committed on {where}: its {count} commit(s) "
+                             f"there were imported onto {ws.branch}")
+
+
+def _import_head(repo: Repo, ws: RunWorkspace, current: str
+                 ) -> tuple[int, str, str | None]:
+    """Import the run gitdir's branch; return (objects copied, commit to build on, note).
+
+    When the agent moved HEAD to another branch or detached it, the commits there that
+    descend from the run's branch are imported too (the note says so).
 
     Raises:
         OperationFailed: the ref or an object is odd, the head does not descend from the
             base, or it diverged from ``current``.
     """
-    run_head = read_run_ref(ws.gitdir, ws.ref) if ws.gitdir.is_dir() else None
-    if not run_head or run_head == current:
-        return 0, current
-    imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
-    if not is_ancestor(repo, ws.base_commit, run_head):
-        raise OperationFailed(f"the run's head {run_head[:12]} does not descend from its "
-                              f"base {ws.base_commit[:12]}; not importing it")
-    if is_ancestor(repo, current, run_head):
-        return imported, run_head
-    if not is_ancestor(repo, run_head, current):
-        raise OperationFailed(f"the run's head {run_head[:12]} and {ws.branch} "
-                              f"({current[:12]}) have diverged; not importing it")
-    return imported, current
+    if not ws.gitdir.is_dir():
+        return 0, current, None
+    run_head = read_run_ref(ws.gitdir, ws.ref)
+    imported, tip = 0, current
+    if run_head and run_head != current:
+        imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
+        if not is_ancestor(repo, ws.base_commit, run_head):
+            raise OperationFailed(f"the run's head {run_head[:12]} does not descend from "
+                                  f"its base {ws.base_commit[:12]}; not importing it")
+        if is_ancestor(repo, current, run_head):
+            tip = run_head
+        elif not is_ancestor(repo, run_head, current):
+            raise OperationFailed(f"the run's head {run_head[:12]} and {ws.branch} "
+                                  f"({current[:12]}) have diverged; not importing it")
+    more, tip, note = _import_moved(repo, ws, tip)
+    return imported + more, tip, note
 
 
 def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: str
@@ -502,9 +576,9 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     current = branch_head(repo, ws.ref)
     if current is None:
         raise OperationFailed(f"branch {ws.branch} does not exist; the run cannot be finished")
-    imported, tip, rejected = 0, current, None
+    imported, tip, rejected, note = 0, current, None, None
     try:
-        imported, tip = _import_head(repo, ws, current)
+        imported, tip, note = _import_head(repo, ws, current)
     except OperationFailed as exc:  # keep going: the worktree still gets committed
         rejected = exc.message
     autocommitted = False
@@ -552,4 +626,5 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
     return FinishResult(head=new, commits=tuple(commits), autocommitted=autocommitted,
                         imported_objects=imported,
                         changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
-                        rejected_head=rejected, skipped=skipped)
+                        rejected_head=rejected, skipped=skipped,
+                        notes=(note,) if note else ())

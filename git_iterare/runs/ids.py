@@ -86,8 +86,11 @@ def validate_name(name: str) -> str:
     problem = name_problem(name)
     if problem is None:
         return name
+    hint: str | None
     if len(name) > MAX_NAME_LENGTH:
         hint = "choose a shorter name"
+    elif ref_name_problem(name) is None:
+        hint = None  # the problem already lists what a name may hold
     else:
         hint = "use letters, digits, '-', '_' and '.'"
     raise UserError(f"invalid run name {shown_name(name)}: {problem}", hint=hint)

@@ -142,6 +142,8 @@ def _info(container: Any) -> ContainerInfo:
         labels=dict(config.get("Labels") or {}),
         image=config.get("Image", ""),
         ran_seconds=_ran_seconds(state) if status in ("exited", "dead") else None,
+        oom_killed=state.get("OOMKilled") is True,
+        memory_bytes=(container.attrs.get("HostConfig") or {}).get("Memory") or None,
     )
 
 

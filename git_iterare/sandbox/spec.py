@@ -264,6 +264,8 @@ class ContainerInfo:
         image: image name or id it runs.
         ran_seconds: seconds from its start to its exit (the engine's clock) once it
             exited, else None.
+        oom_killed: the kernel killed a process of it for exceeding its memory limit.
+        memory_bytes: its memory limit in bytes, None when unlimited or unknown.
     """
 
     id: str
@@ -273,3 +275,5 @@ class ContainerInfo:
     labels: Mapping[str, str]
     image: str
     ran_seconds: float | None = None
+    oom_killed: bool = False
+    memory_bytes: int | None = None
