@@ -149,3 +149,23 @@ def test_execute_and_interactive_share_one_declaration_of_the_network_options() 
     # Declared once, in cli/context.py.
     sources = (Path(__file__).parent.parent / "git_iterare" / "cli").glob("*.py")
     assert [p.name for p in sources if '"--docker-network"' in p.read_text()] == ["context.py"]
+
+
+def test_ctrl_c_where_nothing_goes_on_says_interrupted(repo: Path) -> None:
+    """A command stopped by Ctrl-C before it did anything (here: waiting for a token on
+    stdin) says so in one line and exits 130, not silently."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([str(BIN_DIR / "git-iterare"), "credentials", "--agent", "codex"],
+                            cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # past start-up: it waits on stdin now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted"

@@ -11,7 +11,7 @@ from git_iterare.cli.context import app
 
 @click.command("credentials")
 @click.option("--agent", "-a", metavar="NAME",
-              help="Whose credentials: claude or codex (default: run.agent).")
+              help="Whose credentials: claude, codex or gemini (default: run.agent).")
 @click.option("--force", "-f", is_flag=True, help="Replace credentials already stored.")
 @click.option("--api-key-env", is_flag=True,
               help="Store the API key in the agent's variable (ANTHROPIC_API_KEY, "

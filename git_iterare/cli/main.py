@@ -259,7 +259,8 @@ def run(argv: list[str] | None = None) -> int:
         cli.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # Ctrl-C at one of click's prompts
+        print("interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except click.ClickException as exc:
         import re
@@ -279,7 +280,9 @@ def run(argv: list[str] | None = None) -> int:
         ui.error(exc.render())
         return exc.exit_code
     except KeyboardInterrupt:
-        print(file=sys.stderr)
+        # Commands that keep something going say so themselves (log -f, merge); here
+        # nothing did, and a bare exit would leave the user guessing.
+        print("\ninterrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `git iterare list | head`: the reader left; not an error worth a message.
