@@ -255,9 +255,8 @@ def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:
     pairs = list(zip(fields[0::2], fields[1::2], strict=False))
     repos = _embedded_repositories([path for _, path in pairs])
     links = _symlink_targets(repo, sorted({
-        meta.split()[3] for meta, _ in pairs
-        if len(meta.split()) >= 5 and meta.split()[1] == "120000"
-        and not meta.split()[4].startswith("D")}))
+        parts[3] for parts in (meta.split() for meta, _ in pairs)
+        if len(parts) >= 5 and parts[1] == "120000" and not parts[4].startswith("D")}))
     found = []
     for meta, path in pairs:
         parts = meta.split()

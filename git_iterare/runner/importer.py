@@ -36,6 +36,7 @@ from git_iterare.git.repo import Repo, common_git, reflog_identity
 from git_iterare.runner.workspace import (
     AGENT_EMAIL,
     AGENT_NAME,
+    HEX40,
     RunWorkspace,
     branch_head,
     checkout_map_path,
@@ -492,7 +493,7 @@ def _moved_head(ws: RunWorkspace) -> tuple[str | None, str]:
                 or name.endswith(".lock"):
             raise OperationFailed(f"the run's HEAD names an odd branch {name[:60]!r}")
         return read_run_ref(ws.gitdir, name), "branch " + name.removeprefix("refs/heads/")
-    if re.fullmatch(r"[0-9a-f]{40}", value):
+    if HEX40.fullmatch(value):
         return value, "a detached HEAD"
     raise OperationFailed(f"the run's HEAD does not hold a commit id (got {value[:60]!r})")
 

@@ -118,7 +118,6 @@ MAX_OUT_FILE_BYTES = 64 * 1024**2
 MAX_HAVES = 256
 
 _KEY = re.compile(r"^[0-9a-f]{16}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
 def is_remote(record: RunRecord) -> bool:
@@ -237,10 +236,12 @@ def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
 def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
     """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
     newest first."""
+    from git_iterare.runner.workspace import HEX40
+
     found: list[tuple[float, str]] = []
     for member, _ in _members(porter.get(f"{cache}/have")):
         name = member.name.rsplit("/", 1)[-1]
-        if member.isfile() and _HEX40.fullmatch(name):
+        if member.isfile() and HEX40.fullmatch(name):
             found.append((member.mtime, name))
     return [name for _, name in sorted(found, reverse=True)]
 
