@@ -1,7 +1,9 @@
-"""Helpers shared by the run-record tests: make runs and commits in a test repository."""
+"""Helpers shared by the run-record tests: make runs and commits in a test repository,
+write prompts, and read what `git iterare execute` started and recorded."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +36,22 @@ def commit_on_branch(repo: Path, branch: str, filename: str, text: str) -> str:
     sha = head_of(repo)
     git("checkout", "-q", "main", cwd=repo)
     return sha
+
+
+def prompt(repo: Path, name: str, body: str, front: str = "agent: shell\n") -> None:
+    """Write ``.iterare/prompts/NAME.md`` with frontmatter ``front`` and ``body``."""
+    (repo / ".iterare" / "prompts" / f"{name}.md").write_text(f"---\n{front}---\n{body}")
+
+
+def run_id(output: str) -> str:
+    """The run id from `execute`'s first line (``started run ID on branch ...``)."""
+    first = output.splitlines()[0]
+    assert first.startswith("started run "), output
+    return first.split()[2]
+
+
+def record(repo: Path, rid: str) -> dict[str, Any]:
+    """The run's stored record (run.json of its record ref, see gititerare-records(5))."""
+    data: dict[str, Any] = json.loads(
+        git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
+    return data

@@ -5,7 +5,6 @@ here, and Docker still working on the same machine afterwards."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
 from tests.podman_engine import BASE_IMAGE, PodmanEngine
+from tests.runs_helpers import prompt, record, run_id
 
 pytestmark = pytest.mark.docker
 
@@ -133,22 +133,6 @@ def podman_project(repo: Path, hermetic_env: Path, podman_engine: PodmanEngine,
     for container in engine.containers.list(all=True,
                                             filters={"label": f"dev.iterare.repo={repo}"}):
         container.remove(force=True)
-
-
-def prompt(repo: Path, name: str, body: str) -> None:
-    (repo / ".iterare" / "prompts" / f"{name}.md").write_text(f"---\nagent: shell\n---\n{body}")
-
-
-def run_id(output: str) -> str:
-    first = output.splitlines()[0]
-    assert first.startswith("started run "), output
-    return first.split()[2]
-
-
-def record(repo: Path, rid: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
-    return data
 
 
 SHELL_TASK = """\

@@ -8,7 +8,6 @@ there."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
 from tests.engines import DindEngine
+from tests.runs_helpers import prompt, record, run_id
 
 pytestmark = pytest.mark.docker
 
@@ -79,22 +79,6 @@ def _remove_leftovers(engine: DindEngine, repo: Path) -> None:
         container.remove(force=True)
     for volume in inner.volumes.list(filters={"label": f"dev.iterare.repo={repo}"}):
         volume.remove(force=True)
-
-
-def prompt(repo: Path, name: str, body: str) -> None:
-    (repo / ".iterare" / "prompts" / f"{name}.md").write_text(f"---\nagent: shell\n---\n{body}")
-
-
-def run_id(output: str) -> str:
-    first = output.splitlines()[0]
-    assert first.startswith("started run "), output
-    return first.split()[2]
-
-
-def record(repo: Path, rid: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
-    return data
 
 
 def volumes(engine: DindEngine, repo: Path) -> list[str]:

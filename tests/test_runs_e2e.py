@@ -19,6 +19,7 @@ from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
 from tests.fakeapi.openai_server import USAGE, FakeOpenAI
 from tests.fakeapi.server import FakeAnthropic
+from tests.runs_helpers import prompt, record, run_id
 from tests.sandbox_fixtures import CA_BUNDLE, NET
 from tests.terminal import in_terminal as _in_terminal
 
@@ -44,22 +45,6 @@ def project(repo: Path, sandbox_image: str, test_network: str) -> Iterator[Path]
                          capture_output=True, text=True, check=False).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
-
-
-def prompt(repo: Path, name: str, body: str, front: str = "agent: shell\n") -> None:
-    (repo / ".iterare" / "prompts" / f"{name}.md").write_text(f"---\n{front}---\n{body}")
-
-
-def run_id(output: str) -> str:
-    first = output.splitlines()[0]
-    assert first.startswith("started run "), output
-    return first.split()[2]
-
-
-def record(repo: Path, rid: str) -> dict:
-    """The run's stored record (run.json of its record ref, see gititerare-records(5))."""
-    data: dict = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
-    return data
 
 
 def branch_files(repo: Path, rid: str) -> list[str]:
