@@ -600,7 +600,7 @@ class DockerBackend:
         from docker.types import LogConfig
         from docker.types import Mount as DockerMount
 
-        spec = _with_dns(spec)
+        # The policy matters to the sidecar only: begin() completes it (_with_dns).
         docker = client()
         created: list[Any] = []
         try:
