@@ -283,10 +283,11 @@ def test_nothing_gets_out_before_the_sandbox_is_ready(
                          test_network, host_repo, context / f"out{attempt}", ["true"],
                          host_listener)
             # A long allowlist keeps the sidecar busy between its lock and its rules, so
-            # the probe starts inside that window.
+            # the probe starts inside that window (4,000 names: about half a second since
+            # the sidecar parses without jq; 800 no longer held it open reliably).
             spec = dataclasses.replace(spec, policy=dataclasses.replace(
                 spec.policy, domains=(*spec.policy.domains,
-                                      *(f"n{i}.early.test" for i in range(800)))))
+                                      *(f"n{i}.early.test" for i in range(4000)))))
             cid = sandbox.launch(spec)
             try:
                 code = sandbox.wait(cid, timeout=60)
