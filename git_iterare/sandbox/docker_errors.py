@@ -206,7 +206,8 @@ def import_docker(engine: Engine) -> Any:
     The SDK imports its ssh transport, and with it paramiko and invoke, whenever paramiko
     is installed: a third of its import time. Before the SDK is first imported for an
     engine that is not ``ssh://``, that transport is left out of this process; a later
-    ``ssh://`` engine in the same process brings it in then.
+    ``ssh://`` engine in the same process brings it in then, with one connection pool per
+    engine (:mod:`git_iterare.sandbox.sshpool`).
     """
     import sys
 
@@ -216,19 +217,22 @@ def import_docker(engine: Engine) -> Any:
     import docker
     import docker.transport
 
-    if ssh and not hasattr(docker.transport, "SSHHTTPAdapter"):
+    if ssh and not getattr(docker.transport, "iterare_one_pool", False):
         if sys.modules.get("docker.transport.sshconn", False) is None:
             del sys.modules["docker.transport.sshconn"]
         import docker.api.client
         from docker.transport.sshconn import SSHHTTPAdapter
 
+        from git_iterare.sandbox.sshpool import adapter_class
+
         docker.transport.SSHHTTPAdapter = SSHHTTPAdapter
-        docker.api.client.SSHHTTPAdapter = SSHHTTPAdapter
+        docker.api.client.SSHHTTPAdapter = adapter_class(SSHHTTPAdapter)
+        docker.transport.iterare_one_pool = True
     return docker
 
 
 #: Connections kept open to an ``ssh://`` engine (see :func:`_connect`).
-SSH_POOL_SIZE = 3
+SSH_POOL_SIZE = 5
 
 
 def _connect(engine: Engine) -> Any:
@@ -252,9 +256,11 @@ def _connect(engine: Engine) -> Any:
         kwargs["tls"] = _tls_config(engine)
     if engine.url.startswith("ssh://"):
         # Each pooled connection is an ssh channel, idle ones included, and sshd allows
-        # 10 a connection (MaxSessions): keep few, so the threads of a launch (the
-        # sidecar's start, its log, shipping the trees) never run out. Connections over
-        # the pool's size are closed after use; urllib3 says so at warning level.
+        # 10 a connection (MaxSessions); all calls share one pool (sandbox.sshpool). A
+        # launch makes up to 4 at once (the sidecar's start, its log, shipping the
+        # trees, the agent's container): connections over the pool's size are closed
+        # after use (urllib3 says so at warning level), and sshd frees their sessions
+        # only a while later, so a pool smaller than that churns through them.
         kwargs["max_pool_size"] = SSH_POOL_SIZE
         logging.getLogger("urllib3.connectionpool").addHandler(logging.NullHandler())
     api_class = _api_class()
