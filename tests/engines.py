@@ -22,6 +22,7 @@ is mounted into it except ``/seed`` (keys and certificates).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -242,6 +243,13 @@ def _docker_ready(seed: Path, url: str) -> bool:
     return result.returncode == 0 and bool(result.stdout.strip())
 
 
+def _socket_ready(name: str) -> bool:
+    result = subprocess.run(["docker", "exec", name, "docker", "-H", "unix:///var/run/docker.sock",
+                             "version", "--format", "{{.Server.Version}}"],
+                            capture_output=True, text=True, check=False, timeout=20)
+    return result.returncode == 0 and bool(result.stdout.strip())
+
+
 def start(seed: Path, driver: str = "overlay2") -> DindEngine:
     """Start a DinD container with the keys and certificates in ``seed`` (see
     :func:`make_seed`); return when sshd and dockerd answer.
@@ -262,7 +270,9 @@ def start(seed: Path, driver: str = "overlay2") -> DindEngine:
         ssh_port, tcp_port = _port(name, "22/tcp"), _port(name, "2376/tcp")
         tcp_url = f"tcp://127.0.0.1:{tcp_port}"
         deadline = began + START_TIMEOUT
-        while not (_ssh_ready(ssh_port) and _docker_ready(seed, tcp_url)):
+        # ssh:// reaches dockerd through its unix socket, tcp:// through TLS: both must answer.
+        while not (_ssh_ready(ssh_port) and _docker_ready(seed, tcp_url)
+                   and _socket_ready(name)):
             state = _run("docker", "inspect", "-f", "{{.State.Running}}", name).stdout.strip()
             if state != "true" or time.monotonic() > deadline:
                 log = subprocess.run(["docker", "logs", "--tail", "30", name],
@@ -279,6 +289,29 @@ def start(seed: Path, driver: str = "overlay2") -> DindEngine:
     return DindEngine(container=name, ssh_url=f"ssh://root@127.0.0.1:{ssh_port}",
                       tcp_url=tcp_url, ssh_port=ssh_port, tcp_port=tcp_port, seed=seed,
                       startup_seconds=elapsed, storage_driver=driver)
+
+
+def remove_leftovers(inner: Any, repo: Path) -> None:
+    """Remove the containers and volumes of ``repo``'s runs (label ``dev.iterare.repo``)
+    on the engine ``inner`` (a ``docker.DockerClient``), porters that are ending by
+    themselves included."""
+    import docker.errors
+
+    for container in inner.containers.list(all=True,
+                                           filters={"label": f"dev.iterare.repo={repo}"}):
+        with contextlib.suppress(docker.errors.APIError):  # or the engine removes it
+            container.remove(force=True)
+    for volume in inner.volumes.list(filters={"label": f"dev.iterare.repo={repo}"}):
+        for attempt in range(20):
+            try:
+                volume.remove(force=True)
+                break
+            except docker.errors.NotFound:
+                break
+            except docker.errors.APIError:  # still used by a porter that is ending
+                if attempt == 19:
+                    raise
+                time.sleep(0.3)
 
 
 def stop(name: str) -> None:

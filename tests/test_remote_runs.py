@@ -21,7 +21,7 @@ import pytest
 
 from git_iterare.sandbox import agent_ids
 from tests.conftest import git, iterare
-from tests.engines import DindEngine
+from tests.engines import DindEngine, remove_leftovers
 from tests.runs_helpers import prompt, record, run_id
 
 pytestmark = pytest.mark.docker
@@ -73,12 +73,7 @@ def over_tls(repo: Path, hermetic_env: Path, dind_engine: DindEngine, remote_ima
 
 
 def _remove_leftovers(engine: DindEngine, repo: Path) -> None:
-    inner = engine.client()
-    for container in inner.containers.list(all=True,
-                                           filters={"label": f"dev.iterare.repo={repo}"}):
-        container.remove(force=True)
-    for volume in inner.volumes.list(filters={"label": f"dev.iterare.repo={repo}"}):
-        volume.remove(force=True)
+    remove_leftovers(engine.client(), repo)
 
 
 def volumes(engine: DindEngine, repo: Path) -> list[str]:
@@ -152,9 +147,12 @@ def test_shell_agent_end_to_end_over_ssh(over_ssh: Path, dind_engine: DindEngine
     # The included file went in, and was not committed.
     assert git("cat-file", "-e", f"iterare/{rid}:notes.env", cwd=project,
                check=False).returncode != 0
-    # The run's volumes are gone; the repository's object cache stays for the next run.
+    # The run's volumes are gone; the repository's object cache stays for the next run,
+    # and a spare worktree checked out at this run's base.
     left = volumes(dind_engine, project)
-    assert len(left) == 1 and left[0].startswith("iterare-cache-"), left
+    assert len(left) == 3 and left[0].startswith("iterare-cache-"), left
+    assert [v.rsplit("-", 1)[1] for v in left[1:]] == ["git", "work"], left
+    assert "spare" not in rec["extra"]
 
     # A second run ships only the objects that are new since the first.
     (project / "big.bin").write_bytes(os.urandom(1 << 20))
@@ -163,15 +161,19 @@ def test_shell_agent_end_to_end_over_ssh(over_ssh: Path, dind_engine: DindEngine
     prompt(project, "noop", "echo nothing to do\n")
     warm = iterare("execute", "noop", "--follow", cwd=project)
     assert warm.returncode == 0, warm.stderr
-    shipped = record(project, run_id(warm.stdout))["extra"]["shipped"]
-    assert shipped["pack_bytes"] > 1 << 20  # the big blob is new
+    warm_record = record(project, run_id(warm.stdout))
+    assert warm_record["extra"]["shipped"]["pack_bytes"] > 1 << 20  # the big blob is new
+    # It took the spare over (and brought it to its base); a new spare was made.
+    assert warm_record["extra"]["spare"]["work"] == left[2], warm_record["extra"]
+    assert git("diff", "--stat", "HEAD", f"iterare/{run_id(warm.stdout)}",
+               cwd=project).stdout == ""  # its worktree was the base: nothing changed
     (project / "small.txt").write_text("small change\n")
     git("add", "small.txt", cwd=project)
     git("commit", "-qm", "small", cwd=project)
     again = iterare("execute", "noop", "--follow", cwd=project)
     assert again.returncode == 0, again.stderr
     second = record(project, run_id(again.stdout))["extra"]["shipped"]
-    assert len(volumes(dind_engine, project)) == 1, warm.stderr + again.stderr
+    assert len(volumes(dind_engine, project)) == 3, warm.stderr + again.stderr
     assert second["objects"] == 3, second  # commit, root tree, small.txt
     assert second["pack_bytes"] < 3000, second
 
@@ -318,7 +320,9 @@ def test_dropped_ssh_connection_the_run_goes_on_and_is_picked_up(
         monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
         project = _project(repo, hermetic_env, remote_image)
         prompt(project, "wait", WAITING_TASK)
-        rid = run_id(iterare("execute", "wait", cwd=project).stdout)
+        started = iterare("execute", "wait", cwd=project)
+        assert started.returncode == 0, started.stderr
+        rid = run_id(started.stdout)
         follower = subprocess.Popen(["git", "iterare", "log", "-f", rid], cwd=project,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         inner = dind_engine.client()

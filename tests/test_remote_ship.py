@@ -6,8 +6,8 @@ container then finds the checkout done."""
 
 from __future__ import annotations
 
-import contextlib
 import io
+import json
 import os
 import tarfile
 import time
@@ -15,15 +15,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker.errors
 import pytest
 
 from git_iterare.git import repo as repo_mod
 from git_iterare.runner import ship
+from git_iterare.runs.record import RunRecord
 from git_iterare.sandbox import agent_ids, remote
 from git_iterare.sandbox.engine import TLS, Engine, using
 from tests.conftest import git
-from tests.engines import DindEngine
+from tests.engines import DindEngine, remove_leftovers
 
 pytestmark = pytest.mark.docker
 
@@ -59,6 +59,13 @@ def _files(chunks: Iterator[bytes]) -> dict[str, tarfile.TarInfo | bytes]:
     return found
 
 
+def _wait_gone(reader: remote.Porter, path: str) -> None:
+    deadline = time.monotonic() + 60
+    while _files(reader.get(path)):
+        assert time.monotonic() < deadline, f"{path} did not go"
+        time.sleep(0.2)
+
+
 def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
         repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
         dind_engine: DindEngine) -> None:
@@ -74,7 +81,7 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
     run_id = f"ship-{uuid.uuid4().hex[:8]}"
     uid, gid = agent_ids()
-    trees = ship.remote_trees(r, run_id, {})
+    trees = ship.remote_trees(r, RunRecord(run_id, "ship"), {})
     labels = {"dev.iterare.repo": str(repo), "dev.iterare.run": run_id}
     inner = dind_engine.client()
     try:
@@ -83,11 +90,7 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
         assert first.objects > 0 and first.pack_bytes > 0
         volumes = {trees.work: ("/w", True), trees.git: ("/g", True)}
         with remote.Porter(remote_image, volumes, labels) as reader:
-            deadline = time.monotonic() + 60
-            while _files(reader.get(f"/g/{ship.PENDING}")):  # the checkout goes on
-                assert time.monotonic() < deadline, "the porter's checkout did not end"
-                time.sleep(0.2)
-            work, gitdir = _files(reader.get("/w")), _files(reader.get("/g"))
+            work, gitdir = _checked_out(reader)
         # The base is checked out, the include file copied over it, all the agent's.
         assert work["README.md"] == b"hello\n"
         assert work["tool.sh"] == b"#!/bin/sh\necho tool\n"
@@ -106,19 +109,185 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
             assert time.monotonic() < deadline, "the porter was left behind"
             time.sleep(0.2)
         # The same base again: nothing new for the cache.
-        trees2 = ship.remote_trees(r, run_id + "x", {})
+        trees2 = ship.remote_trees(r, RunRecord(run_id + "x", "ship"), {})
         ship.make_volumes(r, trees2, labels)
         again = ship.ship(r, run_id + "x", base, trees2, remote_image, labels, (uid, gid))
         assert (again.objects, again.pack_bytes) == (0, 0)
     finally:
-        for container in inner.containers.list(
-                all=True, filters={"label": f"dev.iterare.repo={repo}"}):
-            with contextlib.suppress(docker.errors.APIError):  # or the engine removes it
-                container.remove(force=True)
-        for volume in inner.volumes.list(filters={"label": f"dev.iterare.repo={repo}"}):
-            for _ in range(20):
-                try:
-                    volume.remove(force=True)
-                    break
-                except Exception:  # still in use by a porter that is ending
-                    time.sleep(0.3)
+        remove_leftovers(inner, repo)
+
+
+def _checked_out(reader: remote.Porter) -> tuple[dict[str, tarfile.TarInfo | bytes],
+                                                 dict[str, tarfile.TarInfo | bytes]]:
+    """The worktree and gitdir (at /w and /g in ``reader``) once the checkout is done."""
+    _wait_gone(reader, f"/g/{ship.PENDING}")
+    return _files(reader.get("/w")), _files(reader.get("/g"))
+
+
+def _agent_checkout(image: str, trees: remote.RemoteTrees, agent: tuple[int, int],
+                    labels: dict[str, str]) -> None:
+    """Run what the agent's container runs before the agent (ship.CHECKOUT), as the agent,
+    in /workspace, over ``trees``; return once it is done."""
+    volumes = {trees.cache: (remote.CACHE_PATH, True), trees.work: (remote.WORK_PATH, False),
+               trees.git: (remote.GITDIR_PATH, False)}
+    with remote.Porter(image, volumes, labels, user=f"{agent[0]}:{agent[1]}",
+                       command=["/bin/sh", "-c", 'cd /workspace && exec /bin/sh -c "$0" x true',
+                                ship.CHECKOUT]) as porter:
+        porter.start()
+    with remote.Porter(image, {trees.git: ("/g", True)}, labels) as reader:
+        deadline = time.monotonic() + 60
+        while ship.DONE not in _files(reader.get("/g")):
+            assert time.monotonic() < deadline, "the agent's checkout did not end"
+            time.sleep(0.2)
+
+
+def _tracked(work: dict[str, tarfile.TarInfo | bytes]) -> set[str]:
+    return {name for name in work if not name.startswith("@") and name != ".git"
+            and not isinstance(work[name], tarfile.TarInfo)}
+
+
+def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
+        repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
+        dind_engine: DindEngine) -> None:
+    for name in ("keep.txt", "change.txt", "gone.txt", "tool.sh"):
+        (repo / name).write_text(f"{name} at the first base\n")
+    (repo / "notes.env").write_text("TOKEN=local\n")  # untracked, included
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("notes.env\n")
+    git("add", ".", ":!notes.env", cwd=repo)
+    git("commit", "-qm", "first", cwd=repo)
+    r = repo_mod.discover(repo)
+    first = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    uid, gid = agent_ids()
+    labels = {"dev.iterare.repo": str(repo)}
+    inner = dind_engine.client()
+    run1 = f"spare-{uuid.uuid4().hex[:8]}"
+    try:
+        assert ship.claim_spare(r) is None  # none made yet
+        trees = ship.remote_trees(r, RunRecord(run1, "spare"), {})
+        assert not trees.spare
+        ship.make_volumes(r, trees, labels)
+        ship.ship(r, run1, first, trees, remote_image, labels, (uid, gid))
+        ship.make_spare(r, first, remote_image, (uid, gid))
+        # The spare is checked out at the first base, as the agent's, in its own volumes.
+        made = json.loads(ship._spare_file(r).read_text())
+        with remote.Porter(remote_image, {made["work"]: ("/w", True),
+                                          made["git"]: ("/g", True)}, labels) as reader:
+            _wait_gone(reader, f"/g/{ship.SPARE_MAKING}")
+            ready = _files(reader.get("/g")).get(ship.SPARE_READY)
+            before = _files(reader.get("/w"))
+        assert ready == f"{first}\n".encode()
+        common = {"README.md", ".iterare/include"}
+        assert _tracked(before) == {*common, "keep.txt", "change.txt", "gone.txt", "tool.sh"}
+        keep = before["@owner:keep.txt"]
+        assert isinstance(keep, tarfile.TarInfo) and keep.uid == uid
+        ship.make_spare(r, first, remote_image, (uid, gid))  # one spare at a time
+        assert ship._spare_file(r).read_text() == json.dumps(made)
+
+        # The next base changes a file, deletes one, adds one and makes one executable.
+        (repo / "change.txt").write_text("changed\n")
+        (repo / "new.txt").write_text("new\n")
+        os.chmod(repo / "tool.sh", 0o755)
+        git("rm", "-q", "gone.txt", cwd=repo)
+        git("add", ".", ":!notes.env", cwd=repo)
+        git("commit", "-qm", "second", cwd=repo)
+        second = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+        spare = ship.claim_spare(r)
+        assert spare is not None and (spare.work, spare.base) == (made["work"], first)
+        assert ship.claim_spare(r) is None  # it is this run's alone
+        run2 = f"spare-{uuid.uuid4().hex[:8]}"
+        record = RunRecord(run2, "spare", extra={"spare": spare.to_json()})
+        trees = ship.remote_trees(r, record, {})
+        assert trees.spare and (trees.work, trees.git) == (spare.work, spare.git)
+        assert ship.record_volumes(record) == (spare.work, spare.git)
+        ship.make_volumes(r, trees, labels)
+        ship.ship(r, run2, second, trees, remote_image, labels, (uid, gid))
+        _agent_checkout(remote_image, trees, (uid, gid), labels)  # no porter: the agent does it
+        with remote.Porter(remote_image, {trees.work: ("/w", True), trees.git: ("/g", True)},
+                           labels) as reader:
+            work, gitdir = _checked_out(reader)
+        assert _tracked(work) == {*common, "keep.txt", "change.txt", "new.txt", "tool.sh",
+                                  "notes.env"}
+        assert (work["change.txt"], work["new.txt"]) == (b"changed\n", b"new\n")
+        assert work["notes.env"] == b"TOKEN=local\n"
+        tool = work["@owner:tool.sh"]
+        assert isinstance(tool, tarfile.TarInfo) and tool.mode & 0o111 == 0o111
+        kept = work["@owner:keep.txt"]
+        assert isinstance(kept, tarfile.TarInfo) and kept.mtime == keep.mtime  # not rewritten
+        assert gitdir["HEAD"] == f"ref: refs/heads/iterare/{run2}\n".encode()
+        assert gitdir[f"refs/heads/iterare/{run2}"] == f"{second}\n".encode()
+        assert ship.DONE in gitdir and "index" in gitdir
+        assert not {ship.NEXT, ship.SPARE_READY, ship.SPARE_MAKING} & {
+            name.split("/")[0] for name in gitdir}
+    finally:
+        remove_leftovers(inner, repo)
+
+
+def test_a_spare_whose_maker_died_is_emptied_and_checked_out_in_full(
+        repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
+        dind_engine: DindEngine) -> None:
+    r = repo_mod.discover(repo)
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    uid, gid = agent_ids()
+    labels = {"dev.iterare.repo": str(repo)}
+    inner = dind_engine.client()
+    key = ship.cache_key(r)
+    work, gitvol = remote.spare_volumes(key, uuid.uuid4().hex[:8])
+    try:
+        # Half a checkout: a stray file, and the maker's mark untouched for an hour.
+        for name in (work, gitvol):
+            remote.ensure_volume(name, labels)
+        stale = io.BytesIO()
+        with tarfile.open(fileobj=stale, mode="w") as tar:
+            for path, when in (("w/stray.txt", time.time()), (f"g/{ship.SPARE_MAKING}",
+                                                              time.time() - 3600)):
+                info = tarfile.TarInfo(path)
+                info.size, info.mtime, info.uid, info.gid = 6, int(when), uid, gid
+                tar.addfile(info, io.BytesIO(b"stray\n"))
+        with remote.Porter(remote_image, {work: ("/w", False), gitvol: ("/g", False)},
+                           labels) as writer:
+            writer.put("/", stale.getvalue())
+        spare = ship._spare_file(r)
+        spare.parent.mkdir(parents=True, exist_ok=True)
+        spare.write_text(json.dumps({"work": work, "git": gitvol, "base": base,
+                                     "config": ship._config_text(r)}))
+        claimed = ship.claim_spare(r)
+        assert claimed is not None and claimed.work == work
+        run_id = f"stale-{uuid.uuid4().hex[:8]}"
+        trees = ship.remote_trees(r, RunRecord(run_id, "stale",
+                                               extra={"spare": claimed.to_json()}), {})
+        ship.make_volumes(r, trees, labels)
+        started = time.monotonic()
+        ship.ship(r, run_id, base, trees, remote_image, labels, (uid, gid))
+        _agent_checkout(remote_image, trees, (uid, gid), labels)
+        with remote.Porter(remote_image, {work: ("/w", True), gitvol: ("/g", True)},
+                           labels) as reader:
+            got, gitdir = _checked_out(reader)
+        assert time.monotonic() - started < 30  # the dead maker was not waited for
+        assert _tracked(got) == {"README.md"} and got["README.md"] == b"hello\n"
+        assert ship.DONE in gitdir and ship.SPARE_MAKING not in gitdir
+    finally:
+        remove_leftovers(inner, repo)
+
+
+def test_claim_spare_takes_a_named_spare_once_and_refuses_bad_files(repo: Path,
+                                                                      hermetic_env: Path
+                                                                      ) -> None:
+    r = repo_mod.discover(repo)
+    key = ship.cache_key(r)
+    work, gitvol = remote.spare_volumes(key, "0123abcd")
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    path = ship._spare_file(r)
+    path.parent.mkdir(parents=True)
+    good = {"work": work, "git": gitvol, "base": base, "config": ship._config_text(r)}
+    for bad in ({**good, "work": "iterare-cache-" + key}, {**good, "git": work},
+                {**good, "base": "HEAD"}, {**good, "work": work.replace(key, "f" * 16),
+                                           "git": gitvol.replace(key, "f" * 16)}):
+        path.write_text(json.dumps(bad))
+        assert ship.claim_spare(r) is None
+        assert not path.exists()  # a bad file is dropped, not tried again
+    path.write_text("not json")
+    assert ship.claim_spare(r) is None
+    path.write_text(json.dumps(good))
+    assert ship.claim_spare(r) == ship.Spare(work, gitvol, base)
+    assert ship.claim_spare(r) is None and list(path.parent.iterdir()) == []

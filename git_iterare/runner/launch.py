@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.config import Config
-from git_iterare.errors import UserError
+from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git.repo import Repo
 from git_iterare.runner.guard import (
     admit,
@@ -291,7 +291,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
     from git_iterare.sandbox.remote import shares_filesystem
 
-    if not shares_filesystem():  # what a remote engine cannot do is refused now
+    remote = not shares_filesystem()
+    if remote:  # what a remote engine cannot do is refused now
         from git_iterare.runner.ship import check_request
 
         check_request(repo, base_commit, more_mounts)
@@ -304,6 +305,11 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
     image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
+    spare = None
+    if remote:  # a worktree checked out ahead on the engine (runner.ship), recorded first
+        from git_iterare.runner.ship import claim_spare
+
+        spare = claim_spare(repo)
     record = store.create(
         request.name or prompt.run_name,
         prompt_name=prompt.name,
@@ -318,7 +324,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         extra={"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
                "networks": list(networks),
                "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
-               "sidecar_image": image.sidecar, **origin(repo)},
+               "sidecar_image": image.sidecar, **origin(repo),
+               **({"spare": spare.to_json()} if spare is not None else {})},
     )
     try:
         return _launch(repo, config, store, LaunchPlan(
@@ -372,7 +379,7 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
     if not shares_filesystem():  # the engine sees none of these files: see runner.ship
         from git_iterare.runner import ship
 
-        remote = ship.remote_trees(repo, record.id, {PROMPT_FILE: plan.body.encode("utf-8")})
+        remote = ship.remote_trees(repo, record, {PROMPT_FILE: plan.body.encode("utf-8")})
         command, mounts = ship.wrap_command(command), []
     spec = sandbox_spec(
         config, session=record.id, repo=repo, image=plan.image, agent=agent, command=command,
@@ -407,9 +414,10 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
             ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid,
                                  fill=remote is None)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
-            if shipping is not None:
-                shipped = shipping.result()
-            container = sandbox.launch(spec, sidecar, started)
+            # The agent's container is made while a remote run's files still go in.
+            container = sandbox.launch(spec, sidecar, started,
+                                       shipping.result if shipping is not None else None)
+            shipped = shipping.result() if shipping is not None else None
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
             # remove it (launch removes what it made itself; twice is harmless).
@@ -425,8 +433,16 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
     if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
         store.update(record.id, lambda r: r.replace(
             extra={**r.extra, "shipped": shipped.to_json()}), f"{record.id} shipped")
-    return store.transition(record.id, RUNNING, container=container,
-                            worktree=str(ws.worktree))
+    running = store.transition(record.id, RUNNING, container=container,
+                               worktree=str(ws.worktree))
+    if remote is not None:  # the next run's worktree, checked out while this one runs
+        from git_iterare.runner import ship
+
+        try:
+            ship.make_spare(repo, plan.base_commit, spec.sidecar_image, (uid, gid))
+        except (OperationFailed, UserError, OSError) as exc:
+            ui.warn(f"no worktree was prepared on the Docker engine for the next run: {exc}")
+    return running
 
 
 def _drop_volumes(remote: RemoteTrees | None) -> None:

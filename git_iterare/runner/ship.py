@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import secrets
@@ -63,24 +64,60 @@ if TYPE_CHECKING:
 PENDING = "iterare-checkout"
 #: The last file of the archive :func:`ship` puts: the porter, started meanwhile, begins.
 GO = "iterare-checkout-go"
+#: Made in the run gitdir once the base is checked out (the agent's container then skips it).
+DONE = "iterare-checked-out"
+#: Where the run gitdir's files wait when the run took a spare worktree over (its maker may
+#: still be using the gitdir): they are moved in once the spare is ready.
+NEXT = "iterare-next"
+#: In a spare's gitdir: there while its maker checks out (touched every second: a file
+#: older than :data:`SPARE_STALE` seconds means the maker died), then gone.
+SPARE_MAKING = "iterare-spare-making"
+#: In a spare's gitdir once its checkout is complete: the commit checked out.
+SPARE_READY = "iterare-spare-ready"
+SPARE_STALE = 10
 
-_CHECKOUT_BODY = """\
-if [ ! -e /git/run/index ]; then
-    git -c core.hooksPath=/dev/null -c advice.detachedHead=false -c checkout.workers=0 \\
-        reset -q --hard HEAD \\
-        || { echo "iterare-sandbox: error: cannot check the run's base out (is git in the \\
-image?)" >&2; exit 125; }
+_GIT = "git -c core.hooksPath=/dev/null -c advice.detachedHead=false -c checkout.workers=0"
+
+_CHECKOUT_BODY = f"""\
+if [ ! -e /git/run/{DONE} ]; then
+    old='' spare=''
+    if [ -d /git/run/{NEXT} ]; then
+        spare=1 i=0
+        while [ ! -e /git/run/{SPARE_READY} ] && [ -e /git/run/{SPARE_MAKING} ] \\
+                && [ $i -lt 36000 ]; do
+            age=$(( $(date +%s) - $(stat -c %Y /git/run/{SPARE_MAKING} 2>/dev/null || echo 0) ))
+            [ "$age" -lt {SPARE_STALE} ] || break
+            sleep 0.05 2>/dev/null || sleep 1
+            i=$((i + 1))
+        done
+        [ ! -e /git/run/{SPARE_READY} ] || old=$(cat /git/run/{SPARE_READY})
+        rm -f /git/run/{SPARE_READY} /git/run/{SPARE_MAKING}
+        cp -R -p /git/run/{NEXT}/. /git/run/
+        rm -rf /git/run/{NEXT}
+    fi
+    if [ -z "$old" ] || ! {_GIT} read-tree -m -u "$old" HEAD 2>/dev/null; then
+        if [ -n "$spare" ]; then
+            find /workspace -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {{}} +
+            rm -f /git/run/index
+        fi
+        {_GIT} reset -q --hard HEAD \\
+            || {{ echo "iterare-sandbox: error: cannot check the run's base out (is git in \\
+the image?)" >&2; exit 125; }}
+    fi
     if [ -d /git/run/iterare-include ]; then
         cp -R -p /git/run/iterare-include/. /workspace/ && rm -rf /git/run/iterare-include
     fi
+    : > /git/run/{DONE}
 fi
 """
 
 #: Runs before the agent's command in its container on a remote engine (as the agent):
 #: it waits while a porter checks the base out (:data:`PORTER_CHECKOUT`, at most 30 min),
-#: then, when there is no index yet (the porter failed, or the container starts for the
-#: first time without one), checks the base out from the object cache itself and copies
-#: the ``.iterare/include`` files put aside in the gitdir over it.
+#: then, when the checkout is not done (the porter failed), does it itself: from a spare
+#: worktree when the run took one over (once its maker is done: only the files that differ
+#: between the spare's commit and the base are written, ``git read-tree -m -u``), else
+#: from the object cache; the ``.iterare/include`` files put aside in the gitdir are
+#: copied over it.
 CHECKOUT = f"""\
 set -e
 i=0
@@ -106,6 +143,27 @@ until [ -e /git/run/{GO} ]; do
 done
 cd /workspace
 {_CHECKOUT_BODY}"""
+
+#: Runs in the porter that makes a spare worktree (git-iterare's own image, as the agent's
+#: uid, no capabilities, no network): checks the commit in the spare gitdir's HEAD out
+#: into an empty worktree (and writes its index again once no entry is racily clean),
+#: touching :data:`SPARE_MAKING` every second meanwhile; on success writes
+#: :data:`SPARE_READY`, then removes :data:`SPARE_MAKING`.
+SPARE_CHECKOUT = f"""\
+( while [ -e /git/run/{SPARE_MAKING} ]; do
+      touch -c /git/run/{SPARE_MAKING} 2>/dev/null; sleep 1
+  done ) &
+cd /workspace || exit 1
+# The index is written again a second later: entries no older than their index are
+# "racily clean" (git's racy-git check, whole seconds), and the run that takes the spare
+# over would hash all of their files when it writes its own.
+if {_GIT} read-tree --reset -u HEAD && sleep 1 \\
+        && {_GIT} update-index -q --force-write-index; then
+    {_GIT} rev-parse --verify HEAD > /git/run/{SPARE_READY}.tmp \\
+        && mv /git/run/{SPARE_READY}.tmp /git/run/{SPARE_READY}
+fi
+rm -f /git/run/{SPARE_MAKING}
+"""
 
 #: Largest archive unpacked from the engine (bytes of file content) and most entries.
 MAX_FETCH_BYTES = 32 * 1024**3
@@ -172,17 +230,34 @@ def cache_key(repo: Repo) -> str:
     return key
 
 
-def remote_trees(repo: Repo, run_id: str, files: Mapping[str, bytes]) -> RemoteTrees:
-    """The :class:`~git_iterare.sandbox.remote.RemoteTrees` of a new run."""
-    from git_iterare.sandbox.remote import RemoteTrees, cache_volume, run_volumes
+def remote_trees(repo: Repo, record: RunRecord, files: Mapping[str, bytes]) -> RemoteTrees:
+    """The :class:`~git_iterare.sandbox.remote.RemoteTrees` of a new run: the spare
+    worktree its record says it took over (:func:`claim_spare`), else new volumes."""
+    from git_iterare.sandbox.remote import RemoteTrees, cache_volume
 
-    work, git = run_volumes(run_id)
-    return RemoteTrees(work=work, git=git, cache=cache_volume(cache_key(repo)), files=files)
+    work, git = record_volumes(record)
+    return RemoteTrees(work=work, git=git, cache=cache_volume(cache_key(repo)), files=files,
+                       spare=_recorded_spare(record) is not None)
+
+
+def record_volumes(record: RunRecord) -> tuple[str, str]:
+    """The names of a remote run's worktree and gitdir volumes: those of the spare its
+    record names, else ``iterare-<id>-work`` and ``-git``."""
+    from git_iterare.sandbox.remote import run_volumes
+
+    spare = _recorded_spare(record)
+    return (spare.work, spare.git) if spare is not None else run_volumes(record.id)
+
+
+def _recorded_spare(record: RunRecord) -> Spare | None:
+    data = (record.extra or {}).get("spare")
+    return _spare_from(data) if isinstance(data, dict) else None
 
 
 def make_volumes(repo: Repo, trees: RemoteTrees, labels: Mapping[str, str]) -> None:
     """Make a new run's volumes (and the repository's object cache when it has none)
-    before any container names them (the engine would make them unlabelled).
+    before any container names them (the engine would make them unlabelled); a spare's
+    exist already.
 
     Raises:
         OperationFailed: the engine refused or cannot be reached.
@@ -192,8 +267,165 @@ def make_volumes(repo: Repo, trees: RemoteTrees, labels: Mapping[str, str]) -> N
     remote.ensure_volume(trees.cache, {remote.LABEL_VOLUME: "cache",
                                        remote.LABEL_CACHE: cache_key(repo),
                                        "dev.iterare.repo": str(repo.main_work_tree)})
-    remote.ensure_volume(trees.work, {**labels, remote.LABEL_VOLUME: "work"})
-    remote.ensure_volume(trees.git, {**labels, remote.LABEL_VOLUME: "git"})
+    if not trees.spare:
+        remote.ensure_volume(trees.work, {**labels, remote.LABEL_VOLUME: "work"})
+        remote.ensure_volume(trees.git, {**labels, remote.LABEL_VOLUME: "git"})
+
+
+# --- spare worktrees ---------------------------------------------------------------------
+#
+# Checking a large base out on the engine takes seconds, and it is the same checkout run
+# after run. So after a run starts, a porter checks its base out into a *spare* pair of
+# volumes (:func:`make_spare`); the repository's next run on that engine takes the pair
+# over as its own (:func:`claim_spare`) and writes only the files that differ between the
+# spare's commit and its base (:data:`CHECKOUT`). A spare is named in a file of the
+# client's (one per engine); taking it over renames that file away, which only one
+# process can do, so no two runs ever share one, and no agent ever saw its volumes before.
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A spare worktree on an engine.
+
+    Attributes:
+        work: its worktree's volume.
+        git: its gitdir's volume.
+        base: hex id of the commit checked out there.
+    """
+
+    work: str
+    git: str
+    base: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"work": self.work, "git": self.git, "base": self.base}
+
+
+def _spare_from(data: Mapping[str, object]) -> Spare | None:
+    """The :class:`Spare` ``data`` names, when its names are a spare's volumes."""
+    from git_iterare.runner.workspace import HEX40
+    from git_iterare.sandbox.remote import SPARE_VOLUME
+
+    work, git, base = (data.get(k) for k in ("work", "git", "base"))
+    if not (isinstance(work, str) and isinstance(git, str) and isinstance(base, str)):
+        return None
+    if not (SPARE_VOLUME.fullmatch(work) and work.endswith("-work")
+            and git == work[:-len("work")] + "git" and HEX40.fullmatch(base)):
+        return None
+    return Spare(work, git, base)
+
+
+def _spare_file(repo: Repo) -> Path:
+    """The file naming this repository's spare worktree on the current engine."""
+    import hashlib
+
+    from git_iterare.sandbox.engine import current
+
+    digest = hashlib.sha256(current().url.encode()).hexdigest()[:16]
+    return repo.common_dir / "iterare" / "spares" / f"{digest}.json"
+
+
+def _config_text(repo: Repo) -> str:
+    """The run gitdir's ``config`` (line endings from the repository's config)."""
+    from git_iterare.git import safegit
+    from git_iterare.runner.workspace import RUN_GITDIR_CONFIG
+
+    return RUN_GITDIR_CONFIG + safegit.line_ending_config(repo.common_dir)
+
+
+def claim_spare(repo: Repo) -> Spare | None:
+    """Take over this repository's spare worktree on the current engine, if it has one:
+    it is the caller's alone from then on (record it in the run's record as ``spare``).
+    Asks the engine nothing, so the spare may still be being checked out, or be gone
+    (:data:`CHECKOUT` copes with both).
+
+    Returns:
+        The spare, or None when there is none, or it was checked out with other
+        line-ending settings than the repository has now (its volumes are then removed).
+    """
+    path = _spare_file(repo)
+    claimed = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, claimed)  # only one process succeeds
+    except OSError:
+        return None
+    try:
+        data = json.loads(claimed.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    finally:
+        claimed.unlink(missing_ok=True)
+    spare = _spare_from(data) if isinstance(data, dict) else None
+    if spare is None or not spare.work.startswith(f"iterare-spare-{cache_key(repo)}-"):
+        return None
+    if data.get("config") != _config_text(repo):
+        _drop_spare(spare)
+        return None
+    return spare
+
+
+def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> None:
+    """Start checking ``base`` out into a new spare worktree on the current engine for the
+    repository's next run there, unless it has one; the checkout goes on after this
+    returns (:data:`SPARE_CHECKOUT`). Call once the object cache holds ``base``.
+
+    Args:
+        repo: the repository.
+        base: hex id of a commit in the object cache.
+        image: git-iterare's own image on the engine.
+        agent: the agent's uid and gid (the spare's files are theirs).
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.sandbox import remote
+
+    path = _spare_file(repo)
+    if path.exists():
+        return
+    key = cache_key(repo)
+    spare = Spare(*remote.spare_volumes(key, secrets.token_hex(4)), base=base)
+    labels = {remote.LABEL_SPARE: key, "dev.iterare.repo": str(repo.main_work_tree)}
+    remote.ensure_volume(spare.work, {**labels, remote.LABEL_VOLUME: "work"})
+    remote.ensure_volume(spare.git, {**labels, remote.LABEL_VOLUME: "git"})
+    volumes = {remote.cache_volume(key): (remote.CACHE_PATH, True),
+               spare.work: (remote.WORK_PATH, False), spare.git: (remote.GITDIR_PATH, False)}
+    config = _config_text(repo)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        run = remote.GITDIR_PATH.strip("/")
+        _add_dir(tar, run, owner=agent)
+        _copy_members(tar, _gitdir_archive(repo, None, base, config), run, owner=agent)
+        _add_file(tar, f"{run}/{SPARE_MAKING}", b"", owner=agent)
+        _add_dir(tar, remote.WORK_PATH.strip("/"), owner=agent)
+        _copy_members(tar, _worktree_archive(), remote.WORK_PATH.strip("/"), owner=agent)
+    try:
+        with remote.Porter(image, volumes, labels, user=f"{agent[0]}:{agent[1]}",
+                           command=["/bin/sh", "-c", SPARE_CHECKOUT, "iterare-spare"]) as maker:
+            maker.put("/", buffer.getvalue())
+            maker.start()
+    except BaseException:
+        _drop_spare(spare)
+        raise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**spare.to_json(), "config": config}), encoding="utf-8")
+    try:
+        os.link(tmp, path)  # another run made one meanwhile: that one stays
+    except FileExistsError:
+        _drop_spare(spare)
+    finally:
+        tmp.unlink()
+
+
+def _drop_spare(spare: Spare) -> None:
+    """Remove a spare's maker (when it still runs) and its volumes; errors are ignored."""
+    from git_iterare.sandbox import remote
+
+    with contextlib.suppress(Exception):
+        for container in remote.containers_using(spare.work):
+            container.remove(force=True)
+        remote.remove_volumes((spare.work, spare.git))
 
 
 def wrap_command(command: list[str]) -> list[str]:
@@ -269,8 +501,9 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
     repository's cache (only those the cache lacks), the run gitdir and the
     ``.iterare/include`` files into its volumes, all in one archive; then start the
     checkout of the base there (:data:`PORTER_CHECKOUT`), which goes on while the sandbox
-    is launched (the agent's container waits for it). Needs nothing of the run's host
-    worktree.
+    is launched (the agent's container waits for it), unless the run took a spare
+    worktree over (``trees.spare``: the agent's container brings it to the base itself,
+    :data:`CHECKOUT`). Needs nothing of the run's host worktree.
 
     Args:
         repo: the repository.
@@ -294,18 +527,23 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
     volumes = {trees.cache: (remote.CACHE_PATH, False), trees.work: (remote.WORK_PATH, False),
                trees.git: (remote.GITDIR_PATH, False)}
     pack_bytes = objects = 0
-    git_tar, work_tar = _gitdir_archive(repo, run_id, base), _worktree_archive()
+    git_tar = _gitdir_archive(repo, run_id, base, _config_text(repo))
+    work_tar = _worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=_tmp_root(repo)))
-    # The checkout's porter reads the cache only (it runs as the agent's uid).
+    # The checkout's porter reads the cache only (it runs as the agent's uid). A spare
+    # needs none: the agent's container writes the few files that differ (CHECKOUT), which
+    # costs less than starting one more container.
     reading = {**volumes, trees.cache: (remote.CACHE_PATH, True)}
-    checkout = remote.Porter(image, reading, labels, user=f"{agent[0]}:{agent[1]}",
-                             command=["/bin/sh", "-c", PORTER_CHECKOUT, "iterare-checkout"])
+    checkout = None if trees.spare else remote.Porter(
+        image, reading, labels, user=f"{agent[0]}:{agent[1]}",
+        command=["/bin/sh", "-c", PORTER_CHECKOUT, "iterare-checkout"])
     try:
         # The files go in through a porter that is never started (root's, for the cache);
         # the checkout's porter starts once they are all there (GO). (Starting it while
         # they go in, from another thread, needs one more ssh session at once than an
         # ssh:// engine's sshd allows by default.)
-        with remote.Porter(image, volumes, labels) as porter, checkout:
+        with remote.Porter(image, volumes, labels) as porter, \
+                checkout if checkout is not None else contextlib.nullcontext():
             archive = scratch / "ship.tar"
             # One archive into all three volumes: each put_archive costs the engine a mount
             # of the container's filesystem.
@@ -322,16 +560,23 @@ def ship(repo: Repo, run_id: str, base: str, trees: RemoteTrees, image: str,
                     tar.add(pack, f"{cache}/objects/pack/{pack.name}")
                     tar.add(index, f"{cache}/objects/pack/{index.name}")
                     _add_file(tar, f"{cache}/have/{base}", b"")
-                # The trees (their top folders too) are the agent's, for the checkout.
-                for top, data in ((remote.GITDIR_PATH, git_tar), (remote.WORK_PATH, work_tar)):
-                    _add_dir(tar, top.strip("/"), owner=agent)
-                    _copy_members(tar, data, top.strip("/"), owner=agent)
+                # The trees (their top folders too) are the agent's, for the checkout. A
+                # spare's gitdir is still its maker's: the run's files wait beside it.
                 run = remote.GITDIR_PATH.strip("/")
-                _add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
-                _add_file(tar, f"{run}/{GO}", b"", owner=agent)  # last: all is there
+                for top, data in ((run, git_tar), (remote.WORK_PATH.strip("/"), work_tar)):
+                    _add_dir(tar, top, owner=agent)
+                    if top == run and trees.spare:
+                        top = f"{run}/{NEXT}"
+                        _add_dir(tar, top, owner=agent)
+                    _copy_members(tar, data, top, owner=agent)
+                if checkout is not None:
+                    _add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
+                    _add_file(tar, f"{run}/{GO}", b"", owner=agent)
+                _add_file(tar, f"{run}/{remote.SHIPPED}", b"")  # last: all is there
             with archive.open("rb") as handle:
                 remote.put_archive(porter.container, "/", handle)
-            checkout.start()
+            if checkout is not None:
+                checkout.start()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
@@ -372,30 +617,32 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644,
     tar.addfile(info, io.BytesIO(data))
 
 
-def _gitdir_archive(repo: Repo, run_id: str, base: str) -> bytes:
+def _gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> bytes:
     """The run gitdir as the agent's container needs it (as
-    :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch, config
-    and exclude; alternates naming the object cache; the ``.iterare/include`` files of the
-    main worktree put aside (copied over the checkout by :data:`CHECKOUT`)."""
-    from git_iterare.git import safegit
-    from git_iterare.runner.workspace import RUN_GITDIR_CONFIG, include_paths
+    :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch,
+    ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
+    files of the main worktree put aside (copied over the checkout by :data:`CHECKOUT`).
+    With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
+    from git_iterare.runner.workspace import include_paths
     from git_iterare.sandbox.remote import CACHE_PATH
 
-    ref = f"refs/heads/iterare/{run_id}"
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for folder in ("objects", "objects/pack", "objects/info", "refs", "refs/heads",
                        "refs/heads/iterare", "refs/tags", "info"):
             _add_dir(tar, folder)
-        _add_file(tar, "HEAD", f"ref: {ref}\n".encode())
-        _add_file(tar, ref, f"{base}\n".encode())
-        _add_file(tar, "config", (RUN_GITDIR_CONFIG
-                                  + safegit.line_ending_config(repo.common_dir)).encode())
+        if run_id is None:
+            _add_file(tar, "HEAD", f"{base}\n".encode())
+        else:
+            ref = f"refs/heads/iterare/{run_id}"
+            _add_file(tar, "HEAD", f"ref: {ref}\n".encode())
+            _add_file(tar, ref, f"{base}\n".encode())
+        _add_file(tar, "config", config.encode())
         _add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
         exclude = repo.common_dir / "info" / "exclude"
         if exclude.is_file():
             _add_file(tar, "info/exclude", exclude.read_bytes())
-        included = include_paths(repo)
+        included = include_paths(repo) if run_id is not None else []
         if included:
             _add_dir(tar, "iterare-include")
             made = {"iterare-include"}
@@ -597,7 +844,7 @@ def _source(record: RunRecord) -> Iterator[tuple[ContainerHandle, str, str] | No
     if agent is not None:
         yield agent, remote.WORK_PATH, remote.GITDIR_PATH
         return
-    work, git = remote.run_volumes(record.id)
+    work, git = record_volumes(record)
     if not (remote.volume_exists(work) and remote.volume_exists(git)):
         yield None
         return
@@ -693,7 +940,7 @@ def drop_volumes(record: RunRecord) -> None:
     """
     from git_iterare.sandbox import remote
 
-    remote.remove_volumes(remote.run_volumes(record.id))
+    remote.remove_volumes(record_volumes(record))
 
 
 def live_tree(repo: Repo, record: RunRecord) -> str:
@@ -732,7 +979,8 @@ def live_tree(repo: Repo, record: RunRecord) -> str:
 
 def remove_cache(repo: Repo) -> list[str]:
     """``git iterare cleanup --cache``: remove this repository's object cache on the
-    current engine. Runs still using it keep it (the engine refuses), which is an error.
+    current engine, and its spare worktree there. Runs still using the cache keep it (the
+    engine refuses), which is an error.
 
     Returns:
         The names of the volumes removed (none when there was no cache).
@@ -749,4 +997,7 @@ def remove_cache(repo: Repo) -> list[str]:
         return []
     if not _KEY.fullmatch(key):
         return []
+    spare = claim_spare(repo)  # its maker reads the cache
+    if spare is not None:
+        _drop_spare(spare)
     return remote.remove_volumes(remote.cache_volumes(key))

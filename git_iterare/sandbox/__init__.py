@@ -9,7 +9,7 @@ importing this package does not import the docker SDK.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +93,9 @@ def remove_sidecar(sidecar_id: str) -> None:
 
 
 def launch(spec: SandboxSpec, sidecar_id: str | None = None,
-           sidecar_started: Any = None) -> str:
+           sidecar_started: Any = None, trees_ready: Callable[[], object] | None = None) -> str:
     """Create and start a sandbox; return its container id (see Backend.launch)."""
-    return get_backend().launch(spec, sidecar_id, sidecar_started)
+    return get_backend().launch(spec, sidecar_id, sidecar_started, trees_ready)
 
 
 def attach(container_id: str) -> Iterator[bytes]:

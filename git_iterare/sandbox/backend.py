@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,9 +30,11 @@ class Backend(Protocol):
         ...
 
     def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
-               sidecar_started: Any = None) -> str:
+               sidecar_started: Any = None,
+               trees_ready: Callable[[], object] | None = None) -> str:
         """Start a sandbox (its network sidecar, unless :meth:`begin` started it, then the
-        agent's container); return the agent container's id."""
+        agent's container); return the agent container's id. ``trees_ready`` is called
+        before the agent's container starts (a remote run's files going in)."""
         ...
 
     def attach(self, container_id: str) -> Iterator[bytes]:

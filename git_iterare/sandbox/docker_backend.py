@@ -28,7 +28,7 @@ import re
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -510,10 +510,17 @@ class DockerBackend:
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         (spec.out_dir / "status.json").unlink(missing_ok=True)
         docker = client()
+        environment = {"ITERARE_AGENT_UID": str(spec.agent_uid),
+                       "ITERARE_AGENT_GID": str(spec.agent_gid),
+                       # Not a secret (the record keeps it too); in the configuration it
+                       # needs no call before the start.
+                       "ITERARE_POLICY": policy}
         if spec.remote is not None:  # an engine that sees none of the client's files
-            from git_iterare.sandbox.remote import sidecar_mounts
+            # Its output stays in the image's /run/iterare/out, fetched at the end.
+            from git_iterare.sandbox.remote import SIDECAR_TREES_READY, sidecar_mounts
 
             mounts, trees = sidecar_mounts(spec.remote)
+            environment["ITERARE_TREES_READY"] = SIDECAR_TREES_READY
         else:
             mounts, trees = tree_mounts(spec.owned)
             mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
@@ -528,12 +535,7 @@ class DockerBackend:
                 spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
                 entrypoint=[SIDECAR], user="0:0", working_dir="/",
                 labels={**spec.all_labels(), LABEL_ROLE: "sidecar"},
-                environment={"ITERARE_AGENT_UID": str(spec.agent_uid),
-                             "ITERARE_AGENT_GID": str(spec.agent_gid),
-                             "ITERARE_TREES": trees,
-                             # Not a secret (the record keeps it too); in the
-                             # configuration it needs no call before the start.
-                             "ITERARE_POLICY": policy},
+                environment={**environment, "ITERARE_TREES": trees},
                 mounts=mounts, network=spec.network or None,
                 cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
                 security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
@@ -543,13 +545,6 @@ class DockerBackend:
             for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
                     docker.networks.get(extra).connect(sidecar)
-            if spec.remote is not None:  # its output stays in it, fetched at the end
-                out = _Tar()
-                out.dir("run", 0, 0, 0o755)
-                out.dir("run/iterare", 0, 0, 0o755)
-                out.dir(OUT_PATH, 0, 0, 0o711)
-                with docker_errors(f"prepare the network sidecar of {spec.name}"):
-                    sidecar.put_archive("/", out.data())
             if start:
                 with docker_errors(f"start the network sidecar of {spec.name}"):
                     sidecar.start()
@@ -577,15 +572,20 @@ class DockerBackend:
             client().containers.get(sidecar_id).remove(force=True, v=True)
 
     def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
-               sidecar_started: Any = None) -> str:
+               sidecar_started: Any = None,
+               trees_ready: Callable[[], object] | None = None) -> str:
         """Start the sandbox described by ``spec``; return the id of the agent's container.
 
         Args:
-            spec: the sandbox; its trees (``owned``) and mounts must exist now.
+            spec: the sandbox; its trees (``owned``) and mounts must exist now, except a
+                remote run's, whose content may still be going in (``trees_ready``).
             sidecar_id: the sidecar :meth:`begin` made for it; None to make it here.
             sidecar_started: when the sidecar is being started elsewhere, a
                 ``concurrent.futures.Future`` of that start; the agent's container is
                 prepared meanwhile, and started only after it (and the sidecar's firewall).
+            trees_ready: called once the agent's container is made, before it starts:
+                returns when a remote run's files are in its volumes, raises when they
+                cannot be.
 
         With ``spec.tty`` the agent's container is left created, for the caller to start
         with the terminal attached (``docker start --attach --interactive``), so none of
@@ -611,14 +611,11 @@ class DockerBackend:
             sidecar = docker.containers.prepare_model({"Id": sidecar_id,
                                                        "Name": f"/{spec.name}-net"})
             created.append(sidecar)
-            # The trees are ready: the sidecar may hand them to the agent's uid.
+            # The trees are ready: the sidecar may hand them to the agent's uid (a remote
+            # one sees that in them: remote.SHIPPED).
             if spec.remote is not None:
                 from git_iterare.sandbox.remote import agent_mounts
 
-                go = _Tar()
-                go.file("go", b"", 0, 0, 0o644)
-                with docker_errors(f"hand the trees of {spec.name} to its sidecar"):
-                    sidecar.put_archive("/run/iterare", go.data())
                 mounts = agent_mounts(spec.remote)
             else:
                 (_signal_dir(spec) / "go").touch(mode=0o600)
@@ -644,6 +641,8 @@ class DockerBackend:
             with docker_errors(f"prepare the sandbox {spec.name}"):
                 passwd, group = _image_accounts(agent, spec.image)
                 agent.put_archive("/", agent_files(spec, passwd, group))
+            if trees_ready is not None:
+                trees_ready()
             if sidecar_started is not None:
                 sidecar_started.result()
             # The agent's container starts once the sidecar has locked the namespace,

@@ -10,7 +10,10 @@ decides which, in one place. On such an engine a run's trees live in named volum
 * ``iterare-cache-<key>``: the repository's object cache (:data:`CACHE_PATH`,
   read-only for the agent), shared by the runs of one repository on that engine:
   ``objects/`` (packs; the run gitdir's alternates point there) and ``have/<commit>``
-  (an empty file per commit whose objects the cache holds).
+  (an empty file per commit whose objects the cache holds);
+* ``iterare-spare-<key>-<8 hex>-work`` and ``-git``: a *spare* worktree and gitdir of
+  the repository, checked out ahead of its next run, which takes them over as its own
+  (:func:`spare_volumes`; see :mod:`git_iterare.runner.ship`).
 
 Files go in and out through the Engine API (``put_archive``/``get_archive``) of a
 *porter*: a container from git-iterare's own image that mounts the volumes and is never
@@ -21,6 +24,7 @@ decides what to put and reads what comes back.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -37,6 +41,10 @@ GITDIR_PATH = "/git/run"
 LABEL_VOLUME = "dev.iterare.volume"
 #: Label of a cache volume: the repository's cache key.
 LABEL_CACHE = "dev.iterare.cache"
+#: Label of a spare worktree's volumes: the repository's cache key. (Not
+#: :data:`LABEL_CACHE`: once a run takes them over they hold its work, which removing the
+#: cache must never remove.)
+LABEL_SPARE = "dev.iterare.spare"
 
 
 class ContainerHandle(Protocol):
@@ -66,6 +74,16 @@ def run_volumes(run_id: str) -> tuple[str, str]:
     return f"iterare-{run_id}-work", f"iterare-{run_id}-git"
 
 
+def spare_volumes(key: str, token: str) -> tuple[str, str]:
+    """Names of a spare worktree's volumes for the repository of cache key ``key``:
+    ``(iterare-spare-<key>-<token>-work, ...-git)``; ``token`` is 8 random hex digits."""
+    return f"iterare-spare-{key}-{token}-work", f"iterare-spare-{key}-{token}-git"
+
+
+#: What :func:`spare_volumes` gives, for checking names read back from a file.
+SPARE_VOLUME = re.compile(r"iterare-spare-[0-9a-f]{16}-[0-9a-f]{8}-(work|git)")
+
+
 def cache_volume(key: str) -> str:
     """Name of the object cache volume of the repository whose cache key is ``key``."""
     return f"iterare-cache-{key}"
@@ -81,18 +99,28 @@ class RemoteTrees:
         cache: the repository's object cache volume (``/git/cache``, read-only).
         files: absolute path in the agent's container -> content, put there (root, 0644)
             before it starts (the prompt).
+        spare: True when ``work`` and ``git`` are a spare worktree the run took over
+            (checked out ahead, maybe still being checked out), False for new, empty ones.
     """
 
     work: str
     git: str
     cache: str
     files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    spare: bool = False
+
+
+#: The last file put into a remote run's gitdir: its trees are all there. The sidecar gives
+#: them to the agent once it sees it (:data:`SIDECAR_TREES_READY`).
+SHIPPED = "iterare-shipped"
+#: Where the sidecar sees :data:`SHIPPED` (below ``/trees``; its ``ITERARE_TREES_READY``).
+SIDECAR_TREES_READY = f"0/run/{SHIPPED}"
 
 
 def sidecar_mounts(trees: RemoteTrees) -> tuple[list[Any], str]:
     """The sidecar's mounts of a remote run's trees and its ``ITERARE_TREES``: the
     worktree and gitdir volumes at ``/trees/0/workspace`` and ``/trees/0/run`` (the
-    sidecar gives them to the agent before it starts)."""
+    sidecar gives them to the agent before it starts, once :data:`SHIPPED` is there)."""
     from docker.types import Mount
 
     return ([Mount("/trees/0/workspace", trees.work, type="volume"),
@@ -314,6 +342,18 @@ def find_container(name: str) -> Any:
             return client().containers.get(name)
         except docker.errors.NotFound:
             return None
+
+
+def containers_using(volume: str) -> list[Any]:
+    """The containers (running or not) that mount ``volume`` on the current engine.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors(f"list the containers using {volume}"):
+        return list(client().containers.list(all=True, filters={"volume": volume}))
 
 
 def exec_in(container: Any, argv: Sequence[str]) -> tuple[int, bytes]:
