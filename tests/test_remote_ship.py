@@ -146,6 +146,45 @@ def _tracked(work: dict[str, tarfile.TarInfo | bytes]) -> set[str]:
             and not isinstance(work[name], tarfile.TarInfo)}
 
 
+def _spare_made(r: repo_mod.Repo, base: str, image: str, labels: dict[str, str]
+                ) -> tuple[dict[str, str], object, dict[str, tarfile.TarInfo | bytes]]:
+    """Ship a run of ``base``, then make the next run's spare; return the spare's registry
+    entry, its ready mark and worktree once its maker is done."""
+    run = f"spare-{uuid.uuid4().hex[:8]}"
+    trees = ship.remote_trees(r, RunRecord(run, "spare"), {})
+    assert not trees.spare
+    ship.make_volumes(r, trees, labels)
+    ship.ship(r, run, base, trees, image, labels, agent_ids())
+    ship.make_spare(r, base, image, agent_ids())
+    made = json.loads(ship._spare_file(r).read_text())
+    with remote.Porter(image, {made["work"]: ("/w", True), made["git"]: ("/g", True)},
+                       labels) as reader:
+        _wait_gone(reader, f"/g/{ship.SPARE_MAKING}")
+        return made, _files(reader.get("/g")).get(ship.SPARE_READY), _files(reader.get("/w"))
+
+
+def _spare_taken_over(r: repo_mod.Repo, base: str, image: str, labels: dict[str, str]
+                      ) -> tuple[str, ship.Spare, dict[str, tarfile.TarInfo | bytes],
+                                 dict[str, tarfile.TarInfo | bytes]]:
+    """Claim the spare for a run of ``base``, ship it, run the agent's checkout; return the
+    run's id, the spare, and its worktree and gitdir once checked out."""
+    spare = ship.claim_spare(r)
+    assert spare is not None
+    assert ship.claim_spare(r) is None  # it is this run's alone
+    run = f"spare-{uuid.uuid4().hex[:8]}"
+    record = RunRecord(run, "spare", extra={"spare": spare.to_json()})
+    trees = ship.remote_trees(r, record, {})
+    assert trees.spare and (trees.work, trees.git) == (spare.work, spare.git)
+    assert ship.record_volumes(record) == (spare.work, spare.git)
+    ship.make_volumes(r, trees, labels)
+    ship.ship(r, run, base, trees, image, labels, agent_ids())
+    _agent_checkout(image, trees, agent_ids(), labels)  # no porter: the agent does it
+    with remote.Porter(image, {trees.work: ("/w", True), trees.git: ("/g", True)},
+                       labels) as reader:
+        work, gitdir = _checked_out(reader)
+    return run, spare, work, gitdir
+
+
 def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
         repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
         dind_engine: DindEngine) -> None:
@@ -161,21 +200,10 @@ def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
     uid, gid = agent_ids()
     labels = {"dev.iterare.repo": str(repo)}
     inner = dind_engine.client()
-    run1 = f"spare-{uuid.uuid4().hex[:8]}"
     try:
         assert ship.claim_spare(r) is None  # none made yet
-        trees = ship.remote_trees(r, RunRecord(run1, "spare"), {})
-        assert not trees.spare
-        ship.make_volumes(r, trees, labels)
-        ship.ship(r, run1, first, trees, remote_image, labels, (uid, gid))
-        ship.make_spare(r, first, remote_image, (uid, gid))
+        made, ready, before = _spare_made(r, first, remote_image, labels)
         # The spare is checked out at the first base, as the agent's, in its own volumes.
-        made = json.loads(ship._spare_file(r).read_text())
-        with remote.Porter(remote_image, {made["work"]: ("/w", True),
-                                          made["git"]: ("/g", True)}, labels) as reader:
-            _wait_gone(reader, f"/g/{ship.SPARE_MAKING}")
-            ready = _files(reader.get("/g")).get(ship.SPARE_READY)
-            before = _files(reader.get("/w"))
         assert ready == f"{first}\n".encode()
         common = {"README.md", ".iterare/include"}
         assert _tracked(before) == {*common, "keep.txt", "change.txt", "gone.txt", "tool.sh"}
@@ -192,20 +220,8 @@ def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
         git("add", ".", ":!notes.env", cwd=repo)
         git("commit", "-qm", "second", cwd=repo)
         second = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
-        spare = ship.claim_spare(r)
-        assert spare is not None and (spare.work, spare.base) == (made["work"], first)
-        assert ship.claim_spare(r) is None  # it is this run's alone
-        run2 = f"spare-{uuid.uuid4().hex[:8]}"
-        record = RunRecord(run2, "spare", extra={"spare": spare.to_json()})
-        trees = ship.remote_trees(r, record, {})
-        assert trees.spare and (trees.work, trees.git) == (spare.work, spare.git)
-        assert ship.record_volumes(record) == (spare.work, spare.git)
-        ship.make_volumes(r, trees, labels)
-        ship.ship(r, run2, second, trees, remote_image, labels, (uid, gid))
-        _agent_checkout(remote_image, trees, (uid, gid), labels)  # no porter: the agent does it
-        with remote.Porter(remote_image, {trees.work: ("/w", True), trees.git: ("/g", True)},
-                           labels) as reader:
-            work, gitdir = _checked_out(reader)
+        run2, spare, work, gitdir = _spare_taken_over(r, second, remote_image, labels)
+        assert (spare.work, spare.base) == (made["work"], first)
         assert _tracked(work) == {*common, "keep.txt", "change.txt", "new.txt", "tool.sh",
                                   "notes.env"}
         assert (work["change.txt"], work["new.txt"]) == (b"changed\n", b"new\n")
@@ -291,3 +307,34 @@ def test_claim_spare_takes_a_named_spare_once_and_refuses_bad_files(repo: Path,
     path.write_text(json.dumps(good))
     assert ship.claim_spare(r) == ship.Spare(work, gitvol, base)
     assert ship.claim_spare(r) is None and list(path.parent.iterdir()) == []
+
+
+def test_a_spare_is_checked_out_in_full_when_the_attributes_changed(
+        repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
+        dind_engine: DindEngine) -> None:
+    # Same blobs, new attributes: read-tree -m would keep the spare's form of the files.
+    (repo / "crlf.txt").write_text("one\ntwo\n")
+    (repo / "sub").mkdir()
+    (repo / "sub" / "id.txt").write_text("$Id$\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "no attributes", cwd=repo)
+    r = repo_mod.discover(repo)
+    first = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    (repo / ".gitattributes").write_text("crlf.txt text eol=crlf\n")
+    (repo / "sub" / ".gitattributes").write_text("id.txt ident\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "attributes", cwd=repo)
+    second = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    labels = {"dev.iterare.repo": str(repo)}
+    inner = dind_engine.client()
+    try:
+        _, _, before = _spare_made(r, first, remote_image, labels)
+        assert before["crlf.txt"] == b"one\ntwo\n"
+        _, spare, work, _ = _spare_taken_over(r, second, remote_image, labels)
+        assert spare.base == first
+        # As a checkout of the second base in full would have them.
+        assert work["crlf.txt"] == b"one\r\ntwo\r\n"
+        blob = git("rev-parse", f"{second}:sub/id.txt", cwd=repo).stdout.strip()
+        assert work["sub/id.txt"] == f"$Id: {blob} $\n".encode()
+    finally:
+        remove_leftovers(inner, repo)

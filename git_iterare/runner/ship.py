@@ -95,7 +95,12 @@ if [ ! -e /git/run/{DONE} ]; then
         cp -R -p /git/run/{NEXT}/. /git/run/
         rm -rf /git/run/{NEXT}
     fi
-    if [ -z "$old" ] || ! {_GIT} read-tree -m -u "$old" HEAD 2>/dev/null; then
+    # Files the spare holds unchanged keep the spare's form: when an attributes file
+    # differs (eol, ident, working-tree-encoding, filters) all of them are written again.
+    if [ -z "$old" ] \\
+            || ! {_GIT} diff --quiet --no-ext-diff "$old" HEAD \\
+                -- ':(glob)**/.gitattributes' 2>/dev/null \\
+            || ! {_GIT} read-tree -m -u "$old" HEAD 2>/dev/null; then
         if [ -n "$spare" ]; then
             find /workspace -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {{}} +
             rm -f /git/run/index
