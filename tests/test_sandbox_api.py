@@ -229,6 +229,24 @@ def test_name_taken_is_one_line(make_spec) -> None:
                                           "the name is already taken (Conflict.")
 
 
+def test_a_volume_in_use_is_named_as_such(sandbox_image: str) -> None:  # noqa: F811
+    from git_iterare.sandbox import remote
+
+    name = f"itr-inuse-{os.urandom(4).hex()}"
+    engine = _engine()
+    engine.volumes.create(name)
+    holder = engine.containers.create(sandbox_image, ["true"], entrypoint=["true"],
+                                      volumes={name: {"bind": "/v", "mode": "rw"}})
+    try:
+        with pytest.raises(OperationFailed) as info:
+            remote.remove_volumes([name])
+        assert info.value.render().startswith(
+            f"cannot remove the volume {name}: it is in use by a container (")
+    finally:
+        holder.remove(force=True)
+        engine.volumes.get(name).remove(force=True)
+
+
 def test_missing_image_is_a_user_error(tmp_path: Path, sandbox_image: str) -> None:  # noqa: F811
     spec = SandboxSpec(image="itr-sandbox-no-such-image:1", name="itr-sandbox-noimg",
                        sidecar_image=sandbox_image, command=("true",), policy=POLICY,

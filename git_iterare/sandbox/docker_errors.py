@@ -104,7 +104,7 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
     Raises:
         UserError: a missing image (the hint names ``git iterare image build``).
         OperationFailed: engine unreachable, ssh or TLS authentication failed (naming the
-            endpoint), a name already taken, any other API error; the daemon's
+            endpoint), a name already taken or a volume in use, any other API error; the daemon's
             explanation is kept.
     """
     import docker.errors
@@ -121,9 +121,10 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
     except docker.errors.NotFound as exc:
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
     except docker.errors.APIError as exc:
-        if exc.status_code == 409:
-            raise OperationFailed(f"cannot {what}: the name is already taken "
-                                  f"({_explanation(exc)})") from None
+        if exc.status_code == 409:  # a conflict: a name taken, or a volume still mounted
+            reason = ("it is in use by a container" if "volume is in use" in str(exc)
+                      else "the name is already taken")
+            raise OperationFailed(f"cannot {what}: {reason} ({_explanation(exc)})") from None
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         if (isinstance(exc, requests.exceptions.ConnectionError) or "Connection" in str(exc)
