@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
-    from git_iterare.sandbox.remote import RemoteTrees
     from git_iterare.sandbox.spec import Limits, Mount
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -305,28 +304,36 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
     image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
+    extra = {"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
+             "networks": list(networks),
+             "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
+             "sidecar_image": image.sidecar, **origin(repo)}
     spare = None
     if remote:  # a worktree checked out ahead on the engine (runner.ship), recorded first
         from git_iterare.runner.ship import claim_spare
 
         spare = claim_spare(repo)
-    record = store.create(
-        request.name or prompt.run_name,
-        prompt_name=prompt.name,
-        prompt_path=_relative(repo, prompt.path) if request.prompt is not None else None,
-        prompt_text=prompt.body,
-        base_commit=base_commit,
-        base_branch=base_branch,
-        agent=agent.name,
-        image=image.name,
-        image_digest=image.id,
-        policy=_policy_dict(policy),
-        extra={"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
-               "networks": list(networks),
-               "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
-               "sidecar_image": image.sidecar, **origin(repo),
-               **({"spare": spare.to_json()} if spare is not None else {})},
-    )
+        if spare is not None:
+            extra["spare"] = spare.to_json()
+    try:
+        record = store.create(
+            request.name or prompt.run_name,
+            prompt_name=prompt.name,
+            prompt_path=_relative(repo, prompt.path) if request.prompt is not None else None,
+            prompt_text=prompt.body,
+            base_commit=base_commit,
+            base_branch=base_branch,
+            agent=agent.name,
+            image=image.name,
+            image_digest=image.id,
+            policy=_policy_dict(policy),
+            extra=extra)
+    except BaseException:
+        if spare is not None:  # no record names it: nothing else would remove it
+            from git_iterare.runner.ship import drop_spare
+
+            drop_spare(spare)
+        raise
     try:
         return _launch(repo, config, store, LaunchPlan(
             record=record, base_commit=base_commit, image=image, agent=agent,
@@ -334,7 +341,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
             limits=limits, more_mounts=tuple(more_mounts),
             secret_env=secret_env, credentials=credentials, request=request))
     except BaseException as exc:
-        if not _undo_launch(repo, store, record.id):
+        # A failed or interrupted launch leaves nothing on the engine (unless its agent
+        # started), so the record can go too; else the failure is recorded for cleanup.
+        if not (_discard_on_engine(record) and _undo_launch(repo, store, record.id)):
             _record_launch_failure(repo, store, record.id, exc)
         raise
 
@@ -404,7 +413,6 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
             if shipping is not None:
                 with contextlib.suppress(BaseException):
                     shipping.exception()
-            _drop_volumes(remote)
             raise
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
@@ -428,7 +436,6 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
                     shipping.exception()
             with contextlib.suppress(BaseException):
                 sandbox.remove_sidecar(sidecar)
-            _drop_volumes(remote)
             raise
     if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
         store.update(record.id, lambda r: r.replace(
@@ -445,14 +452,37 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
     return running
 
 
-def _drop_volumes(remote: RemoteTrees | None) -> None:
-    """Remove the volumes of a remote run that did not start (not the object cache)."""
-    if remote is None:
-        return
-    from git_iterare.sandbox.remote import remove_volumes
+def _discard_on_engine(record: RunRecord) -> bool:
+    """Remove what the launch of ``record`` left on the current engine when its agent
+    never started: every container labelled as the run's (sidecar, agent made but not
+    started, porters) and, on a remote engine, the run's volumes (its own or the spare it
+    took over) with whatever still mounts them. An interrupted launch can leave each of
+    these (the engine completes a request the client stopped waiting for).
 
-    with contextlib.suppress(Exception):
-        remove_volumes((remote.work, remote.git))
+    Returns:
+        True when nothing of the run is left there; False when its agent started (then
+        all is kept, for ``stop``/``cleanup``) or the engine failed to answer.
+    """
+    from git_iterare.runner import ship
+    from git_iterare.sandbox import remote
+
+    try:
+        found = remote.run_containers(record.id)
+        agent = next((c for c in found if c.name == f"iterare-{record.id}"), None)
+        if agent is not None and not remote.never_started(agent):
+            return False
+        for container in found:
+            remote.remove_container(container)
+        if ship.is_remote(record):
+            volumes = ship.record_volumes(record)
+            for volume in volumes:
+                for container in remote.containers_using(volume):
+                    remote.remove_container(container)
+            remote.remove_volumes(volumes)
+    except Exception as exc:  # the launch's own error matters more
+        ui.warn(f"could not remove what run {record.id} left on the Docker engine: {exc}")
+        return False
+    return True
 
 
 def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
@@ -496,15 +526,20 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
 def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseException
                            ) -> None:
     """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
+    from git_iterare import sandbox
     from git_iterare.errors import IterareError
     from git_iterare.runs.status import ACTIVE, FAILED, STOPPED
 
     message = exc.render() if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
     status = STOPPED if isinstance(exc, KeyboardInterrupt) else FAILED
+    found = None
+    with contextlib.suppress(Exception):  # an agent that started: stop/cleanup find it
+        found = sandbox.inspect(f"iterare-{run_id}")
     try:
         record = store.get(run_id)
         if record.status in ACTIVE:
-            store.transition(run_id, status, error=message)
+            store.transition(run_id, status, error=message,
+                             **({"container": found.id} if found is not None else {}))
     except Exception as inner:  # the original error matters more than this one
         ui.warn(f"could not record the failure of run {run_id}: {inner}")
     shutil.rmtree(state_dir(repo, run_id) / "secrets", ignore_errors=True)

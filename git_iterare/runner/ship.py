@@ -364,7 +364,7 @@ def claim_spare(repo: Repo) -> Spare | None:
     if spare is None or not spare.work.startswith(f"iterare-spare-{cache_key(repo)}-"):
         return None
     if data.get("config") != _config_text(repo):
-        _drop_spare(spare)
+        drop_spare(spare)
         return None
     return spare
 
@@ -410,7 +410,7 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
             maker.put("/", buffer.getvalue())
             maker.start()
     except BaseException:
-        _drop_spare(spare)
+        drop_spare(spare)
         raise
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -418,18 +418,18 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     try:
         os.link(tmp, path)  # another run made one meanwhile: that one stays
     except FileExistsError:
-        _drop_spare(spare)
+        drop_spare(spare)
     finally:
         tmp.unlink()
 
 
-def _drop_spare(spare: Spare) -> None:
+def drop_spare(spare: Spare) -> None:
     """Remove a spare's maker (when it still runs) and its volumes; errors are ignored."""
     from git_iterare.sandbox import remote
 
     with contextlib.suppress(Exception):
         for container in remote.containers_using(spare.work):
-            container.remove(force=True)
+            remote.remove_container(container)
         remote.remove_volumes((spare.work, spare.git))
 
 
@@ -1004,5 +1004,5 @@ def remove_cache(repo: Repo) -> list[str]:
         return []
     spare = claim_spare(repo)  # its maker reads the cache
     if spare is not None:
-        _drop_spare(spare)
+        drop_spare(spare)
     return remote.remove_volumes(remote.cache_volumes(key))

@@ -356,6 +356,38 @@ def containers_using(volume: str) -> list[Any]:
         return list(client().containers.list(all=True, filters={"volume": volume}))
 
 
+def run_containers(run_id: str) -> list[Any]:
+    """The containers (running or not) labelled as run ``run_id``'s
+    (:data:`git_iterare.sandbox.spec.LABEL_RUN`) on the current engine: its sidecar, agent
+    and porters.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.spec import LABEL_RUN
+
+    with docker_errors(f"list the containers of run {run_id}"):
+        return list(client().containers.list(all=True,
+                                              filters={"label": f"{LABEL_RUN}={run_id}"}))
+
+
+def remove_container(container: Any) -> None:
+    """Remove ``container`` (a docker SDK container), running or not, with its anonymous
+    volumes; one already gone is fine.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import docker_errors
+
+    with docker_errors(f"remove {container.name}"), \
+            contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True, v=True)
+
+
 def exec_in(container: Any, argv: Sequence[str]) -> tuple[int, bytes]:
     """Run ``argv`` as root in a running ``container``; its status and output.
 

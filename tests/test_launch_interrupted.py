@@ -1,0 +1,134 @@
+"""A launch interrupted (Ctrl-C) or failing part-way leaves nothing behind on the engine:
+no sidecar, agent container or porter of the run, no run volumes, no spare worktree it had
+taken over; the run is removed as if never started. The interrupt is raised in-process at
+fixed points (right after the engine made the sidecar, while the client waited for its
+answer; right after the spare was claimed), against the real local and DinD engines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from git_iterare.git import repo as repo_mod
+from git_iterare.runner import launch
+from git_iterare.runner.session import load_config
+from git_iterare.runs.store import RunStore
+from git_iterare.sandbox import docker_backend, engine
+from git_iterare.sandbox.docker_errors import client
+from tests.conftest import git, iterare
+from tests.engines import DindEngine
+from tests.sandbox_fixtures import sandbox_image  # noqa: F401  (fixture)
+from tests.test_remote_runs import _project, remote_image  # noqa: F401
+from tests.test_remote_runs import over_tls as over_tls  # fixture
+
+pytestmark = pytest.mark.docker
+
+
+def _interrupt_after_begin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine makes the sidecar, then Ctrl-C arrives before its answer is used."""
+    real = docker_backend.DockerBackend.begin
+
+    def begin(self: Any, spec: Any, start: bool = True) -> str:
+        real(self, spec, start)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(docker_backend.DockerBackend, "begin", begin)
+
+
+@pytest.fixture(autouse=True)
+def _engine_chosen_per_test() -> Iterator[None]:
+    """Each test's environment picks the engine (as each command does)."""
+    engine.reset()
+    yield
+    engine.reset()
+
+
+def _execute(repo: Path, prompt: str) -> None:
+    """``git iterare execute PROMPT`` in this process."""
+    r = repo_mod.discover(repo)
+    launch.execute(r, load_config(r, {}), launch.ExecuteRequest(prompt=prompt))
+
+
+def _left(repo: Path) -> tuple[list[str], list[str]]:
+    """The containers and volumes of ``repo``'s runs on the current engine."""
+    label = {"label": f"dev.iterare.repo={repo}"}
+    engine = client()
+    return (sorted(c.name for c in engine.containers.list(all=True, filters=label)),
+            sorted(v.name for v in engine.volumes.list(filters=label)))
+
+
+def _no_runs(repo: Path) -> None:
+    assert RunStore(repo_mod.discover(repo)).list() == []
+    assert git("for-each-ref", "refs/heads/iterare", cwd=repo).stdout == ""
+
+
+@pytest.fixture
+def local_project(repo: Path, hermetic_env: Path, sandbox_image: str,  # noqa: F811
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    yield _project(repo, hermetic_env, sandbox_image)
+    for name in _left(repo)[0]:
+        with contextlib.suppress(Exception):
+            client().containers.get(name).remove(force=True)
+
+
+def test_ctrl_c_while_the_sidecar_is_made_leaves_nothing_locally(
+        local_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = local_project
+    (repo / ".iterare" / "prompts" / "p.md").write_text("echo never\n")
+    _interrupt_after_begin(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")
+    assert _left(repo) == ([], [])
+    _no_runs(repo)
+
+
+def test_ctrl_c_on_a_remote_engine_leaves_no_container_volume_or_spare(
+        over_tls: Path, dind_engine: DindEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = over_tls
+    (repo / ".iterare" / "prompts" / "p.md").write_text("echo done > done.txt\n")
+    iterare("execute", "p", "--follow", cwd=repo)  # makes the spare for the next run
+    spares = repo / ".git" / "iterare" / "spares"
+    made = json.loads(next(spares.iterdir()).read_text())
+    first = RunStore(repo_mod.discover(repo)).list()[0].id
+    iterare("cleanup", "-y", "--force", first, cwd=repo)
+    _interrupt_after_begin(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")  # takes the spare over, then Ctrl-C
+    assert list(spares.iterdir()) == []  # claimed, and then removed with the run
+    containers, volumes = _left(repo)
+    assert containers == []
+    assert made["work"] not in volumes and made["git"] not in volumes
+    assert [v for v in volumes if not v.startswith("iterare-cache-")] == []
+    _no_runs(repo)
+    iterare("cleanup", "--cache", cwd=repo)  # nothing holds the cache either
+    assert _left(repo) == ([], [])
+
+
+def test_a_spare_claimed_by_a_launch_that_fails_before_its_record_is_dropped(
+        over_tls: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = over_tls
+    (repo / ".iterare" / "prompts" / "p.md").write_text("true\n")
+    iterare("execute", "p", "--follow", cwd=repo)
+    spares = repo / ".git" / "iterare" / "spares"
+    made = json.loads(next(spares.iterdir()).read_text())
+
+    def create(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunStore, "create", create)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")
+    assert list(spares.iterdir()) == []
+    deadline = time.monotonic() + 30
+    while made["work"] in _left(repo)[1]:
+        assert time.monotonic() < deadline, "the claimed spare's volumes stayed"
+        time.sleep(0.3)
+    assert made["git"] not in _left(repo)[1]
