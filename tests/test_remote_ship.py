@@ -6,6 +6,7 @@ container then finds the checkout done."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -338,3 +339,35 @@ def test_a_spare_is_checked_out_in_full_when_the_attributes_changed(
         assert work["sub/id.txt"] == f"$Id: {blob} $\n".encode()
     finally:
         remove_leftovers(inner, repo)
+
+
+def test_cleanup_cache_removes_spares_no_run_names_and_an_unlabelled_cache(
+        repo: Path, hermetic_env: Path, engine: Engine, remote_image: str,
+        dind_engine: DindEngine) -> None:
+    from git_iterare.runs.store import RunStore
+
+    r = repo_mod.discover(repo)
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    key = ship.cache_key(r)
+    labels = {"dev.iterare.repo": str(repo)}
+    inner = dind_engine.client()
+    orphan = remote.spare_volumes(key, uuid.uuid4().hex[:8])  # made over another URL, say
+    taken = remote.spare_volumes(key, uuid.uuid4().hex[:8])   # a run's work now
+    try:
+        for name in (*orphan, *taken):
+            remote.ensure_volume(name, {remote.LABEL_SPARE: key, **labels})
+        # As the engine makes it again when a porter names it after its removal.
+        inner.volumes.create(remote.cache_volume(key))
+        RunStore(r).create("took", prompt_name="p", prompt_path=None, prompt_text="",
+                           base_commit=base, base_branch="main", agent="shell",
+                           extra={"spare": {"work": taken[0], "git": taken[1], "base": base}})
+        removed = ship.remove_cache(r)
+        assert removed == [remote.cache_volume(key)]
+        left = {v.name for v in inner.volumes.list()}
+        assert not set(orphan) & left and set(taken) <= left
+        assert ship.remove_cache(r) == []
+    finally:
+        remove_leftovers(inner, repo)
+        for name in (*taken, remote.cache_volume(key)):
+            with contextlib.suppress(Exception):
+                inner.volumes.get(name).remove(force=True)

@@ -1005,4 +1005,12 @@ def remove_cache(repo: Repo) -> list[str]:
     spare = claim_spare(repo)  # its maker reads the cache
     if spare is not None:
         drop_spare(spare)
+    # Spares no run names: made over another URL of this engine, or left by a process
+    # that died before registering or recording one. A run's are its work: kept.
+    from git_iterare.runs.store import RunStore
+
+    named = {name for record in RunStore(repo).list() for name in record_volumes(record)}
+    for stem in sorted({name.rsplit("-", 1)[0] for name in remote.spare_volume_names(key)
+                        if name not in named}):
+        drop_spare(Spare(f"{stem}-work", f"{stem}-git", ""))
     return remote.remove_volumes(remote.cache_volumes(key))

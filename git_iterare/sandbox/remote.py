@@ -412,5 +412,23 @@ def cache_volumes(key: str | None = None) -> list[str]:
 
     label = f"{LABEL_CACHE}={key}" if key else LABEL_CACHE
     with docker_errors("list the object caches"):
-        found = client().volumes.list(filters={"label": label})
-    return sorted(v.name for v in found)
+        found = {v.name for v in client().volumes.list(filters={"label": label})}
+    # The engine makes a volume a container names again, without labels, when it was
+    # removed meanwhile (cleanup --cache during a launch): found by its name too.
+    if key and volume_exists(cache_volume(key)):
+        found.add(cache_volume(key))
+    return sorted(found)
+
+
+def spare_volume_names(key: str) -> list[str]:
+    """Names of the spare worktree volumes (:func:`spare_volumes`) of the repository of
+    cache key ``key`` on the current engine, whether a run took them over or not.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.docker_errors import client, docker_errors
+
+    with docker_errors("list the spare worktrees"):
+        found = client().volumes.list(filters={"label": f"{LABEL_SPARE}={key}"})
+    return sorted(v.name for v in found if SPARE_VOLUME.fullmatch(v.name))
