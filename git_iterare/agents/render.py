@@ -102,7 +102,7 @@ def format_summary(result: RunResult, *, ended: str | None = None) -> str:
     Args:
         result: what the agent's log says of the run.
         ended: how the run was ended from outside when it was (``"timed out"``,
-            ``"stopped"``): the outcome shown instead of the agent's ``failed``, which
+            ``"stopped"``, ``"lost"``): the outcome shown instead of the agent's ``failed``, which
             only says that it was killed.
     """
     facts = []

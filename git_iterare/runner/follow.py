@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, MutableSequence
@@ -66,15 +67,42 @@ def _summary(agent: Agent, events: Iterable[Event], record: RunRecord) -> str:
     """The closing line of a run's log: the agent's outcome, or how the run was ended
     from outside (timed out, stopped), as ``list`` and ``show`` say it."""
     from git_iterare.agents.render import format_summary
-    from git_iterare.runs.status import STOPPED, TIMED_OUT
+    from git_iterare.runs.status import LOST, STOPPED, TIMED_OUT
 
-    ended = {TIMED_OUT: "timed out", STOPPED: "stopped"}.get(record.status)
+    ended = {TIMED_OUT: "timed out", STOPPED: "stopped", LOST: "lost"}.get(record.status)
     return format_summary(agent.summarize(events, exit_code=record.exit_code), ended=ended)
 
 
 def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
     for chunk in chunks:
         yield chunk.decode("utf-8", "replace")
+
+
+#: How long following keeps trying to finish a run after the engine failed it (seconds):
+#: an engine that restarts ends its containers and answers again within seconds.
+FINISH_RETRY_SECONDS = 10.0
+
+
+def _finish_after_failure(repo: Repo, run_id: str) -> RunRecord:
+    """Try to finish ``run_id`` for up to :data:`FINISH_RETRY_SECONDS` once following
+    it failed; its record afterwards (still active when the engine is unreachable or the
+    sandbox still runs)."""
+    import time
+
+    from git_iterare.errors import OperationFailed
+    from git_iterare.runner.finish import finish
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    deadline = time.monotonic() + FINISH_RETRY_SECONDS
+    while True:
+        with contextlib.suppress(OperationFailed):
+            record = finish(repo, run_id)
+            if record.status not in ACTIVE:
+                return record
+        if time.monotonic() >= deadline:
+            return RunStore(repo).get(run_id)
+        time.sleep(1.0)
 
 
 def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: bool = False,
@@ -130,9 +158,11 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
             except OperationFailed as exc:
                 if not follow:
                     raise
-                # The connection dropped: the sandbox goes on without us.
-                raise OperationFailed(exc.message, hint=f"the run goes on; follow it again "
-                                      f"with `git iterare log -f {run_id}`") from None
+                record = _finish_after_failure(repo, run_id)
+                if record.status in ACTIVE:
+                    # The connection dropped: the sandbox goes on without us.
+                    raise OperationFailed(exc.message, hint=f"the run goes on; follow it "
+                                          f"again with `git iterare log -f {run_id}`") from None
         else:
             record = finish(repo, run_id)
         if record.status in ACTIVE:
