@@ -491,6 +491,16 @@ def test_image_build_on_a_remote_engine(remote_base: str, over_ssh: Path,
     assert (refused.returncode, refused.stderr) == (
         2, f"building {tag} from {base}\nerror: {bad} is not a PEM CA bundle (no BEGIN "
            "CERTIFICATE) (fix --ca-bundle or [docker] ca_bundle)\n")
+    missing = iterare("image", "build", "--base", "itr-no-such-base:1", "--tag", tag,
+                      cwd=outside, env=env)
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[-1].startswith(
+        f"error: the base image itr-no-such-base:1 is not on the Docker engine at "
+        f"{dind_engine.ssh_url} and could not be pulled there (building {tag} failed: ")
+    assert missing.stderr.endswith(
+        f"(copy it from an engine that has it: `docker save itr-no-such-base:1 | docker -H "
+        f"{dind_engine.ssh_url} load`, or name another with --base or [docker] "
+        "base_image)\n"), missing.stderr
     inner = dind_engine.client()
     try:
         built = iterare("image", "build", "--base", base, "--ca-bundle", CA_BUNDLE,

@@ -338,13 +338,45 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
             LABEL_CONTEXT_HASH: context_hash(files),
             **{version_label(a): (installs or {})[a].version for a in agents},
         }
-        image_id = _stream_build(
-            {"path": str(context), "tag": name, "nocache": no_cache, "pull": False,
-             "buildargs": {"BASE_IMAGE": base}, "labels": labels},
-            name, progress, verbose)
+        try:
+            image_id = _stream_build(
+                {"path": str(context), "tag": name, "nocache": no_cache, "pull": False,
+                 "buildargs": {"BASE_IMAGE": base}, "labels": labels},
+                name, progress, verbose)
+        except OperationFailed as exc:
+            _check_base_present(base, exc)
+            raise
     finally:
         shutil.rmtree(context, ignore_errors=True)
     return ImageRef(name, image_id)
+
+
+def _check_base_present(base: str, failure: OperationFailed) -> None:
+    """Raise a clearer error than ``failure`` (a failed build) when the base image is
+    not on the engine (it could not be pulled there), saying how to put it there.
+
+    Raises:
+        OperationFailed: ``base`` is missing on the engine.
+    """
+    import docker.errors
+
+    from git_iterare.sandbox.engine import DEFAULT_CONTEXT, current
+
+    try:
+        client().images.get(base)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    except Exception:  # the build's own error says more then
+        return
+    engine = current()
+    target = (f"--context {engine.name}" if engine.name != DEFAULT_CONTEXT
+              else f"-H {engine.url}")
+    raise OperationFailed(
+        f"the base image {base} is not on the Docker engine at {engine.label} and could not "
+        f"be pulled there ({failure.message})",
+        hint=f"copy it from an engine that has it: `docker save {base} | docker {target} "
+             "load`, or name another with --base or [docker] base_image") from None
 
 
 def image_status(name: str) -> ImageStatus:
