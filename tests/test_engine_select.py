@@ -165,7 +165,8 @@ def test_a_run_finds_its_engine_only_among_the_users(home: Path,
         engine_for({"name": "default", "url": "tcp://attacker.example:2375"})
     assert caught.value.render() == (
         "the run is on the Docker engine at tcp://attacker.example:2375, which your "
-        "settings do not select now (set DOCKER_HOST=tcp://attacker.example:2375)")
+        "settings do not select now (set DOCKER_HOST=tcp://attacker.example:2375, with "
+        "DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH when it speaks TLS)")
     with pytest.raises(OperationFailed, match=r"context box\), which"):
         engine_for({"name": "box", "url": "ssh://me@other"})  # same name, other endpoint
 
@@ -291,6 +292,12 @@ def test_a_run_on_an_engine_no_longer_selected_says_what_to_set(
     assert (stopped.returncode, stopped.stderr) == (
         1, "error: the run is on the Docker engine at ssh://me@build-box, which your settings "
            "do not select now (set DOCKER_HOST=ssh://me@build-box)\n")
+    tcp_id = _running_run(repo, monkeypatch, {"DOCKER_HOST": "tcp://build-box:2376"})
+    stopped = iterare("stop", tcp_id, cwd=repo, env={"DOCKER_HOST": "", "DOCKER_CONTEXT": ""})
+    assert stopped.stderr == (
+        "error: the run is on the Docker engine at tcp://build-box:2376, which your settings "
+        "do not select now (set DOCKER_HOST=tcp://build-box:2376, with DOCKER_TLS_VERIFY=1 "
+        "and DOCKER_CERT_PATH when it speaks TLS)\n")
 
 
 @pytest.mark.parametrize("url,addresses", [

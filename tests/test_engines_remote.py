@@ -97,6 +97,12 @@ def test_tls_context_works_with_requests_ca_bundle_set(
     result = status(repo, name, {**proxy_env, **dind_engine.tls_env()})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["id"] == inner_id
+    # DOCKER_HOST alone: plain HTTP to a TLS endpoint is named as such.
+    plain = status(repo, name, {"DOCKER_HOST": dind_engine.tcp_url, "DOCKER_TLS_VERIFY": "",
+                                "DOCKER_CERT_PATH": ""})
+    assert (plain.returncode, plain.stderr) == (
+        1, f"error: cannot talk to the Docker engine at {dind_engine.tcp_url}: it expects TLS "
+           "(set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (or use a docker context))\n")
 
 
 def test_the_sdk_alone_fails_with_requests_ca_bundle(

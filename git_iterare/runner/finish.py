@@ -187,6 +187,11 @@ def _split_lines(data: bytes) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()
 
 
+#: In a remote run's ``extra`` once its end removed its container and volumes from the
+#: engine (``cleanup`` then needs no connection to it).
+ENGINE_CLEARED = "engine_cleared"
+
+
 def finish(repo: Repo, run_id: str, *, wait: bool = False) -> RunRecord:
     """Record the end of a run whose sandbox has exited or vanished.
 
@@ -336,6 +341,9 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
             sandbox.remove(sandbox_name)
         if remote:
             ship.drop_volumes(record)
+            # Nothing of it is left there: cleanup need not reach that engine again.
+            record = store.update(record.id, lambda r: r.replace(
+                extra={**r.extra, ENGINE_CLEARED: True}), f"{record.id} engine cleared")
     except Exception as exc:  # the result is recorded; a leftover container is minor
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)

@@ -296,18 +296,19 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
         cleanup_run(repo, ws, force=force, merged=record.status == "merged")
+    from git_iterare.runner.finish import ENGINE_CLEARED
     from git_iterare.runner.ownership import container_of, engine_of
+    from git_iterare.runner.ship import drop_volumes, is_remote
     from git_iterare.sandbox.engine import using
 
-    info = container_of(repo, record)
-    if info is not None:
-        with using(engine_of(record)):
-            sandbox.remove(info.id)
-    from git_iterare.runner.ship import drop_volumes, is_remote
-
-    if is_remote(record):  # volumes a finish could not remove (normally none)
-        with using(engine_of(record)):
-            drop_volumes(record)
+    if not (record.extra or {}).get(ENGINE_CLEARED):
+        info = container_of(repo, record)
+        if info is not None:
+            with using(engine_of(record)):
+                sandbox.remove(info.id)
+        if is_remote(record):  # volumes a finish could not remove (normally none)
+            with using(engine_of(record)):
+                drop_volumes(record)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 

@@ -121,6 +121,11 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
     except docker.errors.NotFound as exc:
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
     except docker.errors.APIError as exc:
+        if "HTTP request to an HTTPS server" in str(exc):  # plain tcp:// to a TLS engine
+            raise OperationFailed(f"cannot talk to the Docker engine at {where()}: it "
+                                  "expects TLS",
+                                  hint="set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (or use "
+                                       "a docker context)") from None
         if exc.status_code == 409:  # a conflict: a name taken, or a volume still mounted
             reason = ("it is in use by a container" if "volume is in use" in str(exc)
                       else "the name is already taken")

@@ -392,5 +392,7 @@ def engine_for(described: Any, env: Mapping[str, str] | None = None) -> Engine:
     where = sanitize(url if name == DEFAULT_CONTEXT else f"{url} (context {name})")
     hint = (f"set DOCKER_HOST={url}" if name == DEFAULT_CONTEXT
             else f"set DOCKER_CONTEXT={name}")
+    if name == DEFAULT_CONTEXT and url.startswith("tcp://"):
+        hint += ", with DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH when it speaks TLS"
     raise OperationFailed(f"the run is on the Docker engine at {where}, which your settings "
                           f"do not select now", hint=sanitize(hint))
