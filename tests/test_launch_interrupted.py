@@ -132,3 +132,24 @@ def test_a_spare_claimed_by_a_launch_that_fails_before_its_record_is_dropped(
         assert time.monotonic() < deadline, "the claimed spare's volumes stayed"
         time.sleep(0.3)
     assert made["git"] not in _left(repo)[1]
+
+
+def test_cleanup_removes_what_a_launch_cut_short_left_on_the_engine(
+        over_tls: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As after kill -9, or an engine that did not answer while the launch was undone:
+    the run is kept (stopped), its sidecar and volumes are still there."""
+    repo = over_tls
+    (repo / ".iterare" / "prompts" / "p.md").write_text("true\n")
+    _interrupt_after_begin(monkeypatch)
+    monkeypatch.setattr(launch, "_discard_on_engine", lambda record: False)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")
+    kept = RunStore(repo_mod.discover(repo)).list()
+    assert [r.status for r in kept] == ["stopped"] and not kept[0].container
+    containers, volumes = _left(repo)
+    assert f"iterare-{kept[0].id}-net" in containers  # (the checkout's porter may be too)
+    assert f"iterare-{kept[0].id}-work" in volumes
+    cleaned = iterare("cleanup", "-y", "--force", kept[0].id, cwd=repo)
+    assert cleaned.returncode == 0, cleaned.stderr
+    containers, volumes = _left(repo)
+    assert containers == [] and [v for v in volumes if not v.startswith("iterare-cache-")] == []

@@ -467,18 +467,14 @@ def _discard_on_engine(record: RunRecord) -> bool:
     from git_iterare.sandbox import remote
 
     try:
-        found = remote.run_containers(record.id)
+        found = remote.run_containers(record.id, str((record.extra or {}).get("repo")))
         agent = next((c for c in found if c.name == f"iterare-{record.id}"), None)
         if agent is not None and not remote.never_started(agent):
             return False
         for container in found:
             remote.remove_container(container)
         if ship.is_remote(record):
-            volumes = ship.record_volumes(record)
-            for volume in volumes:
-                for container in remote.containers_using(volume):
-                    remote.remove_container(container)
-            remote.remove_volumes(volumes)
+            ship.drop_volumes(record)
     except Exception as exc:  # the launch's own error matters more
         ui.warn(f"could not remove what run {record.id} left on the Docker engine: {exc}")
         return False

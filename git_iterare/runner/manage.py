@@ -306,6 +306,12 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         if info is not None:
             with using(engine_of(record)):
                 sandbox.remove(info.id)
+        if not record.container:  # a launch cut short (kill -9) may have left some
+            from git_iterare.sandbox import remote
+
+            with using(engine_of(record)):
+                for container in remote.run_containers(record.id, str(repo.main_work_tree)):
+                    remote.remove_container(container)
         if is_remote(record):  # volumes a finish could not remove (normally none)
             with using(engine_of(record)):
                 drop_volumes(record)

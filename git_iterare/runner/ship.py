@@ -938,14 +938,19 @@ def sandbox_died(record: RunRecord) -> bool:
 
 
 def drop_volumes(record: RunRecord) -> None:
-    """Remove a finished remote run's volumes (its trees are on the host now).
+    """Remove a finished remote run's volumes (its trees are on the host now), and
+    whatever still mounts them (porters or a sidecar a cut-short launch left).
 
     Raises:
         OperationFailed: the engine refused or cannot be reached.
     """
     from git_iterare.sandbox import remote
 
-    remote.remove_volumes(record_volumes(record))
+    volumes = record_volumes(record)
+    for volume in volumes:
+        for container in remote.containers_using(volume):
+            remote.remove_container(container)
+    remote.remove_volumes(volumes)
 
 
 def live_tree(repo: Repo, record: RunRecord) -> str:

@@ -356,20 +356,20 @@ def containers_using(volume: str) -> list[Any]:
         return list(client().containers.list(all=True, filters={"volume": volume}))
 
 
-def run_containers(run_id: str) -> list[Any]:
-    """The containers (running or not) labelled as run ``run_id``'s
-    (:data:`git_iterare.sandbox.spec.LABEL_RUN`) on the current engine: its sidecar, agent
-    and porters.
+def run_containers(run_id: str, repo_path: str) -> list[Any]:
+    """The containers (running or not) labelled as run ``run_id``'s of the repository at
+    ``repo_path`` (:data:`git_iterare.sandbox.spec.LABEL_RUN`, ``LABEL_REPO``) on the
+    current engine: its sidecar, agent and porters.
 
     Raises:
         OperationFailed: the engine cannot be reached.
     """
     from git_iterare.sandbox.docker_errors import client, docker_errors
-    from git_iterare.sandbox.spec import LABEL_RUN
+    from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN
 
     with docker_errors(f"list the containers of run {run_id}"):
-        return list(client().containers.list(all=True,
-                                              filters={"label": f"{LABEL_RUN}={run_id}"}))
+        return list(client().containers.list(all=True, filters={
+            "label": [f"{LABEL_RUN}={run_id}", f"{LABEL_REPO}={repo_path}"]}))
 
 
 def remove_container(container: Any) -> None:
