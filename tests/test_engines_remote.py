@@ -158,6 +158,17 @@ def test_bad_ssh_key_is_one_line_naming_the_endpoint(
     assert result.stderr.startswith(
         f"error: cannot log in to the Docker engine at {dind_engine.ssh_url}: ssh "
         "authentication failed"), result.stderr
+    assert result.stderr.endswith(f"`ssh -p {dind_engine.ssh_port} root@127.0.0.1 docker info` "
+                                  "must work)\n"), result.stderr
+    # The TLS port is no ssh server; nothing listens on port 9.
+    tls_port = f"ssh://root@127.0.0.1:{dind_engine.tcp_port}"
+    wrong = status(repo, "any:latest", {"DOCKER_HOST": tls_port})
+    assert wrong.stderr.startswith(f"error: cannot connect to the Docker engine at {tls_port} "
+                                   "over ssh: no ssh server answered there"), wrong.stderr
+    closed = status(repo, "any:latest", {"DOCKER_HOST": "ssh://root@127.0.0.1:9"})
+    assert closed.stderr == ("error: cannot reach the Docker engine at ssh://root@127.0.0.1:9: "
+                             "no ssh server answered (`ssh -p 9 root@127.0.0.1 docker info` "
+                             "must work)\n"), closed.stderr
     # An unknown host key is refused as well, in one line.
     dind_engine.ssh_home(hermetic_env)
     (hermetic_env / ".ssh" / "known_hosts").write_text("")

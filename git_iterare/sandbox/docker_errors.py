@@ -69,8 +69,25 @@ def _unreachable(engine_label: str, exc: BaseException) -> OperationFailed:
                                f"{reason}",
                                hint="check the context's or DOCKER_CERT_PATH's CA and "
                                     "client certificate")
+    if engine_label.startswith("ssh://"):  # nothing answered ssh there
+        return OperationFailed(f"cannot reach the Docker engine at {engine_label}: no ssh "
+                               "server answered",
+                               hint=f"{_ssh_check(engine_label)} must work")
     return OperationFailed(f"cannot reach the Docker engine at {engine_label} "
                            "(is dockerd running?)")
+
+
+def _ssh_check(engine_label: str) -> str:
+    """The ``ssh`` command a user runs to check an ``ssh://`` endpoint, with its own
+    user, host and port (``ssh -p 2222 me@box docker info``)."""
+    from urllib.parse import urlsplit
+
+    from git_iterare.ui import sanitize
+
+    parts = urlsplit(engine_label.split(" ", 1)[0])
+    port = f"-p {parts.port} " if parts.port else ""
+    who = f"{parts.username}@" if parts.username else ""
+    return sanitize(f"`ssh {port}{who}{parts.hostname or 'HOST'} docker info`")
 
 
 def _ssh_failure(engine_label: str, exc: BaseException) -> OperationFailed | None:
@@ -83,13 +100,19 @@ def _ssh_failure(engine_label: str, exc: BaseException) -> OperationFailed | Non
     if isinstance(exc, paramiko.AuthenticationException):
         return OperationFailed(f"cannot log in to the Docker engine at {engine_label}: ssh "
                                "authentication failed",
-                               hint="check your ssh key or agent: `ssh USER@HOST docker "
-                                    "info` must work")
+                               hint=f"check your ssh key or agent: {_ssh_check(engine_label)} "
+                                    "must work")
     if isinstance(exc, paramiko.SSHException):
+        if "banner" in str(exc):  # something answered, but not an ssh server
+            return OperationFailed(f"cannot connect to the Docker engine at {engine_label} "
+                                   "over ssh: no ssh server answered there "
+                                   f"({_explanation(exc)})",
+                                   hint=f"check the host and port: {_ssh_check(engine_label)} "
+                                        "must work")
         return OperationFailed(f"cannot connect to the Docker engine at {engine_label} over "
                                f"ssh: {_explanation(exc)}",
-                               hint="check the host key in ~/.ssh/known_hosts; "
-                                    "`ssh USER@HOST docker info` must work")
+                               hint=f"check the host key in ~/.ssh/known_hosts; "
+                                    f"{_ssh_check(engine_label)} must work")
     return None
 
 
