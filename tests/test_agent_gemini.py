@@ -232,10 +232,11 @@ def test_routine_notices_show_at_verbosity_2_and_errors_always() -> None:
     summary of a run that ended without a result."""
     lines = ["YOLO mode is enabled. All tool calls will be automatically approved.",
              "Ripgrep is not available. Falling back to GrepTool.",
+             "[STARTUP] Phase 'cleanup_ops' was started but never ended. Skipping metrics.",
              "Invalid auth method selected."]
     assert list(render_lines(lines, gemini, 1)) == [
         "Invalid auth method selected.", "failed"]
-    assert list(render_lines(lines, gemini, 2))[:2] == lines[:2]
+    assert list(render_lines(lines, gemini, 2))[:3] == lines[:3]
     events = [gemini.parse_line(line) for line in lines]
-    assert [e.kind for e in events] == ["system", "system", "text"]
+    assert [e.kind for e in events] == ["system", "system", "system", "text"]
     assert gemini.summarize(events, exit_code=41).summary == "Invalid auth method selected."

@@ -88,11 +88,13 @@ SETTINGS: dict[str, Any] = {
     "ui": {"showCompatibilityWarnings": False},  # no terminal warnings on a pipe
 }
 
-#: Starts of lines Gemini CLI 0.61 writes to stderr on every run that say nothing about
-#: the task; the log shows them at verbosity 2 only.
+#: Starts of lines Gemini CLI 0.61 writes to stderr that say nothing about the task (on
+#: every run; its start-up profiler's warning on some, depending on timing); the log shows
+#: them at verbosity 2 only.
 NOTICES = (
     "YOLO mode is enabled.",
     "Ripgrep is not available.",
+    "[STARTUP] ",
 )
 
 #: Environment for every run: our settings, and never the CLI's own sandbox.

@@ -306,18 +306,30 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         if info is not None:
             with using(engine_of(record)):
                 sandbox.remove(info.id)
-        if not record.container:  # a launch cut short (kill -9) may have left some
-            from git_iterare.sandbox import remote
-
-            with using(engine_of(record)):
-                for container in remote.run_containers(record.id, str(repo.main_work_tree)):
-                    remote.remove_container(container)
+        if not record.started and not record.container:
+            _remove_launch_leftovers(repo, record)
         if is_remote(record):  # volumes a finish could not remove (normally none)
             with using(engine_of(record)):
                 drop_volumes(record)
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 
+
+
+def _remove_launch_leftovers(repo: Repo, record: RunRecord) -> None:
+    """Remove the containers a launch cut short (kill -9) may have left of ``record``'s
+    run (its sidecar, porters; found by its run and repository labels). An engine that
+    cannot be asked is only warned about: the rest of the cleanup goes on."""
+    from git_iterare.runner.ownership import engine_of
+    from git_iterare.sandbox import remote
+    from git_iterare.sandbox.engine import using
+
+    try:
+        with using(engine_of(record)):
+            for container in remote.run_containers(record.id, str(repo.main_work_tree)):
+                remote.remove_container(container)
+    except OperationFailed as exc:
+        ui.warn(f"run {record.id}: could not look for containers its launch left: {exc}")
 
 
 def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
