@@ -53,6 +53,26 @@ BUDGET_STOP = "stopped at its budget"
 LIVE_STATES = frozenset({"created", "running", "restarting", "paused"})
 
 
+def launch_pending(repo: Repo, record: RunRecord) -> bool:
+    """Whether ``record``'s run, which has no container yet, may still be being launched:
+    its ``execute`` process on this machine still runs (:func:`paths.launch_in_progress`),
+    or, when that cannot be told (no mark), the record is younger than
+    :data:`LAUNCH_GRACE`. A launch whose process died is not pending, unless the record
+    names a container by now (it got that far)."""
+    from git_iterare.runner.paths import launch_in_progress
+    from git_iterare.runs.store import RunStore
+
+    alive = launch_in_progress(repo, record.id)
+    if alive is None:
+        return age_seconds(record.created) < LAUNCH_GRACE
+    if alive:
+        return True
+    try:
+        return bool(RunStore(repo).get(record.id).container)
+    except Exception:  # undone meanwhile: nothing to finish
+        return True
+
+
 def age_seconds(timestamp: str | None) -> float:
     """Seconds since a record timestamp (see :func:`git_iterare.runs.status.parse_iso`);
     0 when it is missing or unreadable."""
@@ -235,7 +255,7 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -
             return record
         sandbox.wait(info.id)
         info = sandbox.inspect(info.id)
-    if info is None and record.container is None and age_seconds(record.created) < LAUNCH_GRACE:
+    if info is None and record.container is None and launch_pending(repo, record):
         return record  # still being launched by its execute process
     with run_lock(repo, run_id):
         record = store.get(run_id)

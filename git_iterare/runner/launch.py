@@ -334,18 +334,21 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
             drop_spare(spare)
         raise
-    try:
-        return _launch(repo, config, store, LaunchPlan(
-            record=record, base_commit=base_commit, image=image, agent=agent,
-            body=prompt.body, timeout=timeout, policy=policy,
-            limits=limits, more_mounts=tuple(more_mounts),
-            secret_env=secret_env, credentials=credentials, request=request))
-    except BaseException as exc:
-        # A failed or interrupted launch leaves nothing on the engine (unless its agent
-        # started), so the record can go too; else the failure is recorded for cleanup.
-        if not (_discard_on_engine(record) and _undo_launch(repo, store, record.id)):
-            _record_launch_failure(repo, store, record.id, exc)
-        raise
+    from git_iterare.runner.paths import launching
+
+    with launching(repo, record.id):  # others can tell when this process died (kill -9)
+        try:
+            return _launch(repo, config, store, LaunchPlan(
+                record=record, base_commit=base_commit, image=image, agent=agent,
+                body=prompt.body, timeout=timeout, policy=policy,
+                limits=limits, more_mounts=tuple(more_mounts),
+                secret_env=secret_env, credentials=credentials, request=request))
+        except BaseException as exc:
+            # A failed or interrupted launch leaves nothing on the engine (unless its
+            # agent started), so the record can go too; else the failure is recorded.
+            if not (_discard_on_engine(record) and _undo_launch(repo, store, record.id)):
+                _record_launch_failure(repo, store, record.id, exc)
+            raise
 
 
 def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:

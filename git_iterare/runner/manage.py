@@ -80,9 +80,9 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
         return finish(repo, run_id, wait=True)
     if record.container:
         return finish(repo, run_id)  # its sandbox is gone: finished as lost
-    from git_iterare.runner.finish import LAUNCH_GRACE, age_seconds
+    from git_iterare.runner.finish import launch_pending
 
-    if age_seconds(record.created) < LAUNCH_GRACE:
+    if launch_pending(repo, record):
         raise OperationFailed(f"run {run_id} is still being launched",
                               hint="try again in a moment")
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")

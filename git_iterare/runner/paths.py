@@ -34,3 +34,46 @@ def run_lock(repo: Repo, run_id: str) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _launch_mark(repo: Repo, run_id: str) -> Path:
+    return repo.common_dir / "iterare" / "state" / f"{run_id}.launch"
+
+
+@contextlib.contextmanager
+def launching(repo: Repo, run_id: str) -> Iterator[None]:
+    """Mark ``run_id`` as being launched by this process while the block runs: an
+    exclusive ``flock`` on ``state/<id>.launch``, which the kernel releases when the
+    process dies (kill -9 included), so others can tell a launch going on from one whose
+    process is gone (:func:`launch_in_progress`). The file goes at the end."""
+    path = _launch_mark(repo, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+
+
+def launch_in_progress(repo: Repo, run_id: str) -> bool | None:
+    """Whether a process of this machine is launching ``run_id`` (:func:`launching`).
+
+    Returns:
+        True while it is; False when the mark is there but no process holds it (the one
+        that launched died, or has just finished: read the record again); None when there
+        is no mark (launched elsewhere, ended, or never marked).
+    """
+    try:
+        fd = os.open(_launch_mark(repo, run_id), os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
