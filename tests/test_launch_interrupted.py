@@ -153,3 +153,32 @@ def test_cleanup_removes_what_a_launch_cut_short_left_on_the_engine(
     assert cleaned.returncode == 0, cleaned.stderr
     containers, volumes = _left(repo)
     assert containers == [] and [v for v in volumes if not v.startswith("iterare-cache-")] == []
+
+
+def test_ctrl_c_once_the_agent_started_leaves_the_run_going(
+        local_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT while the started sandbox is being recorded: held back until the run
+    is recorded as running, then raised; the run goes on and ends with its work."""
+    import os
+    import signal
+
+    repo = local_project
+    (repo / ".iterare" / "prompts" / "p.md").write_text(
+        "sleep 1; echo work > work.txt\n")
+    real = RunStore.transition
+
+    def transition(self: RunStore, run_id: str, status: str, **fields: Any) -> Any:
+        if status == "running":
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while this write goes on
+        return real(self, run_id, status, **fields)
+
+    monkeypatch.setattr(RunStore, "transition", transition)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")
+    monkeypatch.setattr(RunStore, "transition", real)
+    (record,) = RunStore(repo_mod.discover(repo)).list()
+    assert record.status == "running" and record.container
+    followed = iterare("log", "-f", record.id, cwd=repo)
+    assert followed.returncode == 0, followed.stderr
+    assert RunStore(repo_mod.discover(repo)).get(record.id).status == "succeeded"
+    assert git("show", f"iterare/{record.id}:work.txt", cwd=repo).stdout == "work\n"

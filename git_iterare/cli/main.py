@@ -290,6 +290,11 @@ def run(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
     except Exception as exc:
+        from git_iterare.interrupts import caused_by_interrupt
+
+        if caused_by_interrupt(exc):  # a library failed its own way on Ctrl-C
+            print("\ninterrupted", file=sys.stderr)
+            return ExitCode.INTERRUPTED
         unreadable = _unreadable_git_config(exc)
         if unreadable is not None:
             from git_iterare import ui

@@ -34,6 +34,7 @@ from git_iterare.runner.spec import ca_bundle_path
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Credentials
+    from git_iterare.interrupts import HeldInterrupts
     from git_iterare.prompt import Prompt
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
@@ -352,6 +353,22 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
 
 def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:
+    """Launch the planned run. Once its agent's container started, Ctrl-C is held back
+    until the run is recorded as running (then raised: the run goes on)."""
+    from git_iterare.interrupts import HeldInterrupts
+
+    interrupts = HeldInterrupts()
+    try:
+        running = _launch_steps(repo, config, store, plan, interrupts)
+    except BaseException:
+        interrupts.release(raise_pending=False)
+        raise
+    interrupts.release()
+    return running
+
+
+def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
+                  interrupts: HeldInterrupts) -> RunRecord:
     from concurrent.futures import ThreadPoolExecutor
 
     from git_iterare import proc, sandbox
@@ -404,6 +421,7 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
 
         ship.make_volumes(repo, remote, spec.all_labels())
     shipped = shipping = None
+    container: str | None = None
     with ThreadPoolExecutor(2, thread_name_prefix="sidecar") as pool:
         if remote is not None:  # a remote engine gets the run's files meanwhile, first
             from git_iterare.runner import ship
@@ -428,6 +446,7 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
             # The agent's container is made while a remote run's files still go in.
             container = sandbox.launch(spec, sidecar, started,
                                        shipping.result if shipping is not None else None)
+            interrupts.hold()  # the agent runs: it is recorded before Ctrl-C acts
             shipped = shipping.result() if shipping is not None else None
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
@@ -437,8 +456,9 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
             if shipping is not None:
                 with contextlib.suppress(BaseException):
                     shipping.exception()
-            with contextlib.suppress(BaseException):
-                sandbox.remove_sidecar(sidecar)
+            if container is None:  # else its agent runs in it: the run goes on
+                with contextlib.suppress(BaseException):
+                    sandbox.remove_sidecar(sidecar)
             raise
     if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
         store.update(record.id, lambda r: r.replace(
@@ -524,18 +544,29 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
 
 def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseException
                            ) -> None:
-    """Mark a run that never started as failed (or stopped on Ctrl-C), keeping its error."""
-    from git_iterare import sandbox
+    """Record how a launch that did not complete ended: a run whose agent's container
+    started goes on (``running``, its container recorded: follow, stop and finish it as
+    any other); else ``failed`` (``stopped`` on Ctrl-C), keeping the error."""
     from git_iterare.errors import IterareError
-    from git_iterare.runs.status import ACTIVE, FAILED, STOPPED
+    from git_iterare.interrupts import caused_by_interrupt
+    from git_iterare.runner.workspace import worktree_path
+    from git_iterare.runs.status import ACTIVE, FAILED, RUNNING, STOPPED
+    from git_iterare.sandbox import remote
 
     message = exc.render() if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
-    status = STOPPED if isinstance(exc, KeyboardInterrupt) else FAILED
+    status = STOPPED if caused_by_interrupt(exc) else FAILED
     found = None
-    with contextlib.suppress(Exception):  # an agent that started: stop/cleanup find it
-        found = sandbox.inspect(f"iterare-{run_id}")
+    with contextlib.suppress(Exception):
+        found = remote.find_container(f"iterare-{run_id}")
     try:
         record = store.get(run_id)
+        if found is not None and not remote.never_started(found):
+            if record.status in ACTIVE and record.status != RUNNING:
+                store.transition(run_id, RUNNING, container=found.id,
+                                 worktree=str(worktree_path(repo, run_id)))
+            ui.warn(f"run {run_id} had started and goes on: follow it with `git iterare log "
+                    f"-f {run_id}`, or stop it with `git iterare stop {run_id}`")
+            return
         if record.status in ACTIVE:
             store.transition(run_id, status, error=message,
                              **({"container": found.id} if found is not None else {}))

@@ -391,8 +391,6 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     key = cache_key(repo)
     spare = Spare(*remote.spare_volumes(key, secrets.token_hex(4)), base=base)
     labels = {remote.LABEL_SPARE: key, "dev.iterare.repo": str(repo.main_work_tree)}
-    remote.ensure_volume(spare.work, {**labels, remote.LABEL_VOLUME: "work"})
-    remote.ensure_volume(spare.git, {**labels, remote.LABEL_VOLUME: "git"})
     volumes = {remote.cache_volume(key): (remote.CACHE_PATH, True),
                spare.work: (remote.WORK_PATH, False), spare.git: (remote.GITDIR_PATH, False)}
     config = _config_text(repo)
@@ -404,23 +402,25 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
         _add_file(tar, f"{run}/{SPARE_MAKING}", b"", owner=agent)
         _add_dir(tar, remote.WORK_PATH.strip("/"), owner=agent)
         _copy_members(tar, _worktree_archive(), remote.WORK_PATH.strip("/"), owner=agent)
-    try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:  # until it is registered, nothing else would ever remove it
+        remote.ensure_volume(spare.work, {**labels, remote.LABEL_VOLUME: "work"})
+        remote.ensure_volume(spare.git, {**labels, remote.LABEL_VOLUME: "git"})
         with remote.Porter(image, volumes, labels, user=f"{agent[0]}:{agent[1]}",
                            command=["/bin/sh", "-c", SPARE_CHECKOUT, "iterare-spare"]) as maker:
             maker.put("/", buffer.getvalue())
             maker.start()
+        tmp.write_text(json.dumps({**spare.to_json(), "config": config}), encoding="utf-8")
+        try:
+            os.link(tmp, path)  # another run made one meanwhile: that one stays
+        except FileExistsError:
+            drop_spare(spare)
     except BaseException:
         drop_spare(spare)
         raise
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**spare.to_json(), "config": config}), encoding="utf-8")
-    try:
-        os.link(tmp, path)  # another run made one meanwhile: that one stays
-    except FileExistsError:
-        drop_spare(spare)
     finally:
-        tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 def drop_spare(spare: Spare) -> None:

@@ -1,0 +1,57 @@
+"""Ctrl-C held back while steps that must not be cut in half run (a sandbox that started
+is recorded as running before an interrupt acts)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+
+class HeldInterrupts:
+    """SIGINT noted instead of raised between :meth:`hold` and :meth:`release`.
+
+    Only the main thread can change signal handlers: elsewhere both are no-ops.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous: object = None
+        self._held = False
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.pending = True
+
+    def hold(self) -> None:
+        """From now on a SIGINT is only noted (idempotent)."""
+        if self._held or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGINT, self._note)
+        self._held = True
+
+    def release(self, *, raise_pending: bool = True) -> None:
+        """Restore the previous SIGINT handler.
+
+        Raises:
+            KeyboardInterrupt: a SIGINT came while held (with ``raise_pending``).
+        """
+        if self._held:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            self._held = False
+        if self.pending and raise_pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a KeyboardInterrupt or was raised while one propagated (its
+    ``__context__`` chain): a library cut short by Ctrl-C may fail with its own error
+    (paramiko: ``RuntimeError: release unlocked lock``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__context__
+    return False
