@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from git_iterare.cli.main import run
-from git_iterare.interrupts import HeldInterrupts, caused_by_interrupt
+from git_iterare.runner.interrupts import HeldInterrupts, caused_by_interrupt
 
 
 def test_a_sigint_while_held_is_raised_on_release() -> None:

@@ -290,7 +290,7 @@ def run(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
     except Exception as exc:
-        from git_iterare.interrupts import caused_by_interrupt
+        from git_iterare.runner.interrupts import caused_by_interrupt
 
         if caused_by_interrupt(exc):  # a library failed its own way on Ctrl-C
             print("\ninterrupted", file=sys.stderr)

@@ -34,8 +34,8 @@ from git_iterare.runner.spec import ca_bundle_path
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Credentials
-    from git_iterare.interrupts import HeldInterrupts
     from git_iterare.prompt import Prompt
+    from git_iterare.runner.interrupts import HeldInterrupts
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.image import ImageRef
@@ -355,7 +355,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:
     """Launch the planned run. Once its agent's container started, Ctrl-C is held back
     until the run is recorded as running (then raised: the run goes on)."""
-    from git_iterare.interrupts import HeldInterrupts
+    from git_iterare.runner.interrupts import HeldInterrupts
 
     interrupts = HeldInterrupts()
     try:
@@ -548,7 +548,7 @@ def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseEx
     started goes on (``running``, its container recorded: follow, stop and finish it as
     any other); else ``failed`` (``stopped`` on Ctrl-C), keeping the error."""
     from git_iterare.errors import IterareError
-    from git_iterare.interrupts import caused_by_interrupt
+    from git_iterare.runner.interrupts import caused_by_interrupt
     from git_iterare.runner.workspace import worktree_path
     from git_iterare.runs.status import ACTIVE, FAILED, RUNNING, STOPPED
     from git_iterare.sandbox import remote
