@@ -361,6 +361,9 @@ def test_cleanup_cache_removes_spares_no_run_names_and_an_unlabelled_cache(
         RunStore(r).create("took", prompt_name="p", prompt_path=None, prompt_text="",
                            base_commit=base, base_branch="main", agent="shell",
                            extra={"spare": {"work": taken[0], "git": taken[1], "base": base}})
+        # make_spare sweeps only spares old enough that no process is still making them.
+        ship.drop_stray_spares(r, key, ship.STRAY_SPARE_AGE)
+        assert set(orphan) <= {v.name for v in inner.volumes.list()}
         removed = ship.remove_cache(r)
         assert removed == [remote.cache_volume(key)]
         left = {v.name for v in inner.volumes.list()}

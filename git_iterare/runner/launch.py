@@ -488,20 +488,25 @@ def _discard_on_engine(record: RunRecord) -> bool:
     """
     from git_iterare.runner import ship
     from git_iterare.sandbox import remote
+    from git_iterare.sandbox.docker_errors import forget_client
 
-    try:
-        found = remote.run_containers(record.id, str((record.extra or {}).get("repo")))
-        agent = next((c for c in found if c.name == f"iterare-{record.id}"), None)
-        if agent is not None and not remote.never_started(agent):
-            return False
-        for container in found:
-            remote.remove_container(container)
-        if ship.is_remote(record):
-            ship.drop_volumes(record)
-    except Exception as exc:  # the launch's own error matters more
-        ui.warn(f"could not remove what run {record.id} left on the Docker engine: {exc}")
-        return False
-    return True
+    for attempt in (1, 2):
+        try:
+            found = remote.run_containers(record.id, str((record.extra or {}).get("repo")))
+            agent = next((c for c in found if c.name == f"iterare-{record.id}"), None)
+            if agent is not None and not remote.never_started(agent):
+                return False
+            for container in found:
+                remote.remove_container(container)
+            if ship.is_remote(record):
+                ship.drop_volumes(record)
+            return True
+        except Exception as exc:  # the launch's own error matters more
+            if attempt == 1:  # Ctrl-C may have cut the connection (an ssh session) short
+                forget_client()
+                continue
+            ui.warn(f"could not remove what run {record.id} left on the Docker engine: {exc}")
+    return False
 
 
 def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:

@@ -389,6 +389,8 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     if path.exists():
         return
     key = cache_key(repo)
+    # Spares of processes killed while making one (kill -9) would pile up otherwise.
+    drop_stray_spares(repo, key, STRAY_SPARE_AGE)
     spare = Spare(*remote.spare_volumes(key, secrets.token_hex(4)), base=base)
     labels = {remote.LABEL_SPARE: key, "dev.iterare.repo": str(repo.main_work_tree)}
     volumes = {remote.cache_volume(key): (remote.CACHE_PATH, True),
@@ -1010,12 +1012,35 @@ def remove_cache(repo: Repo) -> list[str]:
     spare = claim_spare(repo)  # its maker reads the cache
     if spare is not None:
         drop_spare(spare)
-    # Spares no run names: made over another URL of this engine, or left by a process
-    # that died before registering or recording one. A run's are its work: kept.
-    from git_iterare.runs.store import RunStore
-
-    named = {name for record in RunStore(repo).list() for name in record_volumes(record)}
-    for stem in sorted({name.rsplit("-", 1)[0] for name in remote.spare_volume_names(key)
-                        if name not in named}):
-        drop_spare(Spare(f"{stem}-work", f"{stem}-git", ""))
+    drop_stray_spares(repo, key)
     return remote.remove_volumes(remote.cache_volumes(key))
+
+
+#: Seconds after which a spare that is neither registered nor named by a run is taken as
+#: left by a process that died while making it (making one takes seconds).
+STRAY_SPARE_AGE = 600
+
+
+def drop_stray_spares(repo: Repo, key: str, min_age: float = 0) -> None:
+    """Remove the spare worktrees of cache key ``key`` on the current engine that no run
+    of ``repo`` names and that are not its registered spare: made over another URL of
+    this engine, or left by a process killed while making one. Only those at least
+    ``min_age`` seconds old (another process may be making one now). A run's are its
+    work: kept.
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox import remote
+
+    old = [name for name, age in remote.spare_volume_ages(key).items() if age >= min_age]
+    if not old:  # the usual case: no need to read the records
+        return
+    named = {name for record in RunStore(repo).list() for name in record_volumes(record)}
+    with contextlib.suppress(OSError, ValueError):
+        registered = _spare_from(json.loads(_spare_file(repo).read_text()))
+        if registered is not None:
+            named.update((registered.work, registered.git))
+    for stem in sorted({name.rsplit("-", 1)[0] for name in old if name not in named}):
+        drop_spare(Spare(f"{stem}-work", f"{stem}-git", ""))

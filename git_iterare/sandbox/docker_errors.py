@@ -312,6 +312,18 @@ def _connect(engine: Engine) -> Any:
     return made
 
 
+def forget_client(engine: Engine | None = None) -> None:
+    """Drop the shared client of ``engine`` (the current one when None), closing its
+    connections: the next :func:`client` connects again (after Ctrl-C cut an ssh session
+    short, say)."""
+    engine = engine if engine is not None else current()
+    with _LOCK:
+        found = _CLIENTS.pop(engine, None)
+    if found is not None:
+        with contextlib.suppress(Exception):
+            found.close()
+
+
 def client(engine: Engine | None = None) -> Any:
     """A shared ``docker.DockerClient`` for ``engine`` (the current one when None; see
     :func:`git_iterare.sandbox.engine.current`), made once per engine.

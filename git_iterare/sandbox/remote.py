@@ -420,15 +420,28 @@ def cache_volumes(key: str | None = None) -> list[str]:
     return sorted(found)
 
 
-def spare_volume_names(key: str) -> list[str]:
-    """Names of the spare worktree volumes (:func:`spare_volumes`) of the repository of
-    cache key ``key`` on the current engine, whether a run took them over or not.
+def spare_volume_ages(key: str) -> dict[str, float]:
+    """The spare worktree volumes (:func:`spare_volumes`) of the repository of cache key
+    ``key`` on the current engine, whether a run took them over or not: name -> seconds
+    since the engine made it (its ``CreatedAt``; 0 when unreadable).
 
     Raises:
         OperationFailed: the engine cannot be reached.
     """
+    import datetime as dt
+
     from git_iterare.sandbox.docker_errors import client, docker_errors
 
     with docker_errors("list the spare worktrees"):
         found = client().volumes.list(filters={"label": f"{LABEL_SPARE}={key}"})
-    return sorted(v.name for v in found if SPARE_VOLUME.fullmatch(v.name))
+    now = dt.datetime.now(dt.timezone.utc)
+    ages = {}
+    for volume in found:
+        if not SPARE_VOLUME.fullmatch(volume.name):
+            continue
+        try:
+            made = dt.datetime.fromisoformat(str(volume.attrs.get("CreatedAt")))
+            ages[volume.name] = max(0.0, (now - made).total_seconds())
+        except (TypeError, ValueError):
+            ages[volume.name] = 0.0
+    return ages
