@@ -320,6 +320,18 @@ def _spare_from(data: Mapping[str, object]) -> Spare | None:
     return Spare(work, git, base)
 
 
+def _read_spare_file(path: Path) -> tuple[Spare | None, dict[str, object]]:
+    """The spare a registry file names (None when it names none validly) and the file's
+    whole content (``{}`` when unreadable or not a JSON object)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, {}
+    if not isinstance(data, dict):
+        return None, {}
+    return _spare_from(data), data
+
+
 def _spare_file(repo: Repo) -> Path:
     """The file naming this repository's spare worktree on the current engine."""
     import hashlib
@@ -355,12 +367,9 @@ def claim_spare(repo: Repo) -> Spare | None:
     except OSError:
         return None
     try:
-        data = json.loads(claimed.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
+        spare, data = _read_spare_file(claimed)
     finally:
         claimed.unlink(missing_ok=True)
-    spare = _spare_from(data) if isinstance(data, dict) else None
     if spare is None or not spare.work.startswith(f"iterare-spare-{cache_key(repo)}-"):
         return None
     if data.get("config") != _config_text(repo):
@@ -430,9 +439,7 @@ def drop_spare(spare: Spare) -> None:
     from git_iterare.sandbox import remote
 
     with contextlib.suppress(Exception):
-        for container in remote.containers_using(spare.work):
-            remote.remove_container(container)
-        remote.remove_volumes((spare.work, spare.git))
+        remote.remove_volumes_and_users((spare.work, spare.git))
 
 
 def wrap_command(command: list[str]) -> list[str]:
@@ -948,11 +955,7 @@ def drop_volumes(record: RunRecord) -> None:
     """
     from git_iterare.sandbox import remote
 
-    volumes = record_volumes(record)
-    for volume in volumes:
-        for container in remote.containers_using(volume):
-            remote.remove_container(container)
-    remote.remove_volumes(volumes)
+    remote.remove_volumes_and_users(record_volumes(record))
 
 
 def live_tree(repo: Repo, record: RunRecord) -> str:
@@ -1031,16 +1034,23 @@ def drop_stray_spares(repo: Repo, key: str, min_age: float = 0) -> None:
     Raises:
         OperationFailed: the engine cannot be reached.
     """
+    import datetime as dt
+
+    from git_iterare.runs.status import parse_iso
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import remote
 
-    old = [name for name, age in remote.spare_volume_ages(key).items() if age >= min_age]
+    now = dt.datetime.now(dt.timezone.utc)
+    old = []
+    for name, made in remote.spare_volumes_made(key).items():
+        when = parse_iso(made)  # Docker's "…Z" (fromisoformat takes it from 3.11 only)
+        if ((now - when).total_seconds() if when is not None else 0.0) >= min_age:
+            old.append(name)
     if not old:  # the usual case: no need to read the records
         return
     named = {name for record in RunStore(repo).list() for name in record_volumes(record)}
-    with contextlib.suppress(OSError, ValueError):
-        registered = _spare_from(json.loads(_spare_file(repo).read_text()))
-        if registered is not None:
-            named.update((registered.work, registered.git))
+    registered, _ = _read_spare_file(_spare_file(repo))
+    if registered is not None:
+        named.update((registered.work, registered.git))
     for stem in sorted({name.rsplit("-", 1)[0] for name in old if name not in named}):
         drop_spare(Spare(f"{stem}-work", f"{stem}-git", ""))

@@ -167,6 +167,19 @@ def volume_exists(name: str) -> bool:
     return True
 
 
+def remove_volumes_and_users(names: Sequence[str]) -> list[str]:
+    """Remove the containers that mount any of the volumes ``names`` (running or not),
+    then the volumes (:func:`remove_volumes`). Returns the volumes removed.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    for name in names:
+        for container in containers_using(name):
+            remove_container(container)
+    return remove_volumes(names)
+
+
 def remove_volumes(names: Sequence[str]) -> list[str]:
     """Remove the volumes ``names``; missing ones are skipped. Returns those removed.
 
@@ -420,28 +433,17 @@ def cache_volumes(key: str | None = None) -> list[str]:
     return sorted(found)
 
 
-def spare_volume_ages(key: str) -> dict[str, float]:
+def spare_volumes_made(key: str) -> dict[str, str]:
     """The spare worktree volumes (:func:`spare_volumes`) of the repository of cache key
-    ``key`` on the current engine, whether a run took them over or not: name -> seconds
-    since the engine made it (its ``CreatedAt``; 0 when unreadable).
+    ``key`` on the current engine, whether a run took them over or not: name -> when the
+    engine made it (its ``CreatedAt``, ISO 8601; empty when it gives none).
 
     Raises:
         OperationFailed: the engine cannot be reached.
     """
-    import datetime as dt
-
     from git_iterare.sandbox.docker_errors import client, docker_errors
 
     with docker_errors("list the spare worktrees"):
         found = client().volumes.list(filters={"label": f"{LABEL_SPARE}={key}"})
-    now = dt.datetime.now(dt.timezone.utc)
-    ages = {}
-    for volume in found:
-        if not SPARE_VOLUME.fullmatch(volume.name):
-            continue
-        try:
-            made = dt.datetime.fromisoformat(str(volume.attrs.get("CreatedAt")))
-            ages[volume.name] = max(0.0, (now - made).total_seconds())
-        except (TypeError, ValueError):
-            ages[volume.name] = 0.0
-    return ages
+    return {v.name: str((v.attrs or {}).get("CreatedAt") or "") for v in found
+            if SPARE_VOLUME.fullmatch(v.name)}
