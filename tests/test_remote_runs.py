@@ -308,6 +308,41 @@ class Forwarder:
         self.drop()
 
 
+def test_a_spare_taken_over_ignores_the_agent_images_git_config(
+        repo: Path, hermetic_env: Path, dind_engine: DindEngine, remote_image: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's image sets core.autocrlf in its system git config: the files written
+    when the next run takes the spare over come out as a fresh checkout has them (LF), so
+    the run's branch changes nothing the agent did not."""
+    crlf_image = f"itr-crlf-{os.getpid()}:1"
+    subprocess.run(["docker", "build", "-q", "-t", crlf_image, "-"], check=True,
+                   capture_output=True, input=f"FROM {remote_image}\nUSER root\n"
+                   "RUN git config --system core.autocrlf true\n".encode())
+    inner = dind_engine.client()
+    try:
+        dind_engine.load_image(crlf_image)  # from the local engine: before DOCKER_HOST
+        dind_engine.ssh_home(hermetic_env)
+        monkeypatch.setenv("DOCKER_HOST", dind_engine.ssh_url)
+        monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+        project = _project(repo, hermetic_env, crlf_image)
+        prompt(project, "noop", "true\n")
+        first = iterare("execute", "noop", "--follow", cwd=project)  # makes the spare
+        assert first.returncode == 0, first.stderr
+        (project / "README.md").write_text("changed\nlines\n")
+        git("commit", "-qam", "change", cwd=project)
+        second = iterare("execute", "noop", "--follow", cwd=project)
+        assert second.returncode == 0, second.stderr
+        rid = run_id(second.stdout)
+        assert record(project, rid)["extra"].get("spare"), "the spare was not taken over"
+        assert git("diff", "--stat", "HEAD", f"iterare/{rid}", cwd=project).stdout == ""
+    finally:
+        _remove_leftovers(dind_engine, repo)
+        with contextlib.suppress(Exception):
+            inner.images.remove(crlf_image, force=True)
+        monkeypatch.delenv("DOCKER_HOST", raising=False)
+        subprocess.run(["docker", "rmi", "-f", crlf_image], capture_output=True, check=False)
+
+
 def test_dropped_ssh_connection_the_run_goes_on_and_is_picked_up(
         repo: Path, hermetic_env: Path, dind_engine: DindEngine, remote_image: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

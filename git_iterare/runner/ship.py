@@ -76,7 +76,11 @@ SPARE_MAKING = "iterare-spare-making"
 SPARE_READY = "iterare-spare-ready"
 SPARE_STALE = 10
 
-_GIT = "git -c core.hooksPath=/dev/null -c advice.detachedHead=false -c checkout.workers=0"
+# Without the image's system and global git config: the agent's container (whose image may
+# set core.autocrlf or filters there) writes files in the same form as the porters, which
+# run without them, so a spare taken over matches a fresh checkout.
+_GIT = ("GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c core.hooksPath=/dev/null "
+        "-c advice.detachedHead=false -c checkout.workers=0")
 
 _CHECKOUT_BODY = f"""\
 if [ ! -e /git/run/{DONE} ]; then
