@@ -164,7 +164,34 @@ with open(ws.worktree / "huge.bin", "wb") as f:
     assert sorted(report["skipped"]) == [
         ["huge.bin", "larger than MAX_OBJECT_BYTES (104857600 bytes)"],
         ["new.fifo", "a FIFO"], ["sock", "a socket"], ["tracked.txt", "a FIFO"]]
-    assert files(run_repo, report["head"]) == ["README.md", "work.txt"]
+    # The tracked file the FIFO replaced is left out of the commit: kept as it was.
+    assert files(run_repo, report["head"]) == ["README.md", "tracked.txt", "work.txt"]
+    assert git("diff", "--name-only", "HEAD", report["head"], cwd=run_repo
+               ).stdout.split() == ["work.txt"]
+
+
+def test_tracked_files_over_the_limits_keep_their_base_version(run_repo: Path) -> None:
+    """A tracked file grown over MAX_OBJECT_BYTES, one below a path over MAX_PATH_BYTES
+    and one below a directory over MAX_TREE_DEPTH are not committed: the run's branch
+    keeps them as the base has them (a merge must not delete them)."""
+    long_dir = "/".join(["p" * 200] * (lim.MAX_PATH_BYTES // 201 + 1))
+    deep_dir = "/".join(["d"] * (lim.MAX_TREE_DEPTH + 1))
+    for rel in (f"{long_dir}/long.txt", f"{deep_dir}/deep.txt"):
+        subprocess.run(["mkdir", "-p", rel.rsplit("/", 1)[0]], cwd=run_repo, check=True)
+        subprocess.run(["sh", "-c", f'echo base > "{rel}"'], cwd=run_repo, check=True)
+        git("add", rel, cwd=run_repo)
+    git("commit", "-qm", "long and deep", cwd=run_repo)
+    report = agent_case(run_repo, f"""
+import subprocess
+with open(ws.worktree / "tracked.txt", "wb") as f:
+    f.truncate({lim.MAX_OBJECT_BYTES} + 1)
+for rel in ("{long_dir}/long.txt", "{deep_dir}/deep.txt"):
+    subprocess.run(["sh", "-c", f'echo changed > "{{rel}}"'], cwd=ws.worktree, check=True)
+""")
+    assert "tracked.txt" in [path for path, _ in report["skipped"]]
+    assert len(report["skipped"]) == 3, report["skipped"]
+    assert git("diff", "--name-only", "HEAD", report["head"], cwd=run_repo
+               ).stdout.split() == ["work.txt"]
 
 
 def test_packed_objects_of_the_agent_are_imported(run_repo: Path) -> None:

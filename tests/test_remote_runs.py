@@ -308,6 +308,39 @@ class Forwarder:
         self.drop()
 
 
+def test_a_tracked_file_with_a_long_path_is_never_deleted_by_a_remote_run(
+        tmp_path: Path, hermetic_env: Path, dind_engine: DindEngine, remote_image: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a repository whose own path is 450 bytes long, two tracked files whose paths
+    (3,513 bytes, fine for git and on the engine) are too long to commit from the host's
+    copy: the one the agent left alone and the one it changed both stay as the base has
+    them on the run's branch, with a warning; the agent's other work is committed."""
+    project = tmp_path / ("r" * 200) / ("r" * 200) / "repo"
+    project.mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=project)
+    folder = "/".join(["x" * 250] * 13)
+    names = [f"{folder}/{stem * 250}" for stem in "ab"]
+    subprocess.run(["mkdir", "-p", folder], cwd=project, check=True)
+    for name in names:
+        subprocess.run(["sh", "-c", f'echo base > "{name}"'], cwd=project, check=True)
+        git("add", name, cwd=project)
+    git("commit", "-qm", "long paths", cwd=project)
+    dind_engine.ssh_home(hermetic_env)
+    monkeypatch.setenv("DOCKER_HOST", dind_engine.ssh_url)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    _project(project, hermetic_env, remote_image)
+    try:
+        prompt(project, "touch", f'echo changed > "{names[1]}"\necho new > new.txt\n')
+        done = iterare("execute", "touch", "--follow", cwd=project)
+        assert done.returncode == 0, done.stderr
+        rid = run_id(done.stdout)
+        assert f"run {rid}: not committed: " in done.stderr
+        assert git("diff", "--name-only", "HEAD", f"iterare/{rid}", cwd=project
+                   ).stdout.split() == ["new.txt"]
+    finally:
+        _remove_leftovers(dind_engine, project)
+
+
 def test_a_spare_taken_over_ignores_the_agent_images_git_config(
         repo: Path, hermetic_env: Path, dind_engine: DindEngine, remote_image: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

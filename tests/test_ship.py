@@ -83,6 +83,27 @@ def test_extract_never_writes_outside_or_through_a_link(tmp_path: Path) -> None:
     assert (dest / "file").read_text() == "f"
 
 
+def test_extract_keeps_a_path_longer_than_its_destination_leaves_room_for(tmp_path: Path
+                                                                          ) -> None:
+    """A path as long as the engine can name (here 3,950 bytes) is kept below a folder
+    whose own path is 300 bytes long: 4,250 bytes in all, more than one system call takes."""
+    dest = tmp_path.joinpath(*["d" * 99] * 3)
+    dest.mkdir(parents=True)
+    folder = "/".join(["x" * 250] * 15)
+    name = f"{folder}/{'f' * (3950 - len(folder) - 1)}"
+    ship.extract(archive(
+        (entry(f"workspace/{name}"), b"long\n"),
+    ), dest)
+    root = os.open(dest, os.O_RDONLY)
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=root)
+        with os.fdopen(fd, "rb") as handle:
+            assert handle.read() == b"long\n"
+    finally:
+        os.close(root)
+    assert len(os.fsencode(str(dest))) + 1 + len(name) > 4096
+
+
 def test_extract_of_nothing_and_of_garbage(tmp_path: Path) -> None:
     assert ship.extract(iter([]), tmp_path) == []
     with pytest.raises(OperationFailed, match="not a valid archive"):

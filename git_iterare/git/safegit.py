@@ -298,6 +298,15 @@ class SafeGit:
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)
 
+    def _tracked_at_or_below(self, tops: set[bytes]) -> list[bytes]:
+        """The index's paths equal to one of ``tops`` or below one."""
+        found = []
+        for path in self.git("ls-files", "-z", "--cached", text=False).stdout.split(b"\0"):
+            parts = path.split(b"/")
+            if any(b"/".join(parts[:n]) in tops for n in range(1, len(parts) + 1)):
+                found.append(path)
+        return found
+
     def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
                  unchanged: Sequence[tuple[str, str, str]] = (),
                  gitlinks: Sequence[tuple[str, str]] = ()) -> str:
@@ -305,7 +314,9 @@ class SafeGit:
 
         Args:
             parent_tree: tree (or commit) the index starts from; paths the worktree no
-                longer has are recorded as deleted.
+                longer has are recorded as deleted, while tracked paths at or below one
+                of :attr:`skipped` keep the entries they have there (the agent's change to
+                them is not committed, whatever it was).
             drop: paths removed from the index afterwards (files copied in by
                 ``.iterare/include`` that the base did not track).
             unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
@@ -321,20 +332,22 @@ class SafeGit:
             ExternalError: git failed.
         """
         self.git("read-tree", parent_tree)
-        if self.skipped:  # tracked paths now skipped leave the index (git add would fail)
-            self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch",
-                     "--pathspec-from-file=-", "--pathspec-file-nul",
-                     text=False, input=b"".join(b":(literal)" + os.fsencode(s.path) + b"\0"
-                                                for s in self.skipped))
-        paths = b"".join(os.fsencode(path) + b"\0" for _, _, path in unchanged)
-        if unchanged:  # git add -A trusts these entries: assume-unchanged
+        if unchanged:
             self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
                 f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
                 for mode, sha, path in unchanged))
+        # git add -A trusts entries marked assume-unchanged: the files still as checked
+        # out, and the tracked paths at or below a skipped one, which so keep the parent's
+        # version (left out of the commit means not changed by it, never deleted by it).
+        paths = b"".join(os.fsencode(path) + b"\0" for _, _, path in unchanged)
+        if self.skipped:
+            paths += b"".join(path + b"\0" for path in self._tracked_at_or_below(
+                {os.fsencode(s.path) for s in self.skipped}))
+        if paths:
             self.git("update-index", "-z", "--assume-unchanged", "--stdin", text=False,
                      input=paths)
         self.git("add", "-A", "--", ".")
-        if unchanged:
+        if paths:
             self.git("update-index", "-z", "--no-assume-unchanged", "--stdin", text=False,
                      input=paths)
         if gitlinks:

@@ -747,7 +747,10 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
     are skipped; so are the top-level names in ``skip_top`` (the worktree's ``.git``).
     Regular files get mode 0644 or 0755 (no set-uid bits, no other owner), folders 0755;
     symlinks are made as they are (never followed); a hard link becomes a copy of its
-    target; FIFOs, sockets and devices are left out.
+    target; FIFOs, sockets and devices are left out. Every entry is made relative to a
+    descriptor of ``dest``, so one whose path is as long as the engine's own limit
+    (``PATH_MAX``) is kept however long ``dest``'s path is: what the automatic commit
+    then leaves out for its length it keeps as the base has it, as in a local run.
 
     Args:
         chunks: the archive's bytes.
@@ -764,60 +767,93 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
     notes: list[str] = []
     blocked: set[tuple[str, ...]] = set()  # symlinks and files: nothing goes below them
     files: set[tuple[str, ...]] = set()
+    folders: set[tuple[str, ...]] = set()
     total = entries = 0
-    for member, tar in _members(chunks):
-        entries += 1
-        if entries > MAX_FETCH_ENTRIES:
-            raise OperationFailed(f"the run's files hold more than {MAX_FETCH_ENTRIES} "
-                                  "entries; refusing to fetch them")
-        parts = tuple(p for p in member.name.split("/")[1:] if p not in ("", "."))
-        if not parts or ".." in parts or member.name.startswith("/"):
-            continue
-        if parts[0] in skip_top or any(parts[:n] in blocked
-                                       for n in range(1, len(parts) + 1)):
-            continue
-        path = dest.joinpath(*parts)
-        if len(os.fsencode(str(path))) > 4000:
-            continue
-        parent = path.parent
-        if not parent.is_dir() or parent.is_symlink():
-            parent.mkdir(parents=True, exist_ok=True)
-        if member.isdir():
-            if not os.path.lexists(path):
-                path.mkdir(mode=0o755)
-            continue
-        if os.path.lexists(path):  # a later entry of the same name wins
-            if path.is_dir() and not path.is_symlink():
+    root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        for member, tar in _members(chunks):
+            entries += 1
+            if entries > MAX_FETCH_ENTRIES:
+                raise OperationFailed(f"the run's files hold more than {MAX_FETCH_ENTRIES} "
+                                      "entries; refusing to fetch them")
+            parts = tuple(p for p in member.name.split("/")[1:] if p not in ("", "."))
+            if not parts or ".." in parts or member.name.startswith("/"):
                 continue
-            path.unlink()
-        if member.issym():
-            os.symlink(member.linkname, path)
-            blocked.add(parts)
-        elif member.isfile():
-            total += member.size
-            if total > MAX_FETCH_BYTES:
-                raise OperationFailed(f"the run's files exceed {MAX_FETCH_BYTES} "
-                                      "bytes; refusing to fetch them")
-            source = tar.extractfile(member)
-            _write(path, source, member.mode)
-            files.add(parts)
-            blocked.add(parts)
-        elif member.islnk():
-            target = tuple(p for p in member.linkname.split("/")[1:]
-                           if p not in ("", "."))
-            if target in files:
-                shutil.copyfile(dest.joinpath(*target), path, follow_symlinks=False)
-                os.chmod(path, os.stat(dest.joinpath(*target)).st_mode & 0o777)
+            if parts[0] in skip_top or any(parts[:n] in blocked
+                                           for n in range(1, len(parts) + 1)):
+                continue
+            rel = "/".join(parts)
+            if len(os.fsencode(rel)) > _MAX_REL_PATH or any(
+                    len(os.fsencode(p)) > _MAX_NAME for p in parts):
+                continue  # no system could have named it
+            _make_folders(root, parts[:-1], folders)
+            if member.isdir():
+                if not _lexists(root, rel):
+                    _make_folders(root, parts, folders)
+                continue
+            if _lexists(root, rel):  # a later entry of the same name wins
+                if parts in folders:
+                    continue
+                os.unlink(rel, dir_fd=root)
+            if member.issym():
+                os.symlink(member.linkname, rel, dir_fd=root)
+                blocked.add(parts)
+            elif member.isfile():
+                total += member.size
+                if total > MAX_FETCH_BYTES:
+                    raise OperationFailed(f"the run's files exceed {MAX_FETCH_BYTES} "
+                                          "bytes; refusing to fetch them")
+                _write(rel, tar.extractfile(member), member.mode, dir_fd=root)
                 files.add(parts)
                 blocked.add(parts)
-        elif len(notes) < 100:
-            notes.append(f"removed special file: {'/'.join(parts)}")
+            elif member.islnk():
+                target = tuple(p for p in member.linkname.split("/")[1:]
+                               if p not in ("", "."))
+                if target in files:
+                    fd = os.open("/".join(target), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
+                    with os.fdopen(fd, "rb") as source:
+                        _write(rel, source, os.fstat(fd).st_mode, dir_fd=root)
+                    files.add(parts)
+                    blocked.add(parts)
+            elif len(notes) < 100:
+                notes.append(f"removed special file: {rel}")
+    finally:
+        os.close(root)
     return notes
 
 
-def _write(path: Path, source: IO[bytes] | None, mode: int) -> None:
+#: Longest relative path a system call takes (``PATH_MAX`` less its NUL), and longest
+#: name in one folder (``NAME_MAX``): Linux's limits.
+_MAX_REL_PATH = 4095
+_MAX_NAME = 255
+
+
+def _lexists(root: int, rel: str) -> bool:
+    try:
+        os.stat(rel, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _make_folders(root: int, parts: tuple[str, ...], made: set[tuple[str, ...]]) -> None:
+    """Make the folder ``parts`` and its parents below the descriptor ``root`` (0755), as
+    far as they are not in ``made``, which they are added to. Only folders can be in the
+    way: :func:`extract` takes nothing below a file or symlink it made."""
+    for n in range(1, len(parts) + 1):
+        if parts[:n] not in made:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir("/".join(parts[:n]), 0o755, dir_fd=root)
+            made.add(parts[:n])
+
+
+def _write(path: Path | str, source: IO[bytes] | None, mode: int, *,
+           dir_fd: int | None = None) -> None:
+    """Create the new file ``path`` (relative to ``dir_fd`` when given) with ``source``'s
+    bytes, mode 0755 when ``mode`` has an execute bit, else 0644; never through a
+    symlink, never over an existing file."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o755 if mode & 0o111 else 0o644)
+    fd = os.open(path, flags, 0o755 if mode & 0o111 else 0o644, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as handle:
         if source is not None:
             shutil.copyfileobj(source, handle, 1 << 20)
