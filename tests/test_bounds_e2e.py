@@ -113,3 +113,26 @@ def test_cleanup_keeps_a_file_too_big_to_commit(project: Path) -> None:  # noqa:
     assert (worktree / "big.dat").stat().st_size == 105_000_000
     assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
     assert not worktree.exists()
+
+
+def test_a_nested_repository_is_warned_about_and_kept_by_cleanup(project: Path  # noqa: F811
+                                                                 ) -> None:
+    """The files of a repository the agent made inside the worktree are not committed:
+    the run says so, and cleanup does not delete them without --force."""
+    prompt(project, "nest", "mkdir lib && cd lib && git init -q && echo mine > mine.txt\n"
+                            "cd .. && echo top > top.txt\n")
+    done = iterare("execute", "nest", "--follow", cwd=project)
+    assert done.returncode == 0, done.stderr
+    rid = done.stdout.split()[2]
+    assert (f"warning: run {rid}: not committed: lib (a nested git repository: its new "
+            "files are not committed)") in done.stderr
+    assert "top.txt" in branch_files(project, rid)
+    assert not any(f.startswith("lib/") for f in branch_files(project, rid))
+    refused = iterare("cleanup", "-y", rid, cwd=project)
+    assert refused.returncode == 1
+    assert (f"run {rid} left files that could not be committed and would be deleted: "
+            "lib") in refused.stderr
+    worktree = project / ".iterare" / "worktrees" / rid
+    assert (worktree / "lib" / "mine.txt").read_text() == "mine\n"
+    assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
+    assert not worktree.exists()

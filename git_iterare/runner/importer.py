@@ -50,6 +50,9 @@ from git_iterare.runner.workspace import (
 if TYPE_CHECKING:
     from dulwich.object_store import BaseObjectStore, DiskObjectStore
 
+#: Why a nested repository's files are not committed (:attr:`FinishResult.skipped`).
+NESTED_REASON = "a nested git repository: its new files are not committed"
+
 TRAILER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 
 
@@ -79,9 +82,9 @@ class FinishResult:
         imported_objects: objects copied from the run gitdir by this call.
         changes: base..head size.
         nested_repos: nested repositories in the worktree that were not committed.
-        skipped: other paths of the worktree not committed (FIFOs, sockets, devices,
-            files and directories over a limit; see
-            :class:`~git_iterare.git.safegit.Skipped`).
+        skipped: paths of the worktree not committed (FIFOs, sockets, devices, files and
+            directories over a limit, and the nested repositories again, with
+            :data:`NESTED_REASON`; see :class:`~git_iterare.git.safegit.Skipped`).
         rejected_head: why the run gitdir's branch was not imported (a symlinked or
             symbolic ref, a corrupt object, history not descending from the base or
             diverged), or None. The worktree is committed all the same, so its files are
@@ -602,7 +605,11 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             tree = view.snapshot(tip, drop=ws.included, unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)
             nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
-            skipped = tuple(sorted(view.skipped + plan.skipped, key=lambda s: s.path))
+            # A repository the agent made holds work no commit here takes: named like the
+            # other skipped paths, so it is warned about and cleanup keeps it.
+            skipped = tuple(sorted(view.skipped + plan.skipped + tuple(
+                safegit.Skipped(n, NESTED_REASON, excluded=True) for n in nested),
+                key=lambda s: s.path))
             if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
                 # The agent's identity for author and committer: the commit never depends
                 # on the user's (user.useConfigOnly without an email would refuse it).
