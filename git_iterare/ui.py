@@ -155,6 +155,15 @@ def bounded_line(message: str) -> str:
     return f"{line[:MAX_MESSAGE_CHARS]}... ({len(line) - MAX_MESSAGE_CHARS} more characters)"
 
 
+def elide_path(path: str, limit: int = 120) -> str:
+    """``path`` cut in the middle to at most ``limit`` characters (its start and its file
+    name kept, ``...`` between), so one long name leaves room for the others in a line."""
+    if len(path) <= limit:
+        return path
+    tail = limit * 2 // 3
+    return f"{path[:limit - tail - 3]}...{path[-tail:]}"
+
+
 def warn(message: str) -> None:
     """Print ``warning: message`` to stderr, ``message`` made one bounded line
     (:func:`bounded_line`)."""

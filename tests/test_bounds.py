@@ -170,6 +170,39 @@ with open(ws.worktree / "huge.bin", "wb") as f:
                ).stdout.split() == ["work.txt"]
 
 
+def test_a_line_break_in_a_skipped_name_leaves_nothing_else_out(run_repo: Path) -> None:
+    """An exclude line cannot name a path holding CR or LF; what stands for the line
+    break must not leave out the agent's other files (``lib_x``, ``big_file``)."""
+    report = agent_case(run_repo, f"""
+import subprocess
+subprocess.run(["git", "init", "-q", str(ws.worktree / "lib\\nx")], check=True)
+(ws.worktree / "lib\\nx" / "in.txt").write_text("nested\\n")
+(ws.worktree / "lib_x").mkdir()
+(ws.worktree / "lib_x" / "new.txt").write_text("work\\n")
+with open(ws.worktree / "big\\rfile", "wb") as f:
+    f.truncate({lim.MAX_OBJECT_BYTES} + 1)
+(ws.worktree / "big_file").write_text("work\\n")
+""")
+    assert [path for path, _ in report["skipped"]] == ["big\rfile", "lib\nx"]
+    committed = git("ls-tree", "-r", "-z", "--name-only", report["head"], cwd=run_repo
+                    ).stdout.split("\0")
+    assert {"lib_x/new.txt", "big_file", "work.txt"} <= set(committed)
+    assert not any(name.startswith(("lib\n", "big\r")) for name in committed)
+
+
+def test_a_large_file_the_base_tracks_is_not_named_when_left_alone(run_repo: Path) -> None:
+    """The base tracks a file over MAX_OBJECT_BYTES: a run that leaves it alone names
+    nothing as not committed (so cleanup has nothing to keep)."""
+    with open(run_repo / "huge.bin", "wb") as f:
+        f.truncate(lim.MAX_OBJECT_BYTES + 1)
+    git("add", "huge.bin", cwd=run_repo)
+    git("commit", "-qm", "huge", cwd=run_repo)
+    report = agent_case(run_repo, "")
+    assert report["skipped"] == []
+    assert git("diff", "--name-only", "HEAD", report["head"], cwd=run_repo
+               ).stdout.split() == ["work.txt"]
+
+
 def test_tracked_files_over_the_limits_keep_their_base_version(run_repo: Path) -> None:
     """A tracked file grown over MAX_OBJECT_BYTES, one below a path over MAX_PATH_BYTES
     and one below a directory over MAX_TREE_DEPTH are not committed: the run's branch

@@ -128,6 +128,9 @@ def test_a_nested_repository_is_warned_about_and_kept_by_cleanup(project: Path  
             "files are not committed)") in done.stderr
     assert "top.txt" in branch_files(project, rid)
     assert not any(f.startswith("lib/") for f in branch_files(project, rid))
+    shown = iterare("show", rid, cwd=project).stdout
+    assert ("Not committed: left in the run's worktree by its automatic commit\n"
+            "    lib  (a nested git repository: its new files are not committed)\n") in shown
     refused = iterare("cleanup", "-y", rid, cwd=project)
     assert refused.returncode == 1
     assert (f"run {rid} left files that could not be committed and would be deleted: "
@@ -136,3 +139,18 @@ def test_a_nested_repository_is_warned_about_and_kept_by_cleanup(project: Path  
     assert (worktree / "lib" / "mine.txt").read_text() == "mine\n"
     assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
     assert not worktree.exists()
+
+
+def test_every_special_file_is_removed_however_many(project: Path) -> None:  # noqa: F811
+    """400 FIFOs: the warnings name at most 100, and none is left in the worktree (a
+    reader of the names that stopped at 100 once ended their removal early)."""
+    prompt(project, "fifos", "mkdir pipes && cd pipes && for i in $(seq 400); do "
+                             "mkfifo p$i; done\necho kept > ../kept.txt\n")
+    done = iterare("execute", "fifos", "--follow", cwd=project)
+    assert done.returncode == 0, done.stderr
+    rid = done.stdout.split()[2]
+    assert done.stderr.count("removed special file:") == 100
+    pipes = project / ".iterare" / "worktrees" / rid / "pipes"
+    assert sorted(os.listdir(pipes)) == []
+    assert "kept.txt" in branch_files(project, rid)
+    assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0

@@ -222,3 +222,13 @@ def test_the_list_is_data_and_each_kind_is_documented() -> None:
     page = (Path(__file__).parent.parent / "man" / "git-iterare-merge.1").read_text()
     for title in kinds().values():
         assert title.split(" (")[0] in page.replace("\\-", "-"), title
+
+
+def test_a_long_path_is_cut_in_the_middle_keeping_its_file_name() -> None:
+    from git_iterare.ui import elide_path
+
+    long = "d" * 300 + "/report.txt"
+    cut = elide_path(long)
+    assert len(cut) == 120 and cut.startswith("ddd") and cut.endswith("/report.txt")
+    assert "..." in cut
+    assert elide_path("src/short.py") == "src/short.py"

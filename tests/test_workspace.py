@@ -241,6 +241,33 @@ def test_nested_repos_symlinks_and_includes(repo: Path) -> None:
         "outside": "120000 /etc/passwd", "src/run.sh": "100755 #!/bin/sh\n"}
 
 
+def test_an_included_file_the_base_tracks_is_committed_like_any_other(repo: Path) -> None:
+    """``.iterare/include`` naming a tracked file (and, by a glob, an untracked one whose
+    name holds glob characters): the tracked one is checked out as the base has it (the
+    user's uncommitted edit stays out), and the agent's edit to it is committed, never a
+    deletion; the untracked one is copied in and left out of the commit, while the
+    agent's new file that its name would match as a glob is committed."""
+    (repo / "settings.json").write_text("{}\n")
+    git("add", "settings.json", cwd=repo)
+    git("commit", "-qm", "settings", cwd=repo)
+    (repo / "settings.json").write_text('{"mine": 1}\n')  # the user's uncommitted edit
+    (repo / "conf[1].env").write_text("LOCAL=1\n")
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("settings.json\n*.env\n")
+    ws = prepare(repo)
+    assert ws.included == ("conf[1].env",)
+    assert (ws.worktree / "settings.json").read_text() == "{}\n"
+    assert (ws.worktree / "conf[1].env").read_text() == "LOCAL=1\n"
+    (ws.worktree / "conf1.env").write_text("the agent's\n")
+    result = finish(repo, ws)
+    assert git("diff", "--name-only", "HEAD", result.head, cwd=repo).stdout.split() == [
+        "conf1.env"]
+    (ws.worktree / "settings.json").write_text('{"agent": 1}\n')
+    again = finish(repo, ws)
+    assert tree_of(repo, again.head)["settings.json"] == '100644 {"agent": 1}\n'
+    assert "conf[1].env" not in tree_of(repo, again.head)
+
+
 def _markers(tmp: Path) -> list[Path]:
     return [tmp / f"ran-{n}" for n in ("filter", "fsmonitor", "hook", "sub-fsmonitor",
                                         "global-filter")]

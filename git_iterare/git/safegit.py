@@ -248,11 +248,17 @@ def _exclude_pattern(path: str) -> str:
 
 
 def _exclude_file(path: str) -> str:
-    """An anchored info/exclude line matching exactly ``path`` (file or directory)."""
-    # A line cannot hold a line break: ``?`` matches it (and other characters too).
-    escaped = "".join("\\" + c if c in "*?[\\!# " else "?" if c in "\r\n" else c
-                      for c in path)
+    """An anchored info/exclude line matching exactly ``path`` (file or directory); a
+    path holding a line break has none (see :func:`_one_line`)."""
+    escaped = "".join("\\" + c if c in "*?[\\!# " else c for c in path)
     return f"/{escaped}"
+
+
+def _one_line(path: str) -> bool:
+    """Whether an exclude line can name ``path``: a line cannot hold CR or LF (and ``?``
+    in their place would match other paths too), so such paths are left out of ``git
+    add`` by pathspec instead (:attr:`SafeGit.unlisted`)."""
+    return "\r" not in path and "\n" not in path
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,8 @@ class SafeGit:
         nested_repos: nested repositories found and excluded, relative paths.
         skipped: other paths left out (FIFOs, sockets, devices, files and directories
             over the limits of :mod:`git_iterare.limits`).
+        unlisted: those of the excluded paths that ``info/exclude`` cannot name (a line
+            break in the name): :meth:`snapshot` leaves them out of ``git add``.
     """
 
     scratch: Path
@@ -275,6 +283,7 @@ class SafeGit:
     objects: Path
     nested_repos: tuple[str, ...]
     skipped: tuple[Skipped, ...] = ()
+    unlisted: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
         """The environment for git: explicit locations, no system/global/``-c`` config."""
@@ -298,14 +307,10 @@ class SafeGit:
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)
 
-    def _tracked_at_or_below(self, tops: set[bytes]) -> list[bytes]:
-        """The index's paths equal to one of ``tops`` or below one."""
-        found = []
-        for path in self.git("ls-files", "-z", "--cached", text=False).stdout.split(b"\0"):
-            parts = path.split(b"/")
-            if any(b"/".join(parts[:n]) in tops for n in range(1, len(parts) + 1)):
-                found.append(path)
-        return found
+    def _tracked(self) -> list[bytes]:
+        """The index's paths, sorted by their bytes."""
+        listed = self.git("ls-files", "-z", "--cached", text=False).stdout.split(b"\0")
+        return sorted(p for p in listed if p)
 
     def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
                  unchanged: Sequence[tuple[str, str, str]] = (),
@@ -317,8 +322,8 @@ class SafeGit:
                 longer has are recorded as deleted, while tracked paths at or below one
                 of :attr:`skipped` keep the entries they have there (the agent's change to
                 them is not committed, whatever it was).
-            drop: paths removed from the index afterwards (files copied in by
-                ``.iterare/include`` that the base did not track).
+            drop: paths removed from the index afterwards unless ``parent_tree`` tracks
+                them (files copied in by ``.iterare/include``), taken literally.
             unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
                 host checked out from ``blob id``: recorded as that blob, never read
                 again (no clean filter runs on them; see
@@ -332,6 +337,7 @@ class SafeGit:
             ExternalError: git failed.
         """
         self.git("read-tree", parent_tree)
+        tracked = self._tracked()
         if unchanged:
             self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
                 f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
@@ -341,12 +347,14 @@ class SafeGit:
         # version (left out of the commit means not changed by it, never deleted by it).
         paths = b"".join(os.fsencode(path) + b"\0" for _, _, path in unchanged)
         if self.skipped:
-            paths += b"".join(path + b"\0" for path in self._tracked_at_or_below(
-                {os.fsencode(s.path) for s in self.skipped}))
+            paths += b"".join(path + b"\0" for path in _at_or_below(
+                tracked, {os.fsencode(s.path) for s in self.skipped}))
         if paths:
             self.git("update-index", "-z", "--assume-unchanged", "--stdin", text=False,
                      input=paths)
-        self.git("add", "-A", "--", ".")
+        self.git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", text=False,
+                 input=b".\0" + b"".join(b":(exclude,literal)" + os.fsencode(u) + b"\0"
+                                          for u in self.unlisted))
         if paths:
             self.git("update-index", "-z", "--no-assume-unchanged", "--stdin", text=False,
                      input=paths)
@@ -354,9 +362,28 @@ class SafeGit:
             self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
                 f"160000 {sha}\t".encode() + os.fsencode(path) + b"\0"
                 for sha, path in gitlinks))
-        if drop:
-            self.git("rm", "-q", "-r", "--cached", "--ignore-unmatch", "--", *drop)
+        # Only what the parent does not track: a tracked file is the commit's like any.
+        dropped = {os.fsencode(d) for d in drop}.difference(tracked)
+        if dropped:
+            self.git("rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-",
+                     "--pathspec-file-nul", text=False,
+                     input=b"".join(b":(literal)" + d + b"\0" for d in sorted(dropped)))
         return str(self.git("write-tree").stdout.strip())
+
+
+def _at_or_below(paths: list[bytes], tops: set[bytes]) -> list[bytes]:
+    """The paths of the sorted ``paths`` equal to one of ``tops`` or below one, each found
+    by bisection (those below ``t`` sort from ``t/`` up to ``t0``)."""
+    import bisect
+
+    found: set[bytes] = set()
+    for top in tops:
+        at = bisect.bisect_left(paths, top)
+        if at < len(paths) and paths[at] == top:
+            found.add(top)
+        first = bisect.bisect_left(paths, top + b"/")
+        found.update(paths[first:bisect.bisect_left(paths, top + b"0", first)])
+    return sorted(found)
 
 
 @contextmanager
@@ -395,13 +422,16 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
         scan = scan_worktree(worktree)
         nested = list(scan.nested)
         disable_nested_repos(worktree, nested)
+        excluded = [*nested, *(s.path for s in scan.skipped if s.excluded)]
         (scratch / "info" / "exclude").write_bytes(os.fsencode(
             f"/{DISABLED_GIT}/\n"  # the top's own .git, when it was a nested repository
-            + "".join(_exclude_pattern(p) + "\n" for p in nested)
-            + "".join(_exclude_file(s.path) + "\n" for s in scan.skipped if s.excluded)))
+            + "".join(_exclude_pattern(p) + "\n" for p in nested if _one_line(p))
+            + "".join(_exclude_file(s.path) + "\n" for s in scan.skipped
+                      if s.excluded and _one_line(s.path))))
         yield SafeGit(scratch=scratch, worktree=worktree,
                       index_file=index_file or scratch / "index",
                       objects=objects or common_dir / "objects", nested_repos=tuple(nested),
-                      skipped=scan.skipped)
+                      skipped=scan.skipped,
+                      unlisted=tuple(p for p in excluded if not _one_line(p)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

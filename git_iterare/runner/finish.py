@@ -433,12 +433,14 @@ def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> N
     files over the limits) and keep them in the record's ``extra.skipped``: at most
     :data:`~git_iterare.limits.MAX_SKIPPED_NAMED` paths, the rest counted."""
     from git_iterare.limits import MAX_SKIPPED_NAMED
+    from git_iterare.ui import elide_path
     from git_iterare.ui import sanitize_line as sanitize
 
     named = [{"path": s.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
               "reason": s.reason} for s in skipped[:MAX_SKIPPED_NAMED]]
     more = max(0, len(skipped) - MAX_SKIPPED_NAMED)
-    shown = ", ".join(f"{sanitize(s['path'])} ({s['reason']})" for s in named[:5])
+    shown = ", ".join(f"{elide_path(sanitize(s['path']))} ({s['reason']})"
+                      for s in named[:5])
     rest = len(skipped) - min(5, len(named))
     ui.warn(f"run {run_id}: not committed: {shown}" + (f" and {rest} more" if rest else "")
             + f" (listed by `git iterare show {run_id}`)")

@@ -607,9 +607,13 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
             # A repository the agent made holds work no commit here takes: named like the
             # other skipped paths, so it is warned about and cleanup keeps it.
-            skipped = tuple(sorted(view.skipped + plan.skipped + tuple(
-                safegit.Skipped(n, NESTED_REASON, excluded=True) for n in nested),
-                key=lambda s: s.path))
+            # A tracked file still as checked out (a large file the base has) is no
+            # work left out: not named, and cleanup need not keep it.
+            as_checked_out = {path for _, _, path in plan.unchanged}
+            skipped = tuple(sorted((*(s for s in view.skipped if s.path not in as_checked_out),
+                                    *plan.skipped, *(safegit.Skipped(n, NESTED_REASON, True)
+                                                     for n in nested)),
+                                   key=lambda s: s.path))
             if tree != common_git(repo, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
                 # The agent's identity for author and committer: the commit never depends
                 # on the user's (user.useConfigOnly without an email would refuse it).

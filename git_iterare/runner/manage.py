@@ -289,8 +289,8 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         if left and not force:
             raise OperationFailed(
                 f"run {record.id} left files that could not be committed and would be "
-                f"deleted: {', '.join(left[:5])}" + (f" and {len(left) - 5} more"
-                                                     if len(left) > 5 else ""),
+                f"deleted: {', '.join(ui.elide_path(p) for p in left[:5])}"
+                + (f" and {len(left) - 5} more" if len(left) > 5 else ""),
                 hint=f"copy them out of {ws.worktree}, or `git iterare cleanup --force "
                      f"{record.id}`")
         # A squash merge leaves the run's commits unreachable from the user's branches,

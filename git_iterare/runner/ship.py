@@ -660,7 +660,7 @@ def _gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> b
         exclude = repo.common_dir / "info" / "exclude"
         if exclude.is_file():
             _add_file(tar, "info/exclude", exclude.read_bytes())
-        included = include_paths(repo) if run_id is not None else []
+        included = include_paths(repo, base) if run_id is not None else []
         if included:
             _add_dir(tar, "iterare-include")
             made = {"iterare-include"}

@@ -240,11 +240,14 @@ def _read_include(repo: Repo) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
-def include_paths(repo: Repo) -> tuple[str, ...]:
+def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
     """The files ``.iterare/include`` names (paths or globs, one a line), relative, sorted.
 
     Only regular files inside the main worktree count: symlinks, paths through a symlinked
-    directory, and anything in ``.git`` or ``.iterare`` are skipped.
+    directory, and anything in ``.git`` or ``.iterare`` are skipped; so, given ``base``
+    (a commit), are the paths it tracks: the run's checkout has those as the base has
+    them, and its commit records them like any other tracked file (copying the user's
+    version in would commit the user's uncommitted edits as the agent's).
 
     Raises:
         UserError: a line is absolute or contains ``..``.
@@ -261,6 +264,12 @@ def include_paths(repo: Repo) -> tuple[str, ...]:
                 continue
             if src.resolve() == top.resolve() / rel:  # no symlinked parent leading elsewhere
                 found.add(rel.as_posix())
+    if base is not None and found:
+        listed = sorted(found)
+        for start in range(0, len(listed), 1000):  # ls-tree takes its paths literally
+            found.difference_update(common_git(
+                repo, "ls-tree", "-r", "-z", "--name-only", base, "--",
+                *listed[start:start + 1000]).stdout.split("\0"))
     return tuple(sorted(found))
 
 
@@ -329,7 +338,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
     check_run_dirs(repo)
-    included = include_paths(repo)
+    included = include_paths(repo, base_commit)
     ensure_excluded(repo)
     make_run_dirs(repo)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the

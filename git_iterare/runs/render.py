@@ -235,6 +235,23 @@ def engine_text(extra: Any) -> str | None:
     return str(engine["url"])
 
 
+def _not_committed(skipped: Any, paint: Any) -> list[str]:
+    """``show``'s lines for the record's ``extra.skipped`` (paths the automatic commit left
+    out, :func:`git_iterare.runner.finish._note_skipped`): none when there are none."""
+    if not isinstance(skipped, dict) or not isinstance(skipped.get("paths"), list):
+        return []
+    lines = ["", paint("Not committed:", "bold") + " left in the run's worktree by its "
+             "automatic commit"]
+    for item in skipped["paths"]:
+        if isinstance(item, dict):
+            lines.append(f"    {sanitize_line(str(item.get('path', '')))}  "
+                         f"({sanitize_line(str(item.get('reason', '')))})")
+    more = skipped.get("more")
+    if isinstance(more, int) and more > 0:
+        lines.append(f"    and {more} more (lists are capped at MAX_SKIPPED_NAMED)")
+    return lines if len(lines) > 2 else []
+
+
 def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
               now: _dt.datetime, paint: Any) -> str:
     """The text of ``git iterare show``.
@@ -297,6 +314,7 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
         span_text = sanitize_line(f"{(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}")
         out.append(paint(f"Changes ({span_text}):", "bold"))
         out.extend(f"   {line}" for line in sanitize(diffstat).rstrip("\n").splitlines())
+    out.extend(_not_committed(rec.extra.get("skipped"), paint))
     blocked = blocked_domains(rec.egress)
     if blocked:
         out.append("")
