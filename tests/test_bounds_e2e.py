@@ -153,4 +153,4 @@ def test_every_special_file_is_removed_however_many(project: Path) -> None:  # n
     pipes = project / ".iterare" / "worktrees" / rid / "pipes"
     assert sorted(os.listdir(pipes)) == []
     assert "kept.txt" in branch_files(project, rid)
-    assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
+    assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
