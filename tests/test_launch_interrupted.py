@@ -17,6 +17,7 @@ import pytest
 
 from git_iterare.git import repo as repo_mod
 from git_iterare.runner import launch
+from git_iterare.runner.interrupts import RunGoesOn
 from git_iterare.runner.session import load_config
 from git_iterare.runs.store import RunStore
 from git_iterare.sandbox import docker_backend, engine
@@ -173,12 +174,47 @@ def test_ctrl_c_once_the_agent_started_leaves_the_run_going(
         return real(self, run_id, status, **fields)
 
     monkeypatch.setattr(RunStore, "transition", transition)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(RunGoesOn) as raised:
         _execute(repo, "p")
     monkeypatch.setattr(RunStore, "transition", real)
     (record,) = RunStore(repo_mod.discover(repo)).list()
+    assert raised.value.run_id == record.id
     assert record.status == "running" and record.container
     followed = iterare("log", "-f", record.id, cwd=repo)
     assert followed.returncode == 0, followed.stderr
     assert RunStore(repo_mod.discover(repo)).get(record.id).status == "succeeded"
+    assert git("show", f"iterare/{record.id}:work.txt", cwd=repo).stdout == "work\n"
+
+
+#: Loaded into ``git iterare`` by PYTHONPATH: a real SIGINT to itself while the started
+#: run is recorded as running (Ctrl-C default even when the test runner ignores it).
+_SIGINT_AT_RUNNING = """
+import os, signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from git_iterare.runs.store import RunStore
+_real = RunStore.transition
+def _transition(self, run_id, status, **fields):
+    if status == "running":
+        os.kill(os.getpid(), signal.SIGINT)
+    return _real(self, run_id, status, **fields)
+RunStore.transition = _transition
+"""
+
+
+def test_ctrl_c_as_execute_f_starts_says_which_run_goes_on(
+        local_project: Path, tmp_path: Path) -> None:
+    """``execute -f`` cut short by Ctrl-C once its agent started: not a bare
+    "interrupted", but the run's id and how to follow it; the run ends with its work."""
+    repo = local_project
+    (repo / ".iterare" / "prompts" / "p.md").write_text("sleep 1; echo work > work.txt\n")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_SIGINT_AT_RUNNING)
+    cut = iterare("execute", "p", "-f", cwd=repo, env={"PYTHONPATH": str(hooks)})
+    (record,) = RunStore(repo_mod.discover(repo)).list()
+    assert cut.returncode == 130, cut.stderr
+    assert cut.stderr == (f"\ninterrupted; run {record.id} goes on "
+                          f"(`git iterare log -f {record.id}`)\n"), cut.stderr
+    followed = iterare("log", "-f", record.id, cwd=repo)
+    assert followed.returncode == 0, followed.stderr
     assert git("show", f"iterare/{record.id}:work.txt", cwd=repo).stdout == "work\n"

@@ -39,6 +39,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
 
     from git_iterare import ui
     from git_iterare.errors import ExitCode
+    from git_iterare.runner.interrupts import RunGoesOn
     from git_iterare.runner.launch import ExecuteRequest, execute
 
     ctx = app()
@@ -46,13 +47,22 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
                              branch=branch, name=name, timeout=timeout,
                              max_budget_usd=max_budget_usd, max_turns=max_turns,
                              networks=networks, compose=compose)
-    record = execute(ctx.repo, ctx.config, request,
-                     progress=ui.progress)
-    click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
-    if not follow:
-        click.echo(f"follow it with: `git iterare log -f {record.id}`")
-        return
-    from git_iterare.cli.log import follow_and_exit
-
+    run_id = None
+    try:
+        record = execute(ctx.repo, ctx.config, request, progress=ui.progress)
+        run_id = record.id
+        click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
+        if not follow:
+            click.echo(f"follow it with: `git iterare log -f {record.id}`")
+            return
+        from git_iterare.cli.log import follow_and_exit
+    except KeyboardInterrupt as exc:
+        # Once the run started, Ctrl-C leaves it going: say which run, as log -f does.
+        run_id = exc.run_id if isinstance(exc, RunGoesOn) else run_id
+        if run_id is None:
+            raise
+        click.echo(f"\ninterrupted; run {run_id} goes on (`git iterare log -f {run_id}`)",
+                   err=True)
+        sys.exit(ExitCode.INTERRUPTED)
     follow_and_exit(record.id, verbosity=verbosity, raw=False)
     sys.exit(ExitCode.OK)

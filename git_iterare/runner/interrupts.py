@@ -43,6 +43,20 @@ class HeldInterrupts:
             raise KeyboardInterrupt
 
 
+class RunGoesOn(KeyboardInterrupt):
+    """Ctrl-C came once the run's agent had started: the run is recorded as running and
+    goes on; whoever catches this says so (a bare "interrupted" would leave the user
+    without its id).
+
+    Attributes:
+        run_id: the run.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
 def caused_by_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is a KeyboardInterrupt or was raised while one propagated (its
     ``__context__`` chain): a library cut short by Ctrl-C may fail with its own error

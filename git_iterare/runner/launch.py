@@ -335,6 +335,7 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
             drop_spare(spare)
         raise
+    from git_iterare.runner.interrupts import RunGoesOn
     from git_iterare.runner.paths import launching
 
     with launching(repo, record.id):  # others can tell when this process died (kill -9)
@@ -344,6 +345,8 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
                 body=prompt.body, timeout=timeout, policy=policy,
                 limits=limits, more_mounts=tuple(more_mounts),
                 secret_env=secret_env, credentials=credentials, request=request))
+        except RunGoesOn:  # recorded as running: the caller says it goes on
+            raise
         except BaseException as exc:
             # A failed or interrupted launch leaves nothing on the engine (unless its
             # agent started), so the record can go too; else the failure is recorded.
@@ -354,8 +357,9 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
 def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> RunRecord:
     """Launch the planned run. Once its agent's container started, Ctrl-C is held back
-    until the run is recorded as running (then raised: the run goes on)."""
-    from git_iterare.runner.interrupts import HeldInterrupts
+    until the run is recorded as running, then raised as
+    :class:`~git_iterare.runner.interrupts.RunGoesOn` (the run goes on)."""
+    from git_iterare.runner.interrupts import HeldInterrupts, RunGoesOn
 
     interrupts = HeldInterrupts()
     try:
@@ -363,7 +367,10 @@ def _launch(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan) -> Ru
     except BaseException:
         interrupts.release(raise_pending=False)
         raise
-    interrupts.release()
+    try:
+        interrupts.release()
+    except KeyboardInterrupt:
+        raise RunGoesOn(running.id) from None
     return running
 
 
