@@ -477,6 +477,29 @@ echo later >> nested/a
     assert not marker.exists()
 
 
+def test_a_merge_undone_with_reset_is_not_taken_as_merged_by_cleanup(project: Path) -> None:
+    """``merge --squash``, then ``git reset --hard HEAD~1`` undoes it: the record still
+    says merged, but cleanup (and ``cleanup --merged``) must not delete the run's branch,
+    the only place its work is now."""
+    prompt(project, "undone", "echo one > one.txt\n")
+    rid = run_id(iterare("execute", "undone", "-f", cwd=project).stdout)
+    assert iterare("merge", "--squash", "-y", rid, cwd=project).returncode == 0
+    git("reset", "-q", "--hard", "HEAD~1", cwd=project)
+    swept = iterare("cleanup", "-y", "--merged", cwd=project)
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stderr == (f"warning: run {rid} was merged, but no local branch holds that "
+                            f"merge any more; left as it is (`git iterare cleanup --force "
+                            f"{rid}` removes it)\n")
+    assert swept.stdout == "nothing to clean up\n"
+    refused = iterare("cleanup", "-y", rid, cwd=project)
+    assert refused.returncode == 1
+    assert f"iterare/{rid} is not merged into any local branch" in refused.stderr
+    assert git("rev-parse", "--verify", "--quiet", f"iterare/{rid}", cwd=project).stdout
+    assert iterare("merge", "-y", rid, cwd=project).returncode == 0  # merged again
+    assert iterare("cleanup", "-y", "--merged", cwd=project).stdout == (
+        f"cleaned {rid} (record and commits kept)\n")
+
+
 def test_cleanup_after_squash_merge_keeps_later_edits_in_the_worktree(project: Path) -> None:
     prompt(project, "squashy", "echo one > one.txt\n")
     rid = run_id(iterare("execute", "squashy", "-f", cwd=project).stdout)

@@ -42,6 +42,15 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
                    else f"no object cache of this repository on {where}")
         return
     records = RunStore(repo).list(statuses=["merged"]) if merged else [resolve_run(run)]
+    if merged and not force:
+        from git_iterare.runner.manage import merge_holds
+        from git_iterare.ui import warn
+
+        for record in [r for r in records if not merge_holds(repo, r)]:
+            warn(f"run {sanitize_line(record.id)} was merged, but no local branch holds "
+                    "that merge any more; left as it is (`git iterare cleanup --force "
+                    f"{sanitize_line(record.id)}` removes it)")
+            records.remove(record)
     if not records:
         click.echo("nothing to clean up")
         return

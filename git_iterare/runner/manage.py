@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -228,7 +229,24 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
     store = _store(repo)
     if record.status != MERGED:
         record = store.transition(record.id, MERGED)
+    if not result.up_to_date and result.head_after:
+        # What the merge made: cleanup checks a branch still holds it (a merge undone
+        # with git reset leaves the status "merged", and the run's work only here).
+        record = store.update(record.id, lambda r: r.replace(
+            extra={**r.extra, "merged_as": result.head_after}), f"{record.id} merged as")
     return MergeOutcome(record=record, result=result)
+
+
+def merge_holds(repo: Repo, record: RunRecord) -> bool:
+    """Whether ``record``'s status ``merged`` still stands: the commit its merge made
+    (``extra.merged_as``) is on a local branch outside ``iterare/``. A record without
+    one (an older version's, or merged elsewhere) is taken at its word."""
+    merged_as = (record.extra or {}).get("merged_as")
+    if record.status != "merged":
+        return False
+    if not isinstance(merged_as, str) or not re.fullmatch(r"[0-9a-f]{40,64}", merged_as):
+        return True
+    return _reachable_elsewhere(repo, merged_as)
 
 
 def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:
@@ -281,8 +299,9 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     from git_iterare.runner.finish import has_worktree
     from git_iterare.runs import legacy
 
+    merged = merge_holds(repo, record)
     if legacy.is_legacy(record):  # iterare's worktree (workspaces/<name>) and branch
-        legacy.cleanup(repo, record, force=force or record.status == "merged")
+        legacy.cleanup(repo, record, force=force or merged)
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
         left = _left_uncommitted(record, ws.worktree)
@@ -295,7 +314,7 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
                      f"{record.id}`")
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.
-        cleanup_run(repo, ws, force=force, merged=record.status == "merged")
+        cleanup_run(repo, ws, force=force, merged=merged)
     from git_iterare.runner.finish import ENGINE_CLEARED
     from git_iterare.runner.ownership import container_of, engine_of
     from git_iterare.runner.ship import drop_volumes, is_remote
@@ -353,7 +372,7 @@ def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunReco
     head = proc.git("--git-dir", str(repo.common_dir), "rev-parse", "--verify", "--quiet",
                     f"{ref}^{{commit}}", scrub_git_env=True, check=False).stdout.strip()
     if head:
-        if not force and record.status != "merged" and not _reachable_elsewhere(repo, head):
+        if not force and not merge_holds(repo, record) and not _reachable_elsewhere(repo, head):
             raise OperationFailed(f"run {record.id}: {branch} is not merged into any local "
                                   "branch", hint=f"`git iterare merge {record.id}` first, "
                                                  f"or `git iterare cleanup --force {record.id}`")
