@@ -75,6 +75,7 @@ def test_300_mb_of_output_through_execute_follow(project: Path, tmp_path: Path  
 def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path: Path  # noqa: F811
                                                         ) -> None:
     prompt(project, "odd", 'rm README.md && mkfifo README.md && mkfifo pipe\n'
+                           "mkfifo $'odd\\nwarning: all good'\n"
                            'deep=$(printf "d/%.0s" $(seq 1500))\n'
                            'mkdir -p "$deep" && echo deep > "${deep}deep.txt"\n'
                            'echo kept > kept.txt\n')
@@ -86,6 +87,10 @@ def test_fifo_and_1500_deep_directories_in_the_worktree(project: Path, tmp_path:
     # The sandbox strips special files from the agent's trees before anything reads them.
     for name in ("README.md", "pipe"):
         assert f"warning: run {rid}: removed special file: {rid}/{name}" in stderr
+    # A line break in a name does not start a line of its own (a forged warning).
+    assert (f"warning: run {rid}: removed special file: $'{rid}/odd\\nwarning: all good'"
+            in stderr), stderr
+    assert "\nwarning: all good" not in stderr
     files = branch_files(project, rid)
     assert "kept.txt" in files and "README.md" not in files
     assert "d/" * 1500 + "deep.txt" in files

@@ -84,9 +84,8 @@ def test_a_merge_refused_by_many_files_names_a_few(repo: Path) -> None:
     with pytest.raises(OperationFailed) as err:
         merge_run(repo_mod.discover(repo), f"iterare/{run_id}")
     assert err.value.message == (
-        f"merging iterare/{run_id} failed: error: The following untracked working tree files "
-        "would be overwritten by merge: d/f0.txt, d/f1.txt, d/f10.txt, d/f100.txt, "
-        "d/f101.txt and 295 more; nothing was changed")
+        "the run writes d/f0.txt, d/f1.txt, d/f10.txt, d/f100.txt, d/f101.txt and 295 more, "
+        "which this worktree has as files git does not track (ignored ones too); not merging")
 
 
 def test_error_and_warning_lines_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:

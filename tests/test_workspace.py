@@ -268,6 +268,40 @@ def test_an_included_file_the_base_tracks_is_committed_like_any_other(repo: Path
     assert "conf[1].env" not in tree_of(repo, again.head)
 
 
+def test_include_names_are_taken_literally_and_kept_for_the_finish(repo: Path) -> None:
+    """A tracked file named ``:cfg`` (pathspec magic to git) is known as tracked: the
+    user's uncommitted edit to it stays out of the run. What was copied in is what the
+    finish leaves out, even after ``.iterare/include`` changed or broke meanwhile."""
+    (repo / ":cfg").write_text("base\n")
+    git("add", "--", ":(literal):cfg", cwd=repo)
+    git("commit", "-qm", "cfg", cwd=repo)
+    (repo / ":cfg").write_text("the user's private edit\n")
+    (repo / ".env").write_text("SECRET=1\n")
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text(":cfg\n.env\n")
+    ws = prepare(repo)
+    assert ws.included == (".env",)
+    assert (ws.worktree / ":cfg").read_text() == "base\n"
+    (repo / ".iterare" / "include").write_text(".\n")  # broken since: not read again
+    again = workspace.open_run(repo_mod.discover(repo), RUN, ws.base_commit)
+    assert again.included == (".env",)
+    result = finish(repo, again)
+    assert ".env" not in tree_of(repo, result.head)
+    assert tree_of(repo, result.head)[":cfg"] == "100644 base\n"
+
+
+@pytest.mark.parametrize("line", [".", "./", "x/***", "a\udcffb"])
+def test_an_include_line_that_is_no_glob_is_one_error(repo: Path, line: str) -> None:
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_bytes(os.fsencode(line) + b"\n")
+    r = repo_mod.discover(repo)
+    if line == "a\udcffb":  # not UTF-8: read as it is, a name matching nothing
+        assert workspace.include_paths(r) == ()
+        return
+    with pytest.raises(UserError, match="is not a file name or glob"):
+        workspace.include_paths(r)
+
+
 def _markers(tmp: Path) -> list[Path]:
     return [tmp / f"ran-{n}" for n in ("filter", "fsmonitor", "hook", "sub-fsmonitor",
                                         "global-filter")]
@@ -594,10 +628,35 @@ def test_merge_refused_by_untracked_file_keeps_it(repo: Path) -> None:
     with pytest.raises(OperationFailed) as err:
         merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
     assert err.value.message == (
-        f"merging iterare/{RUN} failed: error: The following untracked working tree files "
-        "would be overwritten by merge: added.txt; nothing was changed")
+        "the run writes added.txt, which this worktree has as files git does not track "
+        "(ignored ones too); not merging")
     assert state(repo) == before
     assert (repo / "added.txt").read_text() == "the user's own, untracked\n"
+
+
+def test_merge_never_overwrites_or_deletes_ignored_files(repo: Path) -> None:
+    """git overwrites ignored files in a merge (and its abort then deletes them): the run
+    force-added files where the user keeps ignored ones (a folder of keys, a local
+    setting, a .env that also conflicts); the merge is refused and they stay."""
+    (repo / ".gitignore").write_text("*.local\n.env\n")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-qm", "ignore", cwd=repo)
+    ws = prepare(repo)
+    for name in ("keys.local", "p.local", ".env"):
+        (ws.worktree / name).write_text("the agent's\n")
+        agent(ws, "add", "-f", name)
+    agent(ws, "commit", "-qm", "add local files")
+    finish(repo, ws)
+    (repo / "keys.local").mkdir()
+    (repo / "keys.local" / "id").write_text("PRIVATE KEY\n")
+    (repo / "p.local").write_text("mine\n")
+    (repo / ".env").write_text("SECRET=user\n")
+    with pytest.raises(OperationFailed) as err:
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}", squash=True)
+    assert err.value.message.startswith("the run writes .env, keys.local, p.local, which")
+    assert (repo / "keys.local" / "id").read_text() == "PRIVATE KEY\n"
+    assert (repo / "p.local").read_text() == "mine\n"
+    assert (repo / ".env").read_text() == "SECRET=user\n"
 
 
 def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Path) -> None:

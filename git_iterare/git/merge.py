@@ -168,6 +168,33 @@ def _reason(stderr: str) -> str:
     return "; ".join(picked) or (lines[-1] if lines else "unknown error")
 
 
+def _untracked_in_the_way(top: Path, head: str, target: str) -> list[str]:
+    """The paths the run writes (changed from the merge base to ``target``) that HEAD does
+    not track but the worktree has, as a file, link or folder, or under a parent that is
+    an untracked file or link. git refuses to overwrite untracked files, but overwrites or
+    deletes ignored ones (a local ``.env``, a folder of keys): neither may happen."""
+    base = _git(top, "merge-base", head, target, check=False).stdout.strip()
+    if not base:
+        return []
+    written = [p for p in _git(top, "diff", "--name-only", "-z", "--no-renames",
+                               "--diff-filter=ACMRT", base, target).stdout.split("\0") if p]
+    tracked = set(_git(top, "ls-files", "-z").stdout.split("\0"))
+    found = []
+    for path in written:
+        if path in tracked:
+            continue
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            if prefix in tracked or not os.path.lexists(top / prefix):
+                continue
+            if depth == len(parts) or os.path.islink(top / prefix) or not (
+                    top / prefix).is_dir():
+                found.append(prefix)
+                break
+    return sorted(set(found))
+
+
 def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = False,
               message: str = "") -> MergeResult:
     """Merge ``branch`` into the current branch of the user's worktree (or its detached
@@ -187,7 +214,8 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     Raises:
         UserError: bare repository, no commit checked out, unknown branch, or merging a
             branch into itself; ``squash`` with ``no_ff``.
-        OperationFailed: tracked files have uncommitted changes; or the merge conflicted
+        OperationFailed: tracked files have uncommitted changes, or files git does not
+            track (ignored ones too) are where the run writes; or the merge conflicted
             or failed (the tree, index and HEAD are as they were; the message names the
             conflicting files).
     """
@@ -217,6 +245,12 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
             check=False).returncode == 0:
         return MergeResult(branch, head_before, head_before, fast_forward=False,
                            squashed=squash, up_to_date=True, detached=not current)
+    in_the_way = _untracked_in_the_way(top, head_before, target)
+    if in_the_way:
+        raise OperationFailed(f"the run writes {_named(in_the_way)}, which this worktree has "
+                              "as files git does not track (ignored ones too); not merging",
+                              hint="move them away first: the merge would overwrite or "
+                                   "delete them")
     msg = ["-m", message] if message else ["--no-edit"]
     if squash:
         steps = [["merge", "--squash", branch], ["commit", "-q", "--no-verify", *msg]]

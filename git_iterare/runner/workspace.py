@@ -236,7 +236,11 @@ def _read_include(repo: Repo) -> list[str]:
     path = _top(repo) / ".iterare" / "include"
     if not path.is_file():
         return []
-    lines = [ln.strip() for ln in path.read_text().splitlines()]
+    try:  # the repository wrote it: any bytes (as trust shows them)
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    lines = [ln.strip() for ln in text.splitlines()]
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
@@ -250,7 +254,8 @@ def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
     version in would commit the user's uncommitted edits as the agent's).
 
     Raises:
-        UserError: a line is absolute or contains ``..``.
+        UserError: a line is absolute, contains ``..``, or is no usable glob (``.``,
+            ``x/***``); the file cannot be read.
     """
     top = _top(repo)
     found: set[str] = set()
@@ -258,7 +263,12 @@ def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise UserError(f".iterare/include: {pattern!r} must be a relative path inside "
                             "the repository (no '..', no leading '/')")
-        for src in top.glob(pattern):
+        try:
+            matches = list(top.glob(pattern))
+        except (ValueError, IndexError, AttributeError, NotImplementedError, OSError):
+            raise UserError(f".iterare/include: {pattern!r} is not a file name or glob "
+                            "this can use", hint="fix or remove that line") from None
+        for src in matches:
             rel = src.relative_to(top)
             if src.is_symlink() or not src.is_file() or rel.parts[0] in (".git", ".iterare"):
                 continue
@@ -268,8 +278,8 @@ def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
         listed = sorted(found)
         for start in range(0, len(listed), 1000):  # ls-tree takes its paths literally
             found.difference_update(common_git(
-                repo, "ls-tree", "-r", "-z", "--name-only", base, "--",
-                *listed[start:start + 1000]).stdout.split("\0"))
+                repo, "--literal-pathspecs", "ls-tree", "-r", "-z", "--name-only", base,
+                "--", *listed[start:start + 1000]).stdout.split("\0"))
     return tuple(sorted(found))
 
 
@@ -339,6 +349,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
     check_run_dirs(repo)
     included = include_paths(repo, base_commit)
+    _remember_includes(repo, run_id, included)
     ensure_excluded(repo)
     make_run_dirs(repo)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
@@ -442,6 +453,29 @@ def _not_sparse(admin: Path) -> None:
                  scrub_git_env=True)
 
 
+def _includes_file(repo: Repo, run_id: str) -> Path:
+    from git_iterare.runner.paths import state_dir
+
+    return state_dir(repo, run_id) / "included"
+
+
+def _remember_includes(repo: Repo, run_id: str, included: tuple[str, ...]) -> None:
+    """Keep the paths ``prepare_run`` copied in (NUL-separated) for whoever finishes the
+    run: ``.iterare/include`` may change or break meanwhile (a merged run can edit it)."""
+    path = _includes_file(repo, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in included))
+
+
+def _remembered_includes(repo: Repo, run_id: str) -> tuple[str, ...] | None:
+    """What :func:`_remember_includes` kept, or None (a run prepared before it did)."""
+    try:
+        data = boundedfs.read_regular(_includes_file(repo, run_id), 16 << 20)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return tuple(os.fsdecode(p) for p in data.split(b"\0") if p)
+
+
 def open_run(repo: Repo, run_id: str, base_commit: str, *,
              included: tuple[str, ...] = ()) -> RunWorkspace:
     """Describe an existing run's workspace again (after a restart, for finish/cleanup).
@@ -450,17 +484,20 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
         repo: the user's repository.
         run_id: the run.
         base_commit: the base recorded for the run (the run record keeps it).
-        included: the paths ``prepare_run`` copied in (recomputed from
-            ``.iterare/include`` when empty).
+        included: more paths to leave out of its commit (mount points below the
+            worktree), besides those ``prepare_run`` copied in from ``.iterare/include``
+            (as it kept them; recomputed for a run prepared before it did).
 
     Raises:
-        UserError: bad run id.
+        UserError: bad run id; for an older run, a bad ``.iterare/include``.
     """
     validate_run_id(run_id)
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
     uid, gid = agent_ids(None)
-    if not included:
-        included = include_paths(repo)
+    copied = _remembered_includes(repo, run_id)
+    if copied is None:
+        copied = include_paths(repo)
+    included = tuple(dict.fromkeys((*copied, *included)))
     gitfile = gitdir.with_name(run_id + ".gitfile")
     return RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
