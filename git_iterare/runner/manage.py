@@ -229,24 +229,36 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
     store = _store(repo)
     if record.status != MERGED:
         record = store.transition(record.id, MERGED)
-    if not result.up_to_date and result.head_after:
-        # What the merge made: cleanup checks a branch still holds it (a merge undone
-        # with git reset leaves the status "merged", and the run's work only here).
+    if result.head_after:
+        # What holds the merge (HEAD after it, or the HEAD that already held the run):
+        # cleanup checks a branch still holds it (a merge undone with git reset leaves
+        # the status "merged", and the run's work only here).
+        from git_iterare.runner.ownership import machine_id
+
+        where = {"commit": result.head_after, "host": machine_id(),
+                 "repo": str(repo.main_work_tree)}
         record = store.update(record.id, lambda r: r.replace(
-            extra={**r.extra, "merged_as": result.head_after}), f"{record.id} merged as")
+            extra={**r.extra, "merged_as": where}), f"{record.id} merged as")
     return MergeOutcome(record=record, result=result)
 
 
 def merge_holds(repo: Repo, record: RunRecord) -> bool:
-    """Whether ``record``'s status ``merged`` still stands: the commit its merge made
-    (``extra.merged_as``) is on a local branch outside ``iterare/``. A record without
-    one (an older version's, or merged elsewhere) is taken at its word."""
-    merged_as = (record.extra or {}).get("merged_as")
+    """Whether ``record``'s status ``merged`` still stands: when it was merged here, the
+    commit that holds its merge (``extra.merged_as``) is on a local branch outside
+    ``iterare/``. A record merged elsewhere (a teammate's, come with fetch) or by an older
+    version is taken at its word."""
+    from git_iterare.runner.ownership import machine_id
+
     if record.status != "merged":
         return False
-    if not isinstance(merged_as, str) or not re.fullmatch(r"[0-9a-f]{40,64}", merged_as):
+    merged_as = (record.extra or {}).get("merged_as")
+    if not isinstance(merged_as, dict) or (merged_as.get("host"), merged_as.get("repo")) != (
+            machine_id(), str(repo.main_work_tree)):
         return True
-    return _reachable_elsewhere(repo, merged_as)
+    commit = merged_as.get("commit")
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+        return True
+    return _reachable_elsewhere(repo, commit)
 
 
 def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:
