@@ -659,6 +659,31 @@ def test_merge_never_overwrites_or_deletes_ignored_files(repo: Path) -> None:
     assert (repo / ".env").read_text() == "SECRET=user\n"
 
 
+@pytest.mark.parametrize("renames", ["conflict", "true"])
+def test_merge_sees_a_file_a_folder_rename_moves_onto_an_ignored_one(
+        repo: Path, renames: str) -> None:
+    """The run adds old/secret.cfg; the user renamed old/ to new/ since and keeps an
+    ignored new/secret.cfg: git's merge moves the run's file there (a conflict, or with
+    merge.directoryRenames=true a clean merge), which would overwrite or delete it."""
+    (repo / "old").mkdir()
+    (repo / "old" / "a.txt").write_text("a\n")
+    (repo / ".gitignore").write_text("*.cfg\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "old", cwd=repo)
+    ws = prepare(repo)
+    (ws.worktree / "old" / "secret.cfg").write_text("the agent's\n")
+    agent(ws, "add", "-f", "old/secret.cfg")
+    agent(ws, "commit", "-qm", "cfg")
+    finish(repo, ws)
+    git("mv", "old", "new", cwd=repo)
+    git("commit", "-qm", "rename", cwd=repo)
+    git("config", "merge.directoryRenames", renames, cwd=repo)
+    (repo / "new" / "secret.cfg").write_text("the user's\n")
+    with pytest.raises(OperationFailed, match="the run writes new/secret.cfg, which"):
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert (repo / "new" / "secret.cfg").read_text() == "the user's\n"
+
+
 def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Path) -> None:
     """Objects reachable only through the agent's alternates are not imported."""
     ws = prepare(repo)

@@ -26,6 +26,7 @@ merged content is the agent's, and a hook directory inside the tree (``core.hook
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -168,16 +169,33 @@ def _reason(stderr: str) -> str:
     return "; ".join(picked) or (lines[-1] if lines else "unknown error")
 
 
-def _untracked_in_the_way(top: Path, head: str, target: str) -> list[str]:
-    """The paths the run writes (changed from the merge base to ``target``) that HEAD does
-    not track but the worktree has, as a file, link or folder, or under a parent that is
-    an untracked file or link. git refuses to overwrite untracked files, but overwrites or
-    deletes ignored ones (a local ``.env``, a folder of keys): neither may happen."""
+def _written_by_merge(top: Path, head: str, target: str) -> list[str]:
+    """The paths merging ``target`` into ``head`` writes: those whose content differs
+    between HEAD and the merge's result, and the conflicted ones, as ``git merge-tree
+    --write-tree`` (git 2.38) works them out, with the user's merge settings (renames of
+    folders move the run's new files too). With an older git: what the run changed since
+    the merge base."""
+    merged = _git(top, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z",
+                  head, target, check=False)
+    if merged.returncode in (0, 1) and merged.stdout:
+        tree, *rest = merged.stdout.split("\0")
+        conflicted = list(itertools.takewhile(bool, rest))
+        changed = _git(top, "diff", "--name-only", "-z", "--no-renames", head,
+                       tree.strip()).stdout.split("\0")
+        return [p for p in dict.fromkeys((*changed, *conflicted)) if p]
     base = _git(top, "merge-base", head, target, check=False).stdout.strip()
     if not base:
         return []
-    written = [p for p in _git(top, "diff", "--name-only", "-z", "--no-renames",
-                               "--diff-filter=ACMRT", base, target).stdout.split("\0") if p]
+    return [p for p in _git(top, "diff", "--name-only", "-z", "--no-renames",
+                            "--diff-filter=ACMRT", base, target).stdout.split("\0") if p]
+
+
+def _untracked_in_the_way(top: Path, head: str, target: str) -> list[str]:
+    """The paths the merge writes (:func:`_written_by_merge`) that HEAD does not track but
+    the worktree has, as a file, link or folder, or under a parent that is an untracked
+    file or link. git refuses to overwrite untracked files, but overwrites or deletes
+    ignored ones (a local ``.env``, a folder of keys): neither may happen."""
+    written = _written_by_merge(top, head, target)
     tracked = set(_git(top, "ls-files", "-z").stdout.split("\0"))
     found = []
     for path in written:
