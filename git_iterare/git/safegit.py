@@ -254,6 +254,12 @@ def _exclude_file(path: str) -> str:
     return f"/{escaped}"
 
 
+def exclude_line(path: str) -> str | None:
+    """An anchored ``info/exclude`` line matching exactly the file ``path`` (a relative,
+    ``/``-separated path), or None when no line can (it holds CR or LF)."""
+    return _exclude_file(path) if _one_line(path) else None
+
+
 def _one_line(path: str) -> bool:
     """Whether an exclude line can name ``path``: a line cannot hold CR or LF (and ``?``
     in their place would match other paths too), so such paths are left out of ``git

@@ -641,7 +641,7 @@ def _gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> b
     ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
     files of the main worktree put aside (copied over the checkout by :data:`CHECKOUT`).
     With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
-    from git_iterare.runner.workspace import include_paths
+    from git_iterare.runner.workspace import include_paths, run_excludes
     from git_iterare.sandbox.remote import CACHE_PATH
 
     buffer = io.BytesIO()
@@ -657,10 +657,10 @@ def _gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> b
             _add_file(tar, ref, f"{base}\n".encode())
         _add_file(tar, "config", config.encode())
         _add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
-        exclude = repo.common_dir / "info" / "exclude"
-        if exclude.is_file():
-            _add_file(tar, "info/exclude", exclude.read_bytes())
-        included = include_paths(repo, base) if run_id is not None else []
+        included = include_paths(repo, base) if run_id is not None else ()
+        excludes = run_excludes(repo, included)
+        if excludes:
+            _add_file(tar, "info/exclude", excludes)
         if included:
             _add_dir(tar, "iterare-include")
             made = {"iterare-include"}

@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -301,10 +302,21 @@ def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
     (gitdir / "config").write_text(RUN_GITDIR_CONFIG
                                    + safegit.line_ending_config(repo.common_dir))
     (gitdir / "objects" / "info" / "alternates").write_text(alternates + "\n")
-    user_exclude = repo.common_dir / "info" / "exclude"
-    if user_exclude.is_file():  # same ignores inside as outside
-        shutil.copyfile(user_exclude, gitdir / "info" / "exclude")
+    (gitdir / "info" / "exclude").write_bytes(run_excludes(repo, ws.included))
     ws.gitfile.write_text(f"gitdir: {CONTAINER_GITDIR}\n")
+
+
+def run_excludes(repo: Repo, included: Sequence[str]) -> bytes:
+    """The run gitdir's ``info/exclude``: the user's (the same ignores inside as outside),
+    then the files copied in from ``.iterare/include``, so that the agent's ``git add -A``
+    leaves them out as the automatic commit does (the user's global excludes, which may
+    name them, are not in the sandbox)."""
+    user_exclude = repo.common_dir / "info" / "exclude"
+    own = user_exclude.read_bytes() if user_exclude.is_file() else b""
+    if own and not own.endswith(b"\n"):
+        own += b"\n"
+    lines = (safegit.exclude_line(p) for p in included)
+    return own + b"".join(os.fsencode(line) + b"\n" for line in lines if line is not None)
 
 
 def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
