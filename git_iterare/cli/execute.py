@@ -61,8 +61,20 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
         run_id = exc.run_id if isinstance(exc, RunGoesOn) else run_id
         if run_id is None:
             raise
-        click.echo(f"\ninterrupted; run {run_id} goes on (`git iterare log -f {run_id}`)",
-                   err=True)
-        sys.exit(ExitCode.INTERRUPTED)
-    follow_and_exit(record.id, verbosity=verbosity, raw=False)
+        _goes_on(run_id)
+    try:
+        follow_and_exit(record.id, verbosity=verbosity, raw=False)
+    except KeyboardInterrupt:  # before following began, or a second Ctrl-C
+        _goes_on(record.id)
     sys.exit(ExitCode.OK)
+
+
+def _goes_on(run_id: str) -> None:
+    """Say that Ctrl-C left run ``run_id`` going; exit 130."""
+    import sys
+
+    from git_iterare.errors import ExitCode
+
+    click.echo(f"\ninterrupted; run {run_id} goes on (`git iterare log -f {run_id}`)",
+               err=True)
+    sys.exit(ExitCode.INTERRUPTED)

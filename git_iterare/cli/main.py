@@ -329,4 +329,10 @@ def _unreadable_git_config(exc: BaseException) -> UserError | None:
 
 def entry(*_: Any) -> None:
     """Console entry point for ``bin/git-iterare`` and ``bin/git-iterare-<cmd>``."""
-    sys.exit(run())
+    code = run()
+    # Ctrl-C from now on would only cut the interpreter's clean-up short (a traceback from
+    # an atexit handler): end at once with the status of an interrupt instead.
+    import signal
+
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(ExitCode.INTERRUPTED))
+    sys.exit(code)
