@@ -285,10 +285,16 @@ def test_include_names_are_taken_literally_and_kept_for_the_finish(repo: Path) -
     agent(ws, "add", "-A")  # the agent's own commit leaves the include out too
     assert ".env" not in agent(ws, "diff", "--cached", "--name-only").stdout
     (repo / ".iterare" / "include").write_text(".\n")  # broken since: not read again
+    # The agent moves the copy (a refactor moving a folder would), and makes an empty file.
+    (ws.worktree / "conf").mkdir()
+    (ws.worktree / ".env").rename(ws.worktree / "conf" / "moved.env")
+    (ws.worktree / "__init__.py").write_text("")
     again = workspace.open_run(repo_mod.discover(repo), RUN, ws.base_commit)
     assert again.included == (".env",)
     result = finish(repo, again)
     assert ".env" not in tree_of(repo, result.head)
+    assert "conf/moved.env" not in tree_of(repo, result.head)
+    assert tree_of(repo, result.head)["__init__.py"] == "100644 "
     assert tree_of(repo, result.head)[":cfg"] == "100644 base\n"
 
 

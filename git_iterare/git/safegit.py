@@ -40,7 +40,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,6 +319,7 @@ class SafeGit:
         return sorted(p for p in listed if p)
 
     def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
+                 drop_blobs: Collection[str] = (),
                  unchanged: Sequence[tuple[str, str, str]] = (),
                  gitlinks: Sequence[tuple[str, str]] = ()) -> str:
         """Stage the whole worktree on top of ``parent_tree`` and return the tree id.
@@ -330,6 +331,8 @@ class SafeGit:
                 them is not committed, whatever it was).
             drop: paths removed from the index afterwards unless ``parent_tree`` tracks
                 them (files copied in by ``.iterare/include``), taken literally.
+            drop_blobs: blob ids: a path ``parent_tree`` does not track that holds one
+                leaves the index too (a copied-in file the agent moved or copied).
             unchanged: ``(mode, blob id, path)`` of files whose bytes are still those the
                 host checked out from ``blob id``: recorded as that blob, never read
                 again (no clean filter runs on them; see
@@ -369,7 +372,14 @@ class SafeGit:
                 f"160000 {sha}\t".encode() + os.fsencode(path) + b"\0"
                 for sha, path in gitlinks))
         # Only what the parent does not track: a tracked file is the commit's like any.
-        dropped = {os.fsencode(d) for d in drop}.difference(tracked)
+        dropped = {os.fsencode(d) for d in drop}
+        if drop_blobs:
+            blobs = {b.encode() for b in drop_blobs}
+            for entry in self.git("ls-files", "-s", "-z", text=False).stdout.split(b"\0"):
+                info, _, path = entry.partition(b"\t")
+                if path and info.split(b" ")[1] in blobs:
+                    dropped.add(path)
+        dropped.difference_update(tracked)
         if dropped:
             self.git("rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-",
                      "--pathspec-file-nul", text=False,

@@ -602,7 +602,8 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                  "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
                               filters=plan.filter_text) as view:
-            tree = view.snapshot(tip, drop=ws.included, unchanged=plan.unchanged,
+            tree = view.snapshot(tip, drop=ws.included, drop_blobs=ws.included_blobs,
+                                 unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)
             nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
             # A repository the agent made holds work no commit here takes: named like the

@@ -1027,6 +1027,7 @@ def live_tree(repo: Repo, record: RunRecord) -> str:
         with safegit.safe_git(repo.common_dir, scratch, attributes=plan.attributes,
                               filters=plan.filter_text) as view:
             return str(view.snapshot(ws.base_commit, drop=ws.included,
+                                     drop_blobs=ws.included_blobs,
                                      unchanged=plan.unchanged, gitlinks=plan.gitlinks))
     finally:
         boundedfs.remove_tree(scratch)

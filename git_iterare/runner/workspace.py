@@ -86,6 +86,8 @@ class RunWorkspace:
         agent_gid: its gid.
         included: paths copied in from ``.iterare/include`` (relative, ``/``-separated);
             never committed unless the base tracked them.
+        included_blobs: the blob ids of their content: a new file holding one of them
+            (an included file the agent moved or copied) is not committed either.
     """
 
     run_id: str
@@ -98,6 +100,7 @@ class RunWorkspace:
     agent_uid: int
     agent_gid: int
     included: tuple[str, ...] = ()
+    included_blobs: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -361,7 +364,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
     check_run_dirs(repo)
     included = include_paths(repo, base_commit)
-    _remember_includes(repo, run_id, included)
+    included_blobs = tuple(b for b in _remember_includes(repo, run_id, included) if b != "-")
     ensure_excluded(repo)
     make_run_dirs(repo)
     # Hooks off: with --reuse the base is agent content, and a post-checkout hook of the
@@ -375,7 +378,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
         base_commit=base_commit,
         mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
-        agent_uid=uid, agent_gid=gid, included=included)
+        agent_uid=uid, agent_gid=gid, included=included, included_blobs=included_blobs)
     try:
         admin = worktree_admin_dir(repo, worktree)
         if admin is None:
@@ -471,21 +474,40 @@ def _includes_file(repo: Repo, run_id: str) -> Path:
     return state_dir(repo, run_id) / "included"
 
 
-def _remember_includes(repo: Repo, run_id: str, included: tuple[str, ...]) -> None:
-    """Keep the paths ``prepare_run`` copied in (NUL-separated) for whoever finishes the
-    run: ``.iterare/include`` may change or break meanwhile (a merged run can edit it)."""
+def _remember_includes(repo: Repo, run_id: str, included: tuple[str, ...]) -> tuple[str, ...]:
+    """Keep the paths ``prepare_run`` copies in, each with the blob id of its content
+    (``PATH NUL BLOB NUL``), for whoever finishes the run: ``.iterare/include`` may change
+    or break meanwhile (a merged run can edit it). Returns the blob ids."""
+    top = _top(repo)
+    for rel in included:  # one line, before git or the copy fails on it
+        if not os.access(top / rel, os.R_OK):
+            raise UserError(f".iterare/include names {rel}, which you cannot read",
+                            hint="make it readable, or leave it out of .iterare/include")
+    blobs: list[str] = []
+    for start in range(0, len(included), 1000):  # file names, never pathspecs
+        blobs += common_git(repo, "hash-object", "--no-filters", "--",
+                            *included[start:start + 1000], cwd=top).stdout.split()
+    # An empty file's blob is any empty file's: it names no copy of the user's.
+    blobs = [b if (top / rel).stat().st_size else "-" for rel, b in zip(included, blobs,
+                                                                      strict=True)]
     path = _includes_file(repo, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in included))
+    path.write_bytes(b"".join(os.fsencode(p) + b"\0" + b.encode() + b"\0"
+                              for p, b in zip(included, blobs, strict=True)))
+    return tuple(blobs)
 
 
-def _remembered_includes(repo: Repo, run_id: str) -> tuple[str, ...] | None:
-    """What :func:`_remember_includes` kept, or None (a run prepared before it did)."""
+def _remembered_includes(repo: Repo, run_id: str
+                         ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The paths and blob ids :func:`_remember_includes` kept, or None (a run prepared
+    before it did)."""
     try:
         data = boundedfs.read_regular(_includes_file(repo, run_id), 16 << 20)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return tuple(os.fsdecode(p) for p in data.split(b"\0") if p)
+    fields = data.split(b"\0")[:-1]
+    return (tuple(os.fsdecode(p) for p in fields[0::2]),
+            tuple(b.decode("ascii", "replace") for b in fields[1::2] if b != b"-"))
 
 
 def open_run(repo: Repo, run_id: str, base_commit: str, *,
@@ -506,16 +528,15 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
     validate_run_id(run_id)
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
     uid, gid = agent_ids(None)
-    copied = _remembered_includes(repo, run_id)
-    if copied is None:
-        copied = include_paths(repo)
+    kept = _remembered_includes(repo, run_id)
+    copied, blobs = kept if kept is not None else (include_paths(repo), ())
     included = tuple(dict.fromkeys((*copied, *included)))
     gitfile = gitdir.with_name(run_id + ".gitfile")
     return RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
         branch=f"iterare/{run_id}", base_commit=base_commit,
         mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
-        agent_uid=uid, agent_gid=gid, included=included)
+        agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs)
 
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -602,7 +623,8 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
         problems.extend(plan.pending)
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
                               filters=plan.filter_text) as view:
-            tree = view.snapshot(head, drop=ws.included, unchanged=plan.unchanged,
+            tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
+                                 unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)
         if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
             problems.append("the worktree has uncommitted changes")
