@@ -642,6 +642,16 @@ def test_merge_refused_by_untracked_file_keeps_it(repo: Path) -> None:
     assert (repo / "added.txt").read_text() == "the user's own, untracked\n"
 
 
+def test_merge_refuses_a_changed_file_marked_assume_unchanged(repo: Path) -> None:
+    """git status hides the edit; a failed merge's undo (reset --hard) would lose it."""
+    _conflicting_run(repo)
+    git("update-index", "--assume-unchanged", "README.md", cwd=repo)
+    (repo / "README.md").write_text("the user's local edit\n")
+    with pytest.raises(OperationFailed, match=r"README\.md changed, though marked assume"):
+        merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert (repo / "README.md").read_text() == "the user's local edit\n"
+
+
 def test_merge_never_overwrites_or_deletes_ignored_files(repo: Path) -> None:
     """git overwrites ignored files in a merge (and its abort then deletes them): the run
     force-added files where the user keeps ignored ones (a folder of keys, a local

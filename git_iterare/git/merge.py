@@ -169,6 +169,25 @@ def _reason(stderr: str) -> str:
     return "; ".join(picked) or (lines[-1] if lines else "unknown error")
 
 
+def _changed_assume_unchanged(top: Path) -> list[str]:
+    """Tracked files marked assume-unchanged (``git ls-files -v``: a lowercase tag) whose
+    content differs from the index: git status hides them, and undoing a failed merge
+    (``reset --hard``) would overwrite them."""
+    marked = [line[2:] for line in _git(top, "ls-files", "-v", "-z").stdout.split("\0")
+              if line[:1].islower()]
+    if not marked:
+        return []
+    staged = {}
+    for entry in _git(top, "ls-files", "-s", "-z").stdout.split("\0"):
+        info, _, path = entry.partition("\t")
+        if path:
+            staged[path] = info.split(" ")[1]
+    present = [p for p in marked if os.path.isfile(top / p) and not os.path.islink(top / p)]
+    hashed = _git(top, "hash-object", "--", *present).stdout.split() if present else []
+    changed = [p for p, h in zip(present, hashed, strict=True) if staged.get(p) != h]
+    return sorted(changed + [p for p in marked if not os.path.lexists(top / p)])
+
+
 def _written_by_merge(top: Path, head: str, target: str) -> list[str]:
     """The paths merging ``target`` into ``head`` writes: those whose content differs
     between HEAD and the merge's result, and the conflicted ones, as ``git merge-tree
@@ -259,6 +278,12 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     if dirty:
         raise OperationFailed("tracked files have uncommitted changes; not merging",
                               hint="commit or stash them first (git stash)")
+    hidden = _changed_assume_unchanged(top)
+    if hidden:
+        raise OperationFailed(f"{_named(hidden)} changed, though marked assume-unchanged "
+                              "(git status does not show it); not merging",
+                              hint="commit or stash it first (git update-index "
+                                   "--no-assume-unchanged PATH)")
     if _git(top, "merge-base", "--is-ancestor", target, head_before,
             check=False).returncode == 0:
         return MergeResult(branch, head_before, head_before, fast_forward=False,
