@@ -551,6 +551,26 @@ def test_cleanup_refuses_unmerged_and_unfinished_work(repo: Path) -> None:
     assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 1
 
 
+def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> None:
+    """The agent stashed work and committed on a side branch, then went back: neither is
+    on the run's branch, and cleanup must not delete the only copy."""
+    r = repo_mod.discover(repo)
+    ws = prepare(repo)
+    agent(ws, "checkout", "-qb", "side")
+    (ws.worktree / "side.txt").write_text("side\n")
+    agent(ws, "add", "side.txt")
+    agent(ws, "commit", "-qm", "side work")
+    agent(ws, "checkout", "-q", f"iterare/{RUN}")
+    (ws.worktree / "README.md").write_text("stashed\n")
+    agent(ws, "stash", "-q")
+    finish(repo, ws)
+    merge_run(r, f"iterare/{RUN}")
+    with pytest.raises(OperationFailed, match=r"not imported \(refs/"):
+        workspace.cleanup_run(r, ws)
+    assert ws.gitdir.is_dir()
+    assert workspace.cleanup_run(r, ws, force=True).removed_gitdir
+
+
 def test_cleanup_force_keeps_objects(repo: Path) -> None:
     r = repo_mod.discover(repo)
     ws = prepare(repo)

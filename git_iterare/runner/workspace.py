@@ -542,6 +542,40 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
+#: Most refs of a run gitdir compared with its branch before cleanup.
+_MAX_RUN_REFS = 50
+
+
+def _run_refs(gitdir: Path) -> list[tuple[str, str]]:
+    """The ``(name, hex id)`` of the refs in a run gitdir (loose files below ``refs/``
+    holding an id, then ``packed-refs`` lines), at most :data:`_MAX_RUN_REFS`; read as
+    plain files (symlinks and anything else are passed over), never through git."""
+    found: dict[str, str] = {}
+    for top, _, files in boundedfs.walk(gitdir / "refs"):
+        for name in files:
+            path = Path(top) / name
+            try:
+                value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES).decode(
+                    "ascii", "replace").strip()
+            except (OSError, OperationFailed):
+                continue
+            if HEX40.fullmatch(value):
+                found.setdefault(path.relative_to(gitdir).as_posix(), value)
+            if len(found) >= _MAX_RUN_REFS:
+                return list(found.items())
+    try:
+        packed = boundedfs.read_regular(gitdir / "packed-refs", lim.MAX_PACKED_REFS_BYTES)
+    except (OSError, OperationFailed):
+        packed = b""
+    for line in packed.decode("utf-8", "replace").splitlines():
+        value, _, name = line.partition(" ")
+        if HEX40.fullmatch(value) and name.startswith("refs/"):
+            found.setdefault(name, value)
+        if len(found) >= _MAX_RUN_REFS:
+            break
+    return list(found.items())
+
+
 def read_run_ref(gitdir: Path, ref: str) -> str | None:
     """Read ``ref`` from a run gitdir without following anything the agent could plant.
 
@@ -616,6 +650,13 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
             run_head, problems = None, [exc.message]
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
+        elif not problems:
+            stray = [name for name, value in _run_refs(ws.gitdir)
+                     if name != ws.ref and (head is None or not is_ancestor(repo, value, head))]
+            if stray:
+                problems.append("the run gitdir has commits that were not imported ("
+                                + ", ".join(stray[:3]) + (" and more" if stray[3:] else "")
+                                + ": git stash, or other branches)")
     if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink() \
             and not worktree_on_engine(ws):  # an empty host copy holds no work
         plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
