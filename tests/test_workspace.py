@@ -571,6 +571,19 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
     assert workspace.cleanup_run(r, ws, force=True).removed_gitdir
 
 
+def test_cleanup_takes_tags_and_notes_of_imported_work_as_no_work(repo: Path) -> None:
+    r = repo_mod.discover(repo)
+    ws = prepare(repo)
+    (ws.worktree / "t.txt").write_text("t\n")
+    agent(ws, "add", "t.txt")
+    agent(ws, "commit", "-qm", "t")
+    agent(ws, "tag", "-a", "v2", "-m", "annotated")
+    agent(ws, "notes", "add", "-m", "a note", "HEAD")
+    finish(repo, ws)
+    merge_run(r, f"iterare/{RUN}")
+    assert workspace.cleanup_run(r, ws).removed_gitdir
+
+
 def test_cleanup_force_keeps_objects(repo: Path) -> None:
     r = repo_mod.discover(repo)
     ws = prepare(repo)
@@ -670,6 +683,33 @@ def test_merge_refuses_a_changed_file_marked_assume_unchanged(repo: Path) -> Non
     with pytest.raises(OperationFailed, match=r"README\.md changed, though marked assume"):
         merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
     assert (repo / "README.md").read_text() == "the user's local edit\n"
+
+
+def test_merge_is_not_refused_for_untouched_assume_unchanged_files(repo: Path) -> None:
+    """Many files marked assume-unchanged (more names than one command line holds), one
+    committed with CRLF under core.autocrlf (its clean form differs from the index), and
+    a tracked folder the run turns into a file: nothing is in the way."""
+    (repo / "crlf.txt").write_bytes(b"x\r\ny\r\n")
+    (repo / "old").mkdir()
+    (repo / "old" / "x").write_text("x\n")
+    many = repo / ("d" * 200)
+    many.mkdir()
+    for i in range(12_000):
+        (many / f"{i:05d}").write_text("")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "files", cwd=repo)
+    ws = prepare(repo)
+    agent(ws, "rm", "-rq", "old")
+    (ws.worktree / "old").write_text("now a file\n")
+    agent(ws, "add", "old")
+    agent(ws, "commit", "-qm", "folder to file")
+    finish(repo, ws)
+    git("config", "core.autocrlf", "true", cwd=repo)
+    listed = git("ls-files", "-z", cwd=repo).stdout
+    subprocess.run(["git", "update-index", "-z", "--assume-unchanged", "--stdin"], cwd=repo,
+                   input=listed, text=True, check=True)
+    result = merge_run(repo_mod.discover(repo), f"iterare/{RUN}")
+    assert (repo / "old").read_text() == "now a file\n" and not result.up_to_date
 
 
 def test_merge_never_overwrites_or_deletes_ignored_files(repo: Path) -> None:

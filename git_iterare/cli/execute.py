@@ -74,7 +74,9 @@ def _goes_on(run_id: str) -> None:
     import sys
 
     from git_iterare.errors import ExitCode
+    from git_iterare.runner.interrupts import end_on_next_interrupt
 
+    end_on_next_interrupt()
     click.echo(f"\ninterrupted; run {run_id} goes on (`git iterare log -f {run_id}`)",
                err=True)
     sys.exit(ExitCode.INTERRUPTED)

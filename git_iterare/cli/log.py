@@ -24,6 +24,9 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         record = show_log(app().repo, run_id, follow=follow, verbosity=verbosity, raw=raw,
                           emit=lambda text: click.echo(text, color=True))
     except KeyboardInterrupt:
+        from git_iterare.runner.interrupts import end_on_next_interrupt
+
+        end_on_next_interrupt()
         click.echo(f"\nstopped following; run {run_id} goes on "
                    f"(`git iterare log -f {run_id}`)", err=True)
         sys.exit(ExitCode.INTERRUPTED)

@@ -282,6 +282,9 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         # Commands that keep something going say so themselves (log -f, merge); here
         # nothing did, and a bare exit would leave the user guessing.
+        from git_iterare.runner.interrupts import end_on_next_interrupt
+
+        end_on_next_interrupt()
         print("\ninterrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
@@ -329,10 +332,13 @@ def _unreadable_git_config(exc: BaseException) -> UserError | None:
 
 def entry(*_: Any) -> None:
     """Console entry point for ``bin/git-iterare`` and ``bin/git-iterare-<cmd>``."""
-    code = run()
+    try:
+        code: int | str | None = run()
+    except SystemExit as exc:  # a command that ends itself (execute -f, log -f)
+        code = exc.code
     # Ctrl-C from now on would only cut the interpreter's clean-up short (a traceback from
-    # an atexit handler): end at once with the status of an interrupt instead.
-    import signal
+    # an atexit handler).
+    from git_iterare.runner.interrupts import end_on_next_interrupt
 
-    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(ExitCode.INTERRUPTED))
+    end_on_next_interrupt()
     sys.exit(code)

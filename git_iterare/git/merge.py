@@ -183,8 +183,15 @@ def _changed_assume_unchanged(top: Path) -> list[str]:
         if path:
             staged[path] = info.split(" ")[1]
     present = [p for p in marked if os.path.isfile(top / p) and not os.path.islink(top / p)]
-    hashed = _git(top, "hash-object", "--", *present).stdout.split() if present else []
-    changed = [p for p, h in zip(present, hashed, strict=True) if staged.get(p) != h]
+    changed = []
+    for start in range(0, len(present), 500):  # a command line holds only so many
+        batch = present[start:start + 500]
+        # As checked out (the index may hold CRLF that the clean filter would convert)
+        # or as git would add it now: either equal to the index means unchanged.
+        raw = _git(top, "hash-object", "--no-filters", "--", *batch).stdout.split()
+        clean = _git(top, "hash-object", "--", *batch).stdout.split()
+        changed += [p for p, r, c in zip(batch, raw, clean, strict=True)
+                    if staged.get(p) not in (r, c)]
     return sorted(changed + [p for p in marked if not os.path.lexists(top / p)])
 
 
@@ -223,13 +230,28 @@ def _untracked_in_the_way(top: Path, head: str, target: str) -> list[str]:
         parts = path.split("/")
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
-            if prefix in tracked or not os.path.lexists(top / prefix):
+            here = top / prefix
+            if prefix in tracked or not os.path.lexists(here):
                 continue
-            if depth == len(parts) or os.path.islink(top / prefix) or not (
-                    top / prefix).is_dir():
+            if os.path.islink(here) or not here.is_dir():
                 found.append(prefix)
                 break
+            if depth == len(parts) and _holds_untracked(top, prefix, tracked):
+                found.append(prefix)  # a folder git removes holds what it does not track
+                break
     return sorted(set(found))
+
+
+def _holds_untracked(top: Path, folder: str, tracked: set[str]) -> bool:
+    """Whether the folder ``folder`` holds a file or link git does not track (a folder of
+    tracked files alone is the merge's to replace)."""
+    from git_iterare import boundedfs
+
+    for here, _, files in boundedfs.walk(top / folder):
+        rel = os.path.relpath(here, top)
+        if any(f"{rel}/{name}" not in tracked for name in files):
+            return True
+    return False
 
 
 def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = False,

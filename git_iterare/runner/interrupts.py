@@ -43,6 +43,18 @@ class HeldInterrupts:
             raise KeyboardInterrupt
 
 
+def end_on_next_interrupt() -> None:
+    """From now on, Ctrl-C ends the process at once with exit status 130, printing
+    nothing: for when an interrupt was handled and the command is on its way out. git
+    hands the terminal's SIGINT on to ``git-iterare`` too, so one Ctrl-C can arrive twice,
+    and a second one would cut the goodbye line or the interpreter's clean-up short (a
+    bare "interrupted", a traceback from an atexit handler). Main thread only."""
+    import os
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
+
 class RunGoesOn(KeyboardInterrupt):
     """Ctrl-C came once the run's agent had started: the run is recorded as running and
     goes on; whoever catches this says so (a bare "interrupted" would leave the user

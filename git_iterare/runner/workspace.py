@@ -651,8 +651,10 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
         elif not problems:
+            # Branches and the stash hold work; tags and notes only name it.
             stray = [name for name, value in _run_refs(ws.gitdir)
-                     if name != ws.ref and (head is None or not is_ancestor(repo, value, head))]
+                     if name != ws.ref and name.startswith(("refs/heads/", "refs/stash"))
+                     and (head is None or not is_ancestor(repo, value, head))]
             if stray:
                 problems.append("the run gitdir has commits that were not imported ("
                                 + ", ".join(stray[:3]) + (" and more" if stray[3:] else "")
