@@ -606,10 +606,9 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                                  unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)
             nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
-            # A repository the agent made holds work no commit here takes: named like the
-            # other skipped paths, so it is warned about and cleanup keeps it.
-            # A tracked file still as checked out (a large file the base has) is no
-            # work left out: not named, and cleanup need not keep it.
+            # Named as not committed (a warning; cleanup keeps them): skipped paths, but
+            # not a tracked file still as checked out (a large file the base has), and
+            # repositories the agent made, whose new files no commit here takes.
             as_checked_out = {path for _, _, path in plan.unchanged}
             skipped = tuple(sorted((*(s for s in view.skipped if s.path not in as_checked_out),
                                     *plan.skipped, *(safegit.Skipped(n, NESTED_REASON, True)

@@ -564,16 +564,32 @@ def _run_refs(gitdir: Path) -> list[tuple[str, str]]:
             if len(found) >= _MAX_RUN_REFS:
                 return list(found.items())
     try:
-        packed = boundedfs.read_regular(gitdir / "packed-refs", lim.MAX_PACKED_REFS_BYTES)
+        packed = _packed_refs(gitdir)
     except (OSError, OperationFailed):
-        packed = b""
-    for line in packed.decode("utf-8", "replace").splitlines():
-        value, _, name = line.partition(" ")
+        packed = []
+    for value, name in packed:
         if HEX40.fullmatch(value) and name.startswith("refs/"):
             found.setdefault(name, value)
         if len(found) >= _MAX_RUN_REFS:
             break
     return list(found.items())
+
+
+def _packed_refs(gitdir: Path) -> list[tuple[str, str]]:
+    """``(id, name)`` of each line of a run gitdir's ``packed-refs`` (none without one),
+    as written, unchecked.
+
+    Raises:
+        OperationFailed: it is a symlink, not a regular file, or larger than
+            :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`.
+    """
+    try:
+        data = boundedfs.read_regular(gitdir / "packed-refs", lim.MAX_PACKED_REFS_BYTES,
+                                      limit_name="MAX_PACKED_REFS_BYTES")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [(sha, name) for sha, _, name in (
+        line.partition(" ") for line in data.decode("utf-8", "replace").splitlines())]
 
 
 def read_run_ref(gitdir: Path, ref: str) -> str | None:
@@ -609,17 +625,10 @@ def read_run_ref(gitdir: Path, ref: str) -> str | None:
         if not HEX40.fullmatch(value):
             raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
         return value
-    packed = gitdir / "packed-refs"
-    try:
-        data = boundedfs.read_regular(packed, lim.MAX_PACKED_REFS_BYTES,
-                                      limit_name="MAX_PACKED_REFS_BYTES")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for line in data.decode("utf-8", "replace").splitlines():
-        sha, _, name = line.partition(" ")
+    for sha, name in _packed_refs(gitdir):
         if name == ref:
             if not HEX40.fullmatch(sha):
-                raise OperationFailed(f"{packed}: bad id for {ref}")
+                raise OperationFailed(f"{gitdir / 'packed-refs'}: bad id for {ref}")
             return sha
     return None
 
