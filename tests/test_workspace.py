@@ -567,6 +567,22 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
     merge_run(r, f"iterare/{RUN}")
     with pytest.raises(OperationFailed, match=r"not imported \(refs/"):
         workspace.cleanup_run(r, ws)
+    # Packed behind 60 tags, they are still found (tags once filled the refs looked at).
+    for i in range(60):
+        agent(ws, "tag", f"t{i}")
+    agent(ws, "pack-refs", "--all")
+    with pytest.raises(OperationFailed, match=r"not imported \(refs/heads/side, refs/stash"):
+        workspace.cleanup_run(r, ws)
+    # An unreadable packed-refs could hide them: not taken as no work (the run's own
+    # branch is a loose ref again, so only the check of the others reads it).
+    own = ws.gitdir / "refs" / "heads" / "iterare" / RUN
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text(agent(ws, "rev-parse", f"iterare/{RUN}").stdout)
+    packed = ws.gitdir / "packed-refs"
+    packed.rename(ws.gitdir / "packed-refs.real")
+    packed.symlink_to("packed-refs.real")
+    with pytest.raises(OperationFailed, match="could not all be checked"):
+        workspace.cleanup_run(r, ws)
     assert ws.gitdir.is_dir()
     assert workspace.cleanup_run(r, ws, force=True).removed_gitdir
 

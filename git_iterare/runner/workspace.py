@@ -542,37 +542,42 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
-#: Most refs of a run gitdir compared with its branch before cleanup.
+#: Most branches (and stash) of a run gitdir compared with its branch before cleanup.
 _MAX_RUN_REFS = 50
+#: The refs of a run gitdir that hold work: branches and the stash (tags and notes only
+#: name commits).
+_WORK_REFS = ("refs/heads/", "refs/stash")
 
 
-def _run_refs(gitdir: Path) -> list[tuple[str, str]]:
-    """The ``(name, hex id)`` of the refs in a run gitdir (loose files below ``refs/``
-    holding an id, then ``packed-refs`` lines), at most :data:`_MAX_RUN_REFS`; read as
-    plain files (symlinks and anything else are passed over), never through git."""
+def _work_refs(gitdir: Path, own: str) -> list[tuple[str, str]] | None:
+    """The ``(name, hex id)`` of the branches and stash of a run gitdir other than its
+    own branch ``own`` (loose files, then ``packed-refs`` lines), read as plain files,
+    never through git; a symbolic ref is passed over (it names another). None when they
+    cannot all be told: more than :data:`_MAX_RUN_REFS`, or one of them, or
+    ``packed-refs``, cannot be read (a symlink, too large, not a regular file)."""
     found: dict[str, str] = {}
-    for top, _, files in boundedfs.walk(gitdir / "refs"):
-        for name in files:
-            path = Path(top) / name
-            try:
-                value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES).decode(
-                    "ascii", "replace").strip()
-            except (OSError, OperationFailed):
-                continue
-            if HEX40.fullmatch(value):
-                found.setdefault(path.relative_to(gitdir).as_posix(), value)
-            if len(found) >= _MAX_RUN_REFS:
-                return list(found.items())
     try:
+        for prefix in _WORK_REFS:
+            for top, _, files in boundedfs.walk(gitdir / prefix.rstrip("/")):
+                for name in files:
+                    path = Path(top) / name
+                    value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES).decode(
+                        "ascii", "replace").strip()
+                    if HEX40.fullmatch(value):
+                        found.setdefault(path.relative_to(gitdir).as_posix(), value)
+            if (gitdir / prefix).is_file():  # refs/stash itself
+                value = boundedfs.read_regular(gitdir / prefix, lim.MAX_REF_FILE_BYTES
+                                               ).decode("ascii", "replace").strip()
+                if HEX40.fullmatch(value):
+                    found.setdefault(prefix, value)
         packed = _packed_refs(gitdir)
     except (OSError, OperationFailed):
-        packed = []
+        return None
     for value, name in packed:
-        if HEX40.fullmatch(value) and name.startswith("refs/"):
+        if HEX40.fullmatch(value) and name.startswith(_WORK_REFS):
             found.setdefault(name, value)
-        if len(found) >= _MAX_RUN_REFS:
-            break
-    return list(found.items())
+    found.pop(own, None)
+    return list(found.items()) if len(found) <= _MAX_RUN_REFS else None
 
 
 def _packed_refs(gitdir: Path) -> list[tuple[str, str]]:
@@ -660,11 +665,13 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
         elif not problems:
-            # Branches and the stash hold work; tags and notes only name it.
-            stray = [name for name, value in _run_refs(ws.gitdir)
-                     if name != ws.ref and name.startswith(("refs/heads/", "refs/stash"))
-                     and (head is None or not is_ancestor(repo, value, head))]
-            if stray:
+            refs = _work_refs(ws.gitdir, ws.ref)
+            stray = [name for name, value in refs or ()
+                     if head is None or not is_ancestor(repo, value, head)]
+            if refs is None:
+                problems.append("the run gitdir has branches or a stash that could not "
+                                "all be checked")
+            elif stray:
                 problems.append("the run gitdir has commits that were not imported ("
                                 + ", ".join(stray[:3]) + (" and more" if stray[3:] else "")
                                 + ": git stash, or other branches)")
