@@ -117,6 +117,10 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module = importlib.import_module(f"git_iterare.cli.{COMMANDS[cmd_name][0]}")
+        from git_iterare import gcpause
+
+        if cmd_name not in gcpause.RESUMED_AFTER_LAUNCH:
+            gcpause.resume()
         command: click.Command = module.command
         if not any(p.name == "help" for p in command.params):
             command.params.extend(common_options())

@@ -231,6 +231,16 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         OperationFailed: Docker unreachable, image build failed, launch failed (then the
             run is recorded as failed and its worktree kept).
     """
+    from git_iterare import gcpause
+
+    try:
+        return _execute(repo, config, request, os.environ if env is None else env, progress)
+    finally:
+        gcpause.resume()  # start-up is over: the caller may follow the run for hours
+
+
+def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[str, str],
+             progress: Callable[[str], None]) -> RunRecord:
     from git_iterare.agents import get_agent, image_agents
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
@@ -238,7 +248,6 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.image import ensure_image
 
-    env = os.environ if env is None else env
     _warm_up_docker()
     if request.prompt is None:
         prompt = Prompt(name="interactive", path=Path(""), body="")
