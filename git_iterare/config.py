@@ -78,6 +78,11 @@ CORE_KEYS: dict[str, Key] = {
             "0 is refused: for no practical limit use a large value."),
         Key("docker.pids", "int", 1024,
             "Maximum number of processes in a run: 16 to 4194304 (0 is refused)."),
+        Key("docker.spare_seconds", "int", 600,
+            "When runs follow one another: how long a locked network sidecar, started "
+            "after a run, waits for the next run in the repository (which then starts "
+            "about 0.2 s sooner), in seconds up to 3600; 0 starts none. Runs on Docker's "
+            "default bridge on a local engine only."),
         Key("run.agent", "str", "claude",
             f"Agent that runs prompts: {_agent_list()}."),
         Key("run.timeout", "int", 3600,

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
-    from git_iterare.sandbox.spec import Limits, Mount
+    from git_iterare.sandbox.spec import Limits, Mount, SandboxSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -135,6 +135,21 @@ def _warm_up_docker() -> None:
             import_docker(current())
 
     threading.Thread(target=load, daemon=True, name="import-docker").start()
+
+
+def spare_seconds(config: Config) -> int:
+    """``docker.spare_seconds``, checked (see :mod:`git_iterare.sandbox.spare`).
+
+    Raises:
+        UserError: it is below 0 or above an hour.
+    """
+    from git_iterare.sandbox.spare import MAX_SECONDS
+
+    seconds = int(config["docker.spare_seconds"])
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise UserError(f"docker.spare_seconds must be 0 to {MAX_SECONDS} seconds, not "
+                        f"{seconds}", hint="fix it with `git iterare config`, or set 0")
+    return seconds
 
 
 def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str, str]:
@@ -275,6 +290,7 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     budget = run_budget(config, prompt, request)
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
+    spare_seconds(config)
     more_mounts = list(admitted.mounts)
     store = RunStore(repo)
     if request.reuse:
@@ -392,8 +408,10 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runner.spec import sandbox_spec
     from git_iterare.runs.status import RUNNING
+    from git_iterare.sandbox import spare
 
     record, agent, request, secret_env = plan.record, plan.agent, plan.request, plan.secret_env
+    spares = 0 if request.tty else spare_seconds(config)
     credentials, timeout, more_mounts = plan.credentials, plan.timeout, plan.more_mounts
     for secret in (*secret_env.values(), *credentials.secrets()):
         proc.register_secret(secret)
@@ -445,7 +463,9 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
             shipping = pool.submit(ship.ship, repo, record.id, plan.base_commit, remote,
                                    spec.sidecar_image, spec.all_labels(), (uid, gid))
         try:
-            sidecar = sandbox.begin(spec, start=False)
+            # A spare sidecar left by the run before (sandbox.spare) has started already.
+            claimed = sandbox.claim_spare(spec) if remote is None and spares else None
+            sidecar = claimed or sandbox.begin(spec, start=False)
         except BaseException:
             if shipping is not None:
                 with contextlib.suppress(BaseException):
@@ -453,7 +473,8 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
             raise
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
-        started = pool.submit(sandbox.start_sidecar, sidecar)
+        started = pool.submit(sandbox.rename, sidecar, f"{spec.name}-net") if claimed \
+            else pool.submit(sandbox.start_sidecar, sidecar)
         try:
             # A remote engine checks the base out itself (runner.ship): none here.
             ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid,
@@ -481,6 +502,8 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
             extra={**r.extra, "shipped": shipped.to_json()}), f"{record.id} shipped")
     running = store.transition(record.id, RUNNING, container=container,
                                worktree=str(ws.worktree))
+    if remote is None and spare.wanted(spec, spares, claimed is not None):
+        _leave_spare(spec, spares)
     if remote is not None:  # the next run's worktree, checked out while this one runs
         from git_iterare.runner import ship
 
@@ -489,6 +512,21 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         except (OperationFailed, UserError, OSError) as exc:
             ui.warn(f"no worktree was prepared on the Docker engine for the next run: {exc}")
     return running
+
+
+def _leave_spare(spec: SandboxSpec, seconds: int) -> None:
+    """Start a spare sidecar for the next run in a thread the process waits for at exit
+    (``execute`` returns, or follows the run, meanwhile). Failing to is not the run's
+    failure: the next run starts a sidecar of its own."""
+    import threading
+
+    from git_iterare import sandbox
+
+    def make() -> None:
+        with contextlib.suppress(Exception):
+            sandbox.make_spare(spec, seconds)
+
+    threading.Thread(target=make, name="spare-sidecar").start()
 
 
 def _discard_on_engine(record: RunRecord) -> bool:

@@ -11,11 +11,17 @@ from pathlib import Path
 from git_iterare.git.repo import Repo
 
 
+def state_root(repo: Repo) -> Path:
+    """The folder of the runs' state folders (and of spare sidecars' folders:
+    :mod:`git_iterare.sandbox.spare`)."""
+    return repo.common_dir / "iterare" / "state"
+
+
 def state_dir(repo: Repo, run_id: str) -> Path:
     """``<common dir>/iterare/state/<run id>``: the prompt file, the sandbox's output
     directory (``out/``: status, DNS log) and its secrets directory (``secrets/``, 0700).
     Never mounted writable into the sandbox except ``out/``."""
-    return repo.common_dir / "iterare" / "state" / run_id
+    return state_root(repo) / run_id
 
 
 @contextlib.contextmanager
@@ -37,7 +43,7 @@ def run_lock(repo: Repo, run_id: str) -> Iterator[None]:
 
 
 def _launch_mark(repo: Repo, run_id: str) -> Path:
-    return repo.common_dir / "iterare" / "state" / f"{run_id}.launch"
+    return state_root(repo) / f"{run_id}.launch"
 
 
 @contextlib.contextmanager

@@ -30,9 +30,10 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "agent_ids", "attach", "begin", "engine_cpus", "get_backend", "inspect", "launch",
-    "list_sandboxes", "log_lines", "policy_from_config", "read_egress_report",
-    "reclaim", "remove", "remove_sidecar", "start_sidecar", "stop", "wait",
+    "agent_ids", "attach", "begin", "claim_spare", "engine_cpus", "get_backend", "inspect",
+    "launch", "list_sandboxes", "log_lines", "make_spare", "policy_from_config",
+    "read_egress_report", "reclaim", "remove", "remove_sidecar", "rename", "start_sidecar",
+    "stop", "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -80,6 +81,23 @@ def begin(spec: SandboxSpec, start: bool = True) -> str:
     """Make (and start) the sandbox's network sidecar while its trees are still being
     made; return its id for :func:`launch` (see Backend.begin)."""
     return get_backend().begin(spec, start)
+
+
+def claim_spare(spec: SandboxSpec) -> str | None:
+    """A spare sidecar claimed for ``spec`` in place of :func:`begin` (already started),
+    or None (see :mod:`git_iterare.sandbox.spare`)."""
+    return get_backend().claim_spare(spec)
+
+
+def make_spare(spec: SandboxSpec, seconds: int) -> str | None:
+    """Start a spare sidecar the next sandbox like ``spec`` may claim within ``seconds``;
+    its id, or None when one waits already."""
+    return get_backend().make_spare(spec, seconds)
+
+
+def rename(container_id: str, name: str) -> None:
+    """Rename a container (best effort)."""
+    get_backend().rename(container_id, name)
 
 
 def start_sidecar(sidecar_id: str) -> None:

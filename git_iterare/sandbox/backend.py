@@ -21,6 +21,19 @@ class Backend(Protocol):
         id."""
         ...
 
+    def claim_spare(self, spec: SandboxSpec) -> str | None:
+        """A started spare sidecar given ``spec``'s run, in place of :meth:`begin`; its
+        id, or None when none can serve."""
+        ...
+
+    def make_spare(self, spec: SandboxSpec, seconds: int) -> str | None:
+        """Start a spare sidecar for the next sandbox like ``spec``; its id, or None."""
+        ...
+
+    def rename(self, container_id: str, name: str) -> None:
+        """Rename a container (best effort)."""
+        ...
+
     def start_sidecar(self, sidecar_id: str) -> None:
         """Start a sidecar :meth:`begin` made without starting it."""
         ...

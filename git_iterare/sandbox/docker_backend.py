@@ -330,6 +330,67 @@ def tree_mounts(trees: Sequence[Path]) -> tuple[list[Any], str]:
     return mounts, " ".join(names)
 
 
+def policy_lines(spec: SandboxSpec) -> str:
+    """The sidecar's policy text for ``spec`` (completed by :func:`_with_dns` first).
+
+    Raises:
+        UserError: it is longer than :data:`MAX_POLICY_BYTES`.
+    """
+    policy = spec.policy.to_lines()
+    if len(policy.encode()) > MAX_POLICY_BYTES:
+        raise UserError(f"the sandbox's allowlist is too long: {len(spec.policy.domains)} "
+                        f"names, {len(policy.encode()) // 1024} KiB (at most "
+                        f"{MAX_POLICY_BYTES // 1024} KiB)",
+                        hint="cover many names with wildcard entries such as "
+                             "*.example.com")
+    return policy
+
+
+def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: str,
+                   labels: Mapping[str, str], auto_remove: bool = False) -> Any:
+    """Create (not start) a network sidecar for ``spec``; return the docker SDK container.
+
+    Its host folders (``spec.out_dir`` and the signal folder beside it) are made here.
+    ``environment`` is the sidecar's own (container/sidecar says what it reads); the
+    run's trees' names are added as ``ITERARE_TREES`` unless ``environment`` has them.
+
+    Raises:
+        UserError: the image does not exist.
+        OperationFailed: the engine is unreachable, the name is taken or it refused.
+    """
+    from docker.types import LogConfig
+    from docker.types import Mount as DockerMount
+
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    (spec.out_dir / "status.json").unlink(missing_ok=True)
+    environment = dict(environment)
+    if spec.remote is not None:  # an engine that sees none of the client's files
+        # Its output stays in the image's /run/iterare/out, fetched at the end.
+        from git_iterare.sandbox.remote import SIDECAR_TREES_READY, sidecar_mounts
+
+        mounts, trees = sidecar_mounts(spec.remote)
+        environment["ITERARE_TREES_READY"] = SIDECAR_TREES_READY
+    else:
+        mounts, trees = tree_mounts(spec.owned)
+        mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
+                                     read_only=False))
+        signal = _signal_dir(spec)
+        signal.mkdir(mode=0o700, exist_ok=True)
+        (signal / "go").unlink(missing_ok=True)
+        mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
+                                     read_only=True))
+    environment.setdefault("ITERARE_TREES", trees)
+    with docker_errors(f"create the network sidecar of {spec.name}"):
+        return client().containers.create(
+            spec.sidecar_image, command=["start"], name=name,
+            entrypoint=[SIDECAR], user="0:0", working_dir="/", labels=dict(labels),
+            environment=environment, mounts=mounts, network=spec.network or None,
+            cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
+            security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
+            pids_limit=SIDECAR_PIDS, sysctls=dict(SIDECAR_SYSCTLS),
+            log_config=LogConfig(**LOG_CONFIG), auto_remove=auto_remove, detach=True)
+
+
 def _limits(spec: SandboxSpec) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if spec.limits.cpus:
@@ -496,55 +557,18 @@ class DockerBackend:
             OperationFailed: the engine is unreachable, the name is taken or it refused
                 (then nothing is left behind).
         """
-        from docker.types import LogConfig
-        from docker.types import Mount as DockerMount
-
         spec = _with_dns(spec)
-        policy = spec.policy.to_lines()
-        if len(policy.encode()) > MAX_POLICY_BYTES:
-            raise UserError(f"the sandbox's allowlist is too long: {len(spec.policy.domains)} "
-                            f"names, {len(policy.encode()) // 1024} KiB (at most "
-                            f"{MAX_POLICY_BYTES // 1024} KiB)",
-                            hint="cover many names with wildcard entries such as "
-                                 "*.example.com")
-        spec.out_dir.mkdir(parents=True, exist_ok=True)
-        (spec.out_dir / "status.json").unlink(missing_ok=True)
-        docker = client()
         environment = {"ITERARE_AGENT_UID": str(spec.agent_uid),
                        "ITERARE_AGENT_GID": str(spec.agent_gid),
                        # Not a secret (the record keeps it too); in the configuration it
                        # needs no call before the start.
-                       "ITERARE_POLICY": policy}
-        if spec.remote is not None:  # an engine that sees none of the client's files
-            # Its output stays in the image's /run/iterare/out, fetched at the end.
-            from git_iterare.sandbox.remote import SIDECAR_TREES_READY, sidecar_mounts
-
-            mounts, trees = sidecar_mounts(spec.remote)
-            environment["ITERARE_TREES_READY"] = SIDECAR_TREES_READY
-        else:
-            mounts, trees = tree_mounts(spec.owned)
-            mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
-                                         read_only=False))
-            signal = _signal_dir(spec)
-            signal.mkdir(mode=0o700, exist_ok=True)
-            (signal / "go").unlink(missing_ok=True)
-            mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
-                                         read_only=True))
-        with docker_errors(f"create the network sidecar of {spec.name}"):
-            sidecar = docker.containers.create(
-                spec.sidecar_image, command=["start"], name=f"{spec.name}-net",
-                entrypoint=[SIDECAR], user="0:0", working_dir="/",
-                labels={**spec.all_labels(), LABEL_ROLE: "sidecar"},
-                environment={**environment, "ITERARE_TREES": trees},
-                mounts=mounts, network=spec.network or None,
-                cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
-                security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
-                pids_limit=SIDECAR_PIDS, sysctls=dict(SIDECAR_SYSCTLS),
-                log_config=LogConfig(**LOG_CONFIG), detach=True)
+                       "ITERARE_POLICY": policy_lines(spec)}
+        sidecar = create_sidecar(spec, environment, name=f"{spec.name}-net",
+                                 labels={**spec.all_labels(), LABEL_ROLE: "sidecar"})
         try:
             for extra in spec.networks:
                 with docker_errors(f"attach the sandbox {spec.name} to {extra}"):
-                    docker.networks.get(extra).connect(sidecar)
+                    client().networks.get(extra).connect(sidecar)
             if start:
                 with docker_errors(f"start the network sidecar of {spec.name}"):
                     sidecar.start()
@@ -553,6 +577,35 @@ class DockerBackend:
                 sidecar.remove(force=True, v=True)
             raise
         return str(sidecar.id)
+
+    def claim_spare(self, spec: SandboxSpec) -> str | None:
+        """A spare sidecar (:mod:`git_iterare.sandbox.spare`), running and given
+        ``spec``'s policy, trees and agent ids; its id, or None when none can serve
+        ``spec``. Then it stands for :meth:`begin` and :meth:`start_sidecar`.
+
+        Raises:
+            UserError: the policy is too long to hand over (:data:`MAX_POLICY_BYTES`).
+        """
+        from git_iterare.sandbox import spare
+
+        if not spare.usable(spec):
+            return None
+        spec = _with_dns(spec)
+        return spare.claim(spec, policy_lines(spec), tree_mounts(spec.owned)[1])
+
+    def make_spare(self, spec: SandboxSpec, seconds: int) -> str | None:
+        """Start a spare sidecar for sandboxes like ``spec`` (see
+        :func:`git_iterare.sandbox.spare.make`)."""
+        from git_iterare.sandbox import spare
+
+        return spare.make(spec, seconds) if spare.usable(spec) else None
+
+    def rename(self, container_id: str, name: str) -> None:
+        """Give a container a new name (a claimed spare its run's); best effort."""
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.DockerException, OSError):
+            client().api.rename(container_id, name)
 
     def start_sidecar(self, sidecar_id: str) -> None:
         """Start a sidecar :meth:`begin` made without starting it.

@@ -1,0 +1,292 @@
+"""Spare network sidecars: started ahead of a run, locked, claimed by the next run.
+
+Starting a container is most of the engine's share of a run's start (about 0.2 s here),
+and a sandbox starts two: its network sidecar, then the agent's container in the
+sidecar's network namespace. When runs follow one another in a repository, the run just
+launched leaves a *spare*: a sidecar from git-iterare's own image with everything that does
+not depend on the run (engine, image, Docker's default bridge, the folders the run trees
+live in, its limits), which locks its namespace at once (nothing in or out) and waits, knowing no
+policy, trees or agent ids, for a run to claim it (container/sidecar, step 0b). The next
+run claims it instead of starting a sidecar of its own: it takes over the spare's host
+folders (``out`` and ``signal``) as its own and puts its policy, trees and agent ids into
+the signal folder, from where the sidecar goes on exactly as one started for that run.
+
+Trust: a spare runs only git-iterare's image and code, is never joined by an agent
+before it is claimed, and learns its policy from the host process of the run that claims
+it, after that run was admitted (:func:`git_iterare.runner.guard.admit`), through a
+folder mounted read-only in the sidecar and not at all in the agent's container. Unclaimed
+it exits after ``docker.spare_seconds`` and the engine removes it (auto-remove).
+
+On the host a spare is the folder ``<state>/spare-<token>/`` beside the runs' state
+folders (``spec.out_dir`` is ``<state>/<run id>/out``), holding ``out/``, ``signal/`` and
+``spare.json`` (:data:`SPARE_FORMAT`, container id, fingerprint, expiry). Claiming renames
+the folder first: of two runs (or a run and ``cleanup``) that reach for one spare, one
+gets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from git_iterare.errors import IterareError
+from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN, SandboxSpec
+
+#: Version of a spare folder and of the claim; spares of another version are not claimed.
+SPARE_FORMAT = 1
+#: On a spare's container (and still on it once claimed): its token.
+LABEL_SPARE = "dev.iterare.spare"
+#: A spare is claimed only while it would wait at least this much longer, and its folder
+#: is swept this long after it gave up (seconds).
+MARGIN = 60.0
+#: ``docker.spare_seconds`` at most (an hour).
+MAX_SECONDS = 3600
+#: Largest ``spare.json`` read (bytes).
+MAX_INFO_BYTES = 4096
+PREFIX = "spare-"
+#: Touched at every launch; a spare is left only when runs follow one another.
+LAST_LAUNCH = "last-launch"
+
+
+def usable(spec: SandboxSpec) -> bool:
+    """Whether a spare can serve ``spec``: a local engine (the spare's folders are bind
+    mounts) and Docker's default bridge, no ``docker.network`` or ``--docker-network``
+    (a spare waiting on a user's network would stop ``docker compose down`` from
+    removing it)."""
+    return spec.remote is None and not spec.network and not spec.networks
+
+
+def spare_root(spec: SandboxSpec) -> Path:
+    """The folder spare folders live in: the one holding the runs' state folders."""
+    return spec.out_dir.parent.parent
+
+
+def fingerprint(spec: SandboxSpec) -> str:
+    """What a spare shares with every sandbox it may serve, as a sha256 hex digest: the
+    engine, git-iterare's image id, the network, the repository and the folders the run
+    trees live in (mounted into the sidecar), and :data:`SPARE_FORMAT`."""
+    from git_iterare.sandbox.engine import current
+
+    data = {"v": SPARE_FORMAT, "engine": current().url, "image": spec.sidecar_image,
+            "network": spec.network, "repo": spec.repo_path,
+            # In the order the sidecar numbers them (/trees/0, /trees/1, ...).
+            "parents": list(dict.fromkeys(str(Path(t).parent.resolve()) for t in spec.owned))}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _read_info(folder: Path) -> dict[str, Any] | None:
+    """``spare.json`` of ``folder``, or None when missing, too large or malformed."""
+    try:
+        with open(folder / "spare.json", "rb") as fh:
+            raw = fh.read(MAX_INFO_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_INFO_BYTES else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("v") != SPARE_FORMAT \
+            or not isinstance(data.get("container"), str) \
+            or not isinstance(data.get("fingerprint"), str) \
+            or not isinstance(data.get("expires"), (int, float)):
+        return None
+    return data
+
+
+def _spares(root: Path) -> Iterator[tuple[Path, dict[str, Any] | None]]:
+    """Every spare folder in ``root`` with its ``spare.json`` (None while it is made, or
+    when unreadable)."""
+    try:
+        entries = [e for e in os.scandir(root)
+                   if e.name.startswith(PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in sorted(entries, key=lambda e: e.name):
+        folder = Path(entry.path)
+        yield folder, _read_info(folder)
+
+
+def _take(folder: Path, as_name: str) -> Path | None:
+    """Rename the spare ``folder`` to ``as_name`` beside it (only one caller can); the new
+    path, or None when another caller took it first."""
+    taken = folder.with_name(as_name)
+    try:
+        os.rename(folder, taken)
+    except OSError:
+        return None
+    return taken
+
+
+def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
+    """Claim a waiting spare for ``spec``'s run; return its container id, or None.
+
+    The run's ``spec.out_dir`` (absent or empty) and signal folder become the spare's;
+    ``policy`` (the sidecar's policy text), ``trees`` (``ITERARE_TREES``) and the agent's
+    ids go into ``signal/claim``. A spare whose container is gone or not running is
+    dropped and the next one tried. Never raises for a spare that cannot serve: the caller
+    then starts a sidecar of its own.
+    """
+    from git_iterare.sandbox.docker_backend import _signal_dir
+
+    if not usable(spec):
+        return None
+    root, wanted, now = spare_root(spec), fingerprint(spec), time.time()
+    for folder, info in _spares(root):
+        if info is None or info["fingerprint"] != wanted or info["expires"] - MARGIN < now:
+            continue
+        taken = _take(folder, f"claim-{spec.run_id}-{folder.name}")
+        if taken is None:
+            continue
+        try:
+            if not _running_spare(info["container"], folder.name[len(PREFIX):]):
+                continue
+            for mine, spares in ((spec.out_dir, taken / "out"),
+                                 (_signal_dir(spec), taken / "signal")):
+                with contextlib.suppress(FileNotFoundError):
+                    mine.rmdir()  # made empty by the caller; anything in it stops the claim
+                mine.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(spares, mine)
+            hand = _signal_dir(spec) / "claim.new"
+            hand.mkdir(mode=0o700)
+            (hand / "policy").write_text(policy, encoding="utf-8")
+            (hand / "trees").write_text(trees, encoding="utf-8")
+            (hand / "agent").write_text(f"{spec.agent_uid} {spec.agent_gid}\n")
+            os.rename(hand, hand.with_name("claim"))  # the sidecar sees all three at once
+            return str(info["container"])
+        except OSError:
+            _remove_container(info["container"])
+        finally:
+            shutil.rmtree(taken, ignore_errors=True)
+    return None
+
+
+def _running_spare(container_id: str, token: str) -> bool:
+    """Whether ``container_id`` runs and is the spare ``token`` (else it is removed)."""
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client
+
+    try:
+        state = client().api.inspect_container(container_id)
+    except (docker.errors.DockerException, IterareError, OSError):
+        return False
+    labels = (state.get("Config") or {}).get("Labels") or {}
+    if (state.get("State") or {}).get("Running") and labels.get(LABEL_SPARE) == token:
+        return True
+    _remove_container(container_id)
+    return False
+
+
+def _remove_container(container_id: str) -> None:
+    """Remove a spare's container; best effort (auto-remove takes one that exited)."""
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client
+
+    with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
+        client().api.remove_container(container_id, force=True, v=True)
+
+
+def wanted(spec: SandboxSpec, seconds: int, claimed: bool) -> bool:
+    """Whether the run just launched for ``spec`` should leave a spare: spares are on
+    (``seconds``), and this run claimed one or another run launched in this repository
+    within ``seconds`` (runs follow one another). Notes this launch's time."""
+    if seconds <= 0 or not usable(spec):
+        return False
+    mark = spare_root(spec) / LAST_LAUNCH
+    try:
+        recent = time.time() - mark.stat().st_mtime < seconds
+    except OSError:
+        recent = False
+    with contextlib.suppress(OSError):
+        mark.touch()
+    return claimed or recent
+
+
+def make(spec: SandboxSpec, seconds: int) -> str | None:
+    """Start a spare sidecar that sandboxes like ``spec`` can claim for ``seconds``;
+    return its container id, or None when one is waiting already.
+
+    Also sweeps spare folders that gave up, and spare containers of this repository that
+    never started (a ``make`` cut short).
+
+    Raises:
+        UserError, OperationFailed: the engine refused (then nothing is left behind).
+        OSError: the folder cannot be made.
+    """
+    from git_iterare.sandbox.docker_backend import LABEL_ROLE, create_sidecar
+    from git_iterare.sandbox.docker_errors import docker_errors
+
+    root, wanted_print, now = spare_root(spec), fingerprint(spec), time.time()
+    for folder, info in list(_spares(root)):
+        if info is not None and info["fingerprint"] == wanted_print \
+                and info["expires"] - MARGIN > now + 1:
+            return None
+        try:
+            stale = folder.stat().st_mtime < now - MARGIN if info is None else \
+                info["expires"] + MARGIN < now
+        except OSError:  # another process took it meanwhile
+            continue
+        if stale and (taken := _take(folder, f"sweep-{folder.name}")) is not None:
+            shutil.rmtree(taken, ignore_errors=True)
+    _sweep_unstarted(spec.repo_path)
+    token = secrets.token_hex(6)
+    folder = root / f"{PREFIX}{token}"
+    folder.mkdir(mode=0o700, parents=True)
+    name = f"iterare-{PREFIX}{token}"
+    spare_spec = dataclasses.replace(spec, out_dir=folder / "out", name=name, run_id="")
+    container = None
+    try:
+        container = create_sidecar(
+            spare_spec, {"ITERARE_SPARE": str(seconds), "ITERARE_TREES": ""},
+            name=f"{name}-net", auto_remove=True,
+            labels={LABEL_RUN: "", LABEL_REPO: spec.repo_path, LABEL_ROLE: "sidecar",
+                    LABEL_SPARE: token})
+        with docker_errors(f"start the spare sidecar {name}"):
+            container.start()
+        info = {"v": SPARE_FORMAT, "container": container.id, "fingerprint": wanted_print,
+                "expires": time.time() + seconds}
+        (folder / "spare.json.new").write_text(json.dumps(info), encoding="utf-8")
+        os.rename(folder / "spare.json.new", folder / "spare.json")
+    except BaseException:
+        if container is not None:
+            _remove_container(container.id)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return str(container.id)
+
+
+def _sweep_unstarted(repo_path: str) -> None:
+    """Remove spare containers of the repository at ``repo_path`` that were made but never
+    started (a :func:`make` cut short; one that ran and ended is removed by the engine,
+    and a claimed one is a run's sidecar, never left merely created)."""
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client
+
+    with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
+        for found in client().api.containers(all=True, filters={
+                "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"], "status": ["created"]}):
+            if time.time() - float(found.get("Created") or 0) > MARGIN:  # not being made
+                _remove_container(found["Id"])
+
+
+def remove_all(root: Path) -> int:
+    """Remove every spare waiting in ``root`` (containers and folders); return how many
+    were removed. Spares already claimed are runs' sidecars and stay."""
+    removed = 0
+    for folder, info in list(_spares(root)):
+        taken = _take(folder, f"sweep-{folder.name}")
+        if taken is None:
+            continue
+        if info is not None:
+            _remove_container(info["container"])
+            removed += 1
+        shutil.rmtree(taken, ignore_errors=True)
+    return removed

@@ -1,0 +1,212 @@
+"""Spare network sidecars (git_iterare.sandbox.spare) without an engine: which spare a run
+may claim, that only one run gets it, what the claim hands over, and when a run leaves one.
+The engine's side (a real spare claimed, its policy enforced, its end) is in
+test_spare_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from git_iterare.sandbox import EgressPolicy, SandboxSpec, spare
+from tests.conftest import iterare
+
+
+def _spec(root: Path, run_id: str = "r-1", **changes: object) -> SandboxSpec:
+    trees = root.parent / "trees"
+    fields: dict = dict(image="agent:1", sidecar_image="sha256:abc", name=f"iterare-{run_id}",
+                        command=("true",), policy=EgressPolicy(), run_id=run_id,
+                        out_dir=root / run_id / "out", repo_path="/repo",
+                        owned=(trees / "worktrees" / run_id, trees / "gitdirs" / run_id))
+    fields.update(changes)
+    return SandboxSpec(**fields)
+
+
+def _waiting(root: Path, spec: SandboxSpec, token: str = "aaaa", container: str = "c1",
+             left: float = 600.0) -> Path:
+    """A spare folder as :func:`spare.make` leaves it, for sandboxes like ``spec``."""
+    folder = root / f"spare-{token}"
+    (folder / "out").mkdir(parents=True)
+    (folder / "signal").mkdir()
+    (folder / "spare.json").write_text(json.dumps({
+        "v": spare.SPARE_FORMAT, "container": container,
+        "fingerprint": spare.fingerprint(spec), "expires": time.time() + left}))
+    return folder
+
+
+@pytest.fixture
+def running(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every spare container counts as running; the ids asked about are kept."""
+    asked: list[str] = []
+
+    def check(container_id: str, token: str) -> bool:
+        asked.append(container_id)
+        return True
+
+    monkeypatch.setattr(spare, "_running_spare", check)
+    return asked
+
+
+def test_a_claim_hands_over_policy_trees_and_ids_and_the_folders(tmp_path: Path,
+                                                                 running: list[str]) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    folder = _waiting(root, spec)
+    (folder / "out" / "from-the-spare").write_text("x")
+    spec.out_dir.mkdir(parents=True)  # the launch makes it, empty, before the claim
+
+    assert spare.claim(spec, "v 1\ndomain a.test\n", "0/r-1 1/r-1") == "c1"
+
+    assert running == ["c1"]
+    assert not folder.exists() and not list(root.glob("claim-*"))
+    assert (spec.out_dir / "from-the-spare").read_text() == "x"  # the sidecar's own out/
+    claim = spec.out_dir.with_name("signal") / "claim"
+    assert (claim / "policy").read_text() == "v 1\ndomain a.test\n"
+    assert (claim / "trees").read_text() == "0/r-1 1/r-1"
+    assert (claim / "agent").read_text() == f"{spec.agent_uid} {spec.agent_gid}\n"
+    assert not claim.with_name("claim.new").exists()
+
+
+@pytest.mark.parametrize("change", [
+    {"sidecar_image": "sha256:def"},  # git-iterare's image was rebuilt
+    {"network": "other"},  # docker.network: no spares at all
+    {"repo_path": "/elsewhere"},
+    # The trees live elsewhere: the spare has the wrong folders mounted.
+    {"owned": (Path("/x/worktrees/r-1"), Path("/x/gitdirs/r-1"))},
+])
+def test_a_spare_made_for_other_settings_is_not_claimed(tmp_path: Path, running: list[str],
+                                                        change: dict) -> None:
+    root = tmp_path / "state"
+    folder = _waiting(root, _spec(root))
+    assert spare.claim(_spec(root, **change), "v 1\n", "") is None
+    assert folder.exists() and running == []
+
+
+def test_the_trees_order_is_part_of_the_fingerprint(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    swapped = _spec(root, owned=tuple(reversed(spec.owned)))
+    assert spare.fingerprint(spec) != spare.fingerprint(swapped)  # /trees/0 is the first
+
+
+def test_no_spare_serves_a_remote_engine_or_extra_networks(tmp_path: Path,
+                                                           running: list[str]) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec)
+    assert spare.claim(_spec(root, networks=("db",)), "v 1\n", "") is None
+    assert spare.claim(_spec(root, remote=object()), "v 1\n", "") is None
+    assert running == []
+
+
+def test_a_spare_about_to_give_up_is_not_claimed(tmp_path: Path, running: list[str]) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec, left=spare.MARGIN - 5)
+    assert spare.claim(spec, "v 1\n", "") is None and running == []
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"v": 99}', b" " * 5000])
+def test_a_bad_spare_json_is_skipped(tmp_path: Path, running: list[str],
+                                     content: bytes) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    folder = _waiting(root, spec)
+    (folder / "spare.json").write_bytes(content)
+    assert spare.claim(spec, "v 1\n", "") is None and running == []
+
+
+def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec, token="aaaa", container="gone")
+    _waiting(root, spec, token="bbbb", container="alive")
+    monkeypatch.setattr(spare, "_running_spare", lambda cid, token: cid == "alive")
+    assert spare.claim(spec, "v 1\n", "") == "alive"
+    assert not list(root.glob("spare-*")) and not list(root.glob("claim-*"))
+
+
+def test_a_run_folder_with_content_stops_the_claim(tmp_path: Path, running: list[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec)
+    spec.out_dir.mkdir(parents=True)
+    (spec.out_dir / "status.json").write_text("{}")
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_remove_container", removed.append)
+    assert spare.claim(spec, "v 1\n", "") is None
+    assert removed == ["c1"]  # taken, unusable: not left waiting for nobody
+    assert (spec.out_dir / "status.json").read_text() == "{}"
+
+
+def test_of_runs_claiming_at_once_one_gets_the_spare(tmp_path: Path,
+                                                     running: list[str]) -> None:
+    root = tmp_path / "state"
+    _waiting(root, _spec(root))
+    got: dict[str, str | None] = {}
+    barrier = threading.Barrier(8)
+
+    def claim(run_id: str) -> None:
+        spec = _spec(root, run_id=run_id)
+        barrier.wait()
+        got[run_id] = spare.claim(spec, "v 1\n", "")
+
+    threads = [threading.Thread(target=claim, args=(f"r-{n}",)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(v or "" for v in got.values()) == ["", "", "", "", "", "", "", "c1"]
+
+
+def test_a_spare_is_left_only_when_runs_follow_one_another(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    root.mkdir()
+    spec = _spec(root)
+    assert not spare.wanted(spec, 600, claimed=False)  # the first run in a while
+    assert spare.wanted(spec, 600, claimed=False)  # the next one, soon after
+    old = time.time() - 700
+    os.utime(root / spare.LAST_LAUNCH, (old, old))
+    assert not spare.wanted(spec, 600, claimed=False)
+    assert spare.wanted(spec, 600, claimed=True)  # a run that used one leaves one
+    assert not spare.wanted(spec, 0, claimed=True)  # docker.spare_seconds = 0: none
+    assert not spare.wanted(_spec(root, networks=("db",)), 600, claimed=True)
+    assert not spare.wanted(_spec(root, network="compose_default"), 600, claimed=True)
+
+
+def test_cleanup_takes_waiting_spares_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec, token="aaaa", container="c1")
+    _waiting(root, spec, token="bbbb", container="c2")
+    (root / "r-0" / "out").mkdir(parents=True)  # a run's folder: not a spare
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_remove_container", removed.append)
+    assert spare.remove_all(root) == 2
+    assert sorted(removed) == ["c1", "c2"]
+    assert sorted(p.name for p in root.iterdir()) == ["r-0"]
+
+
+@pytest.mark.parametrize(("seconds", "message"), [
+    ("-1", "config.toml: docker.spare_seconds must be a non-negative integer, got -1"),
+    ("3601", "docker.spare_seconds must be 0 to 3600 seconds, not 3601"),
+])
+def test_spare_seconds_out_of_range_is_refused_before_anything_exists(
+        repo: Path, seconds: str, message: str) -> None:
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "prompts" / "p.md").write_text("---\nagent: shell\n---\ntrue\n")
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "iterare" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"[docker]\nspare_seconds = {seconds}\n")
+    done = iterare("execute", "p", cwd=repo)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and message in done.stderr
+    assert not (repo / ".git" / "iterare" / "state").exists()

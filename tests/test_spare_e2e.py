@@ -1,0 +1,161 @@
+"""Spare network sidecars for real (git_iterare.sandbox.spare): runs that follow one another
+on Docker's default bridge leave a locked sidecar for the next, which claims it and gets its
+own policy enforced and its trees made inert and given back at the end; an unclaimed spare
+ends itself; cleanup removes a waiting one; a run on a network of the user's leaves none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, iterare
+from tests.runs_helpers import prompt, record, run_id
+from tests.sandbox_fixtures import TEST_IMAGE
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def project(repo: Path, sandbox_image: str) -> Iterator[Path]:
+    """A repository whose runs use the test image on Docker's default bridge (set in the
+    user's configuration, which needs no approval)."""
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
+    git("add", ".iterare", cwd=repo)
+    git("commit", "-qm", "iterare", cwd=repo)
+    user_config("")
+    yield repo
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={repo}"],
+                         capture_output=True, text=True, check=False).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+@pytest.fixture
+def servers(test_network: str) -> Iterator[tuple[str, str]]:
+    """Addresses of two HTTP servers of the escape suite's image on the default bridge
+    (answering "allowed:80" and "blocked:80")."""
+    names = [f"itr-spare-{os.getpid()}-{role}" for role in ("allowed", "blocked")]
+    try:
+        addresses = []
+        for name, role in zip(names, ("allowed", "blocked"), strict=True):
+            subprocess.run(["docker", "run", "-d", "--name", name, "itr-sandbox-testnet:1",
+                            "serve", role], capture_output=True, check=True)
+            addresses.append(subprocess.run(
+                ["docker", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", name],
+                capture_output=True, text=True, check=True).stdout.strip())
+        yield addresses[0], addresses[1]
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
+
+
+def spares(repo: Path) -> list[tuple[str, str]]:
+    """(id, status) of the spare containers of ``repo`` on the engine."""
+    out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--format",
+                          "{{.ID}} {{.State}}", "--filter", "label=dev.iterare.spare",
+                          "--filter", f"label=dev.iterare.repo={repo}"],
+                         capture_output=True, text=True, check=True).stdout
+    return [(line.split()[0], line.split()[1]) for line in out.splitlines()]
+
+
+def user_config(text: str) -> None:
+    """The user's configuration: the test image, the shell agent, small limits, and
+    ``text``."""
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "iterare" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[run]\nagent = "shell"\n[docker]\nimage = "{TEST_IMAGE}"\n'
+                      f'cpus = 1\nmemory = "1g"\n{text}')
+
+
+def run(repo: Path, name: str) -> tuple[str, str]:
+    """Execute prompt ``name`` and follow it; (run id, output). It must succeed."""
+    done = iterare("execute", name, "--follow", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run_id(done.stdout), done.stdout
+
+
+def timings(repo: Path, rid: str) -> dict:
+    status = repo / ".git" / "iterare" / "state" / rid / "out" / "status.json"
+    return json.loads(status.read_text())["timings_ms"]
+
+
+def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_policy(
+        project: Path, servers: tuple[str, str]) -> None:
+    allowed, blocked = servers
+    prompt(project, "net",
+           f'echo "allowed: $(curl -s -m 5 http://{allowed}/ || echo refused)"\n'
+           f'curl -s -m 3 http://{blocked}/ || echo blocked-refused\n'
+           'echo "uid $(id -u)"\n'
+           "touch suid && chmod 4755 suid && mkfifo fifo\n")
+    run(project, "net")
+    assert spares(project) == []  # a single run leaves nothing behind
+    second, out = run(project, "net")
+    assert "allowed: refused\n" in out  # nothing allowed yet
+    assert "spare_wait" not in timings(project, second)  # it started its own sidecar
+    [(waiting, state)] = spares(project)
+    assert state == "running"
+    assert len(list((project / ".git" / "iterare" / "state").glob("spare-*"))) == 1
+
+    # The spare was made during the second run; the third run's own policy is what holds.
+    user_config(f'[firewall]\nallowed_cidrs = ["{allowed}/32"]\n')
+    third, out = run(project, "net")
+    assert "allowed: allowed:80\n" in out and "blocked-refused\n" in out
+    assert "spare_wait" in timings(project, third)  # the spare's sidecar, claimed
+    assert f"uid {os.getuid()}\n" not in out
+    # At the end the claimed sidecar made the trees inert and the user's again.
+    worktree = Path(record(project, third)["worktree"])
+    assert not (worktree / "fifo").exists()
+    assert (worktree / "suid").stat().st_mode & 0o7777 == 0o755
+    assert {p.stat().st_uid for p in (worktree, worktree / "suid")} == {os.getuid()}
+    # The claimed spare ended with its run, and this run left the next one.
+    assert [s for s in spares(project) if s[0] == waiting] == []
+    assert [state for _, state in spares(project)] == ["running"]
+
+
+def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> None:
+    user_config("spare_seconds = 3\n")
+    prompt(project, "one", "echo one\n")
+    run(project, "one")
+    run(project, "one")
+    assert [state for _, state in spares(project)] == ["running"]
+    deadline = time.monotonic() + 30
+    while spares(project) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert spares(project) == []  # it gave up and the engine removed it
+    rid, out = run(project, "one")
+    assert "one\n" in out and "spare_wait" not in timings(project, rid)
+
+
+def test_cleanup_removes_a_waiting_spare(project: Path) -> None:
+    prompt(project, "one", "echo one\n")
+    run(project, "one")
+    rid, _ = run(project, "one")
+    assert len(spares(project)) == 1
+    done = iterare("cleanup", "-y", rid, cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "removed 1 spare sidecar waiting for a next run"
+    assert spares(project) == []
+    assert not list((project / ".git" / "iterare" / "state").glob("spare-*"))
+
+
+def test_runs_on_a_network_of_the_user_leave_no_spare(project: Path) -> None:
+    network = f"itr-spare-net-{os.getpid()}"
+    subprocess.run(["docker", "network", "create", network], capture_output=True, check=True)
+    try:
+        user_config(f'network = "{network}"\n')
+        prompt(project, "one", "echo one\n")
+        run(project, "one")
+        run(project, "one")
+        assert spares(project) == []
+        # Nothing of git-iterare's keeps the network in use after the runs.
+        removed = subprocess.run(["docker", "network", "rm", network], capture_output=True,
+                                 text=True, check=False)
+        assert removed.returncode == 0, removed.stderr
+    finally:
+        subprocess.run(["docker", "network", "rm", network], capture_output=True, check=False)
