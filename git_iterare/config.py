@@ -81,7 +81,7 @@ CORE_KEYS: dict[str, Key] = {
         Key("docker.spare_seconds", "int", 600,
             "When runs follow one another: how long a locked network sidecar, started "
             "after a run, waits for the next run in the repository (which then starts "
-            "about 0.2 s sooner), in seconds up to 3600; 0 starts none. Runs on Docker's "
+            "about 0.2 s sooner), 10 to 3600 seconds; 0 starts none. Runs on Docker's "
             "default bridge on a local engine only."),
         Key("run.agent", "str", "claude",
             f"Agent that runs prompts: {_agent_list()}."),

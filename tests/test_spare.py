@@ -107,7 +107,7 @@ def test_no_spare_serves_a_remote_engine_or_extra_networks(tmp_path: Path,
 def test_a_spare_about_to_give_up_is_not_claimed(tmp_path: Path, running: list[str]) -> None:
     root = tmp_path / "state"
     spec = _spec(root)
-    _waiting(root, spec, left=spare.MARGIN - 5)
+    _waiting(root, spec, left=spare.CLAIM_MARGIN - 1)
     assert spare.claim(spec, "v 1\n", "") is None and running == []
 
 
@@ -140,9 +140,9 @@ def test_a_run_folder_with_content_stops_the_claim(tmp_path: Path, running: list
     spec.out_dir.mkdir(parents=True)
     (spec.out_dir / "status.json").write_text("{}")
     removed: list[str] = []
-    monkeypatch.setattr(spare, "_remove_container", removed.append)
+    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
     assert spare.claim(spec, "v 1\n", "") is None
-    assert removed == ["c1"]  # taken, unusable: not left waiting for nobody
+    assert removed == ["aaaa"]  # taken, unusable: not left waiting for nobody
     assert (spec.out_dir / "status.json").read_text() == "{}"
 
 
@@ -187,17 +187,65 @@ def test_cleanup_takes_waiting_spares_only(tmp_path: Path,
     spec = _spec(root)
     _waiting(root, spec, token="aaaa", container="c1")
     _waiting(root, spec, token="bbbb", container="c2")
+    orphan = root / "spare-cccc"  # cut short before its spare.json: its container too
+    orphan.mkdir()
     (root / "r-0" / "out").mkdir(parents=True)  # a run's folder: not a spare
     removed: list[str] = []
-    monkeypatch.setattr(spare, "_remove_container", removed.append)
+
+    def remove(token: str) -> bool:
+        removed.append(token)
+        return token != "bbbb"  # that one had ended already
+
+    monkeypatch.setattr(spare, "_remove_spare_container", remove)
     assert spare.remove_all(root) == 2
-    assert sorted(removed) == ["c1", "c2"]
+    assert sorted(removed) == ["aaaa", "bbbb", "cccc"]
     assert sorted(p.name for p in root.iterdir()) == ["r-0"]
+
+
+def test_a_new_spare_sweeps_those_nobody_will_claim(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    for tree in spec.owned:
+        tree.parent.mkdir(parents=True, exist_ok=True)
+    _waiting(root, spec, token="gone", left=-spare.SWEEP_AFTER - 1)  # gave up long ago
+    _waiting(root, _spec(root, sidecar_image="sha256:old"), token="old")  # other image
+    cut = root / "spare-cut"  # never got its spare.json, a while ago
+    cut.mkdir()
+    os.utime(cut, (time.time() - 2 * spare.SWEEP_AFTER,) * 2)
+    fresh = root / "spare-new"  # being made by another run right now
+    fresh.mkdir()
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    monkeypatch.setattr(spare, "_sweep_unstarted", lambda repo_path: None)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the engine refused")
+
+    monkeypatch.setattr("git_iterare.sandbox.docker_backend.create_sidecar", refuse)
+    with pytest.raises(RuntimeError):
+        spare.make(spec, 600)
+    assert sorted(removed) == ["cut", "gone", "old"]
+    assert sorted(p.name for p in root.iterdir()) == ["spare-new"]  # its own went too
+
+
+def test_a_folder_replaced_since_the_spare_was_made_is_not_what_it_serves(
+        tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    for tree in spec.owned:
+        tree.parent.mkdir(parents=True, exist_ok=True)
+    before = spare.fingerprint(spec)
+    parent = spec.owned[0].parent
+    parent.rename(parent.with_name("moved"))
+    parent.mkdir()
+    assert spare.fingerprint(spec) != before
 
 
 @pytest.mark.parametrize(("seconds", "message"), [
     ("-1", "config.toml: docker.spare_seconds must be a non-negative integer, got -1"),
-    ("3601", "docker.spare_seconds must be 0 to 3600 seconds, not 3601"),
+    ("3601", "docker.spare_seconds must be 0 (none) or 10 to 3600 seconds, not 3601"),
+    ("5", "docker.spare_seconds must be 0 (none) or 10 to 3600 seconds, not 5"),
 ])
 def test_spare_seconds_out_of_range_is_refused_before_anything_exists(
         repo: Path, seconds: str, message: str) -> None:

@@ -119,12 +119,12 @@ def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_poli
 
 
 def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> None:
-    user_config("spare_seconds = 3\n")
+    user_config("spare_seconds = 10\n")
     prompt(project, "one", "echo one\n")
     run(project, "one")
     run(project, "one")
     assert [state for _, state in spares(project)] == ["running"]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 40
     while spares(project) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert spares(project) == []  # it gave up and the engine removed it
@@ -132,16 +132,34 @@ def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> Non
     assert "one\n" in out and "spare_wait" not in timings(project, rid)
 
 
-def test_cleanup_removes_a_waiting_spare(project: Path) -> None:
+@pytest.mark.parametrize("cut_short", [False, True])
+def test_cleanup_removes_a_waiting_spare(project: Path, cut_short: bool) -> None:
     prompt(project, "one", "echo one\n")
     run(project, "one")
     rid, _ = run(project, "one")
     assert len(spares(project)) == 1
+    [folder] = (project / ".git" / "iterare" / "state").glob("spare-*")
+    if cut_short:  # as when Ctrl-C ended the process before the spare was written down
+        (folder / "spare.json").unlink()
     done = iterare("cleanup", "-y", rid, cwd=project)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "removed 1 spare sidecar waiting for a next run"
     assert spares(project) == []
-    assert not list((project / ".git" / "iterare" / "state").glob("spare-*"))
+    assert not folder.exists()
+
+
+def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) -> None:
+    prompt(project, "one", "echo one\n")
+    run(project, "one")
+    run(project, "one")
+    [(waiting, _)] = spares(project)
+    worktrees = project / ".iterare" / "worktrees"
+    worktrees.rename(project / ".iterare" / "worktrees-old")
+    worktrees.mkdir(mode=0o700)  # the spare has the old folder mounted, not this one
+    rid, out = run(project, "one")
+    assert "one\n" in out and "spare_wait" not in timings(project, rid)
+    # The spare made for the old folder is swept for one of the new folder.
+    assert [s for s in spares(project) if s[0] == waiting] == []
 
 
 def test_runs_on_a_network_of_the_user_leave_no_spare(project: Path) -> None:

@@ -141,14 +141,15 @@ def spare_seconds(config: Config) -> int:
     """``docker.spare_seconds``, checked (see :mod:`git_iterare.sandbox.spare`).
 
     Raises:
-        UserError: it is below 0 or above an hour.
+        UserError: it is neither 0 nor 10 seconds to an hour.
     """
-    from git_iterare.sandbox.spare import MAX_SECONDS
+    from git_iterare.sandbox.spare import MAX_SECONDS, MIN_SECONDS
 
     seconds = int(config["docker.spare_seconds"])
-    if not 0 <= seconds <= MAX_SECONDS:
-        raise UserError(f"docker.spare_seconds must be 0 to {MAX_SECONDS} seconds, not "
-                        f"{seconds}", hint="fix it with `git iterare config`, or set 0")
+    if seconds != 0 and not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise UserError(f"docker.spare_seconds must be 0 (none) or {MIN_SECONDS} to "
+                        f"{MAX_SECONDS} seconds, not {seconds}",
+                        hint="fix it with `git iterare config`, or set 0")
     return seconds
 
 

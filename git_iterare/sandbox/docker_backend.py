@@ -527,10 +527,16 @@ class _SidecarLog:
             if line in self.seen:
                 return
             seen = list(self.lines)
+        import docker.errors
+
         container = self.container
-        container.reload()
         errors = [text.decode("utf-8", "replace") for text in seen if b"error:" in text]
         detail = errors[-1].split("error:", 1)[1].strip() if errors else ""
+        try:
+            container.reload()
+        except docker.errors.NotFound:  # a spare (auto-removed once it ended)
+            raise OperationFailed("the sandbox's network sidecar failed: "
+                                  f"{detail or 'it ended and is gone'}") from None
         if container.status in ("exited", "dead"):
             code = container.attrs.get("State", {}).get("ExitCode")
             why = detail or (describe(code) if code is not None else None) or f"status {code}"
@@ -712,8 +718,11 @@ class DockerBackend:
             log.wait_for(READY_LINE, deadline)
         except BaseException:
             # Nobody learns the id of a sandbox that did not start: leave nothing behind.
+            from docker.errors import NotFound
+
             for container in reversed(created):
-                with docker_errors(f"remove {container.name}"):
+                with docker_errors(f"remove {container.name}"), \
+                        contextlib.suppress(NotFound):  # a claimed spare removes itself
                     container.remove(force=True, v=True)
             raise
         return str(agent.id)

@@ -45,10 +45,17 @@ from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN, SandboxSpec
 SPARE_FORMAT = 1
 #: On a spare's container (and still on it once claimed): its token.
 LABEL_SPARE = "dev.iterare.spare"
-#: A spare is claimed only while it would wait at least this much longer, and its folder
-#: is swept this long after it gave up (seconds).
-MARGIN = 60.0
-#: ``docker.spare_seconds`` at most (an hour).
+#: A spare is claimed only while it would wait at least this much longer (seconds): it
+#: must still be there when it looks for the claim.
+CLAIM_MARGIN = 5.0
+#: A spare folder is swept this long after its spare gave up, or after it was made when
+#: it never got its ``spare.json`` (a ``make`` cut short); a spare container that was made
+#: but never started, this long after it was made (seconds).
+SWEEP_AFTER = 60.0
+#: ``docker.spare_seconds``: 0 (none), or from this many seconds (a spare must wait
+#: longer than :data:`CLAIM_MARGIN` to be claimed)...
+MIN_SECONDS = 10
+#: ... up to an hour.
 MAX_SECONDS = 3600
 #: Largest ``spare.json`` read (bytes).
 MAX_INFO_BYTES = 4096
@@ -72,14 +79,21 @@ def spare_root(spec: SandboxSpec) -> Path:
 
 def fingerprint(spec: SandboxSpec) -> str:
     """What a spare shares with every sandbox it may serve, as a sha256 hex digest: the
-    engine, git-iterare's image id, the network, the repository and the folders the run
-    trees live in (mounted into the sidecar), and :data:`SPARE_FORMAT`."""
+    engine, git-iterare's image id, the network, the repository, and the folders the run
+    trees live in (mounted into the sidecar: by path and by inode, as a folder replaced
+    since is not what the spare has mounted), and :data:`SPARE_FORMAT`."""
     from git_iterare.sandbox.engine import current
 
+    parents = []
+    # In the order the sidecar numbers them (/trees/0, /trees/1, ...).
+    for parent in dict.fromkeys(Path(t).parent.resolve() for t in spec.owned):
+        try:
+            found = os.stat(parent)
+            parents.append([str(parent), found.st_dev, found.st_ino])
+        except OSError:
+            parents.append([str(parent), None, None])
     data = {"v": SPARE_FORMAT, "engine": current().url, "image": spec.sidecar_image,
-            "network": spec.network, "repo": spec.repo_path,
-            # In the order the sidecar numbers them (/trees/0, /trees/1, ...).
-            "parents": list(dict.fromkeys(str(Path(t).parent.resolve()) for t in spec.owned))}
+            "network": spec.network, "repo": spec.repo_path, "parents": parents}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -138,13 +152,15 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
         return None
     root, wanted, now = spare_root(spec), fingerprint(spec), time.time()
     for folder, info in _spares(root):
-        if info is None or info["fingerprint"] != wanted or info["expires"] - MARGIN < now:
+        if info is None or info["fingerprint"] != wanted \
+                or info["expires"] - CLAIM_MARGIN < now:
             continue
         taken = _take(folder, f"claim-{spec.run_id}-{folder.name}")
         if taken is None:
             continue
+        token = folder.name[len(PREFIX):]
         try:
-            if not _running_spare(info["container"], folder.name[len(PREFIX):]):
+            if not _running_spare(info["container"], token):
                 continue
             for mine, spares in ((spec.out_dir, taken / "out"),
                                  (_signal_dir(spec), taken / "signal")):
@@ -160,7 +176,7 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
             os.rename(hand, hand.with_name("claim"))  # the sidecar sees all three at once
             return str(info["container"])
         except OSError:
-            _remove_container(info["container"])
+            _remove_spare_container(token)
         finally:
             shutil.rmtree(taken, ignore_errors=True)
     return None
@@ -177,7 +193,9 @@ def _running_spare(container_id: str, token: str) -> bool:
     except (docker.errors.DockerException, IterareError, OSError):
         return False
     labels = (state.get("Config") or {}).get("Labels") or {}
-    if (state.get("State") or {}).get("Running") and labels.get(LABEL_SPARE) == token:
+    if labels.get(LABEL_SPARE) != token:
+        return False  # not the spare: never removed here
+    if (state.get("State") or {}).get("Running"):
         return True
     _remove_container(container_id)
     return False
@@ -191,6 +209,28 @@ def _remove_container(container_id: str) -> None:
 
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
         client().api.remove_container(container_id, force=True, v=True)
+
+
+def container_name(token: str) -> str:
+    """The name of the spare ``token``'s container (until a run claims it)."""
+    return f"iterare-{PREFIX}{token}-net"
+
+
+def _remove_spare_container(token: str) -> bool:
+    """Remove the container of spare ``token`` (found by name, checked by its label);
+    whether there was one. Best effort."""
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client
+
+    try:
+        state = client().api.inspect_container(container_name(token))
+    except (docker.errors.DockerException, IterareError, OSError):
+        return False
+    if ((state.get("Config") or {}).get("Labels") or {}).get(LABEL_SPARE) != token:
+        return False
+    _remove_container(str(state.get("Id")))
+    return True
 
 
 def wanted(spec: SandboxSpec, seconds: int, claimed: bool) -> bool:
@@ -226,14 +266,17 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
     root, wanted_print, now = spare_root(spec), fingerprint(spec), time.time()
     for folder, info in list(_spares(root)):
         if info is not None and info["fingerprint"] == wanted_print \
-                and info["expires"] - MARGIN > now + 1:
+                and info["expires"] - CLAIM_MARGIN > now + 1:
             return None
         try:
-            stale = folder.stat().st_mtime < now - MARGIN if info is None else \
-                info["expires"] + MARGIN < now
+            # Cut short while made, gave up a while ago, or made for settings that are
+            # no longer these (another image or network): nobody will claim it.
+            stale = folder.stat().st_mtime < now - SWEEP_AFTER if info is None else \
+                info["expires"] + SWEEP_AFTER < now or info["fingerprint"] != wanted_print
         except OSError:  # another process took it meanwhile
             continue
         if stale and (taken := _take(folder, f"sweep-{folder.name}")) is not None:
+            _remove_spare_container(folder.name[len(PREFIX):])
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
     token = secrets.token_hex(6)
@@ -245,7 +288,7 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
     try:
         container = create_sidecar(
             spare_spec, {"ITERARE_SPARE": str(seconds), "ITERARE_TREES": ""},
-            name=f"{name}-net", auto_remove=True,
+            name=container_name(token), auto_remove=True,
             labels={LABEL_RUN: "", LABEL_REPO: spec.repo_path, LABEL_ROLE: "sidecar",
                     LABEL_SPARE: token})
         with docker_errors(f"start the spare sidecar {name}"):
@@ -273,20 +316,19 @@ def _sweep_unstarted(repo_path: str) -> None:
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
         for found in client().api.containers(all=True, filters={
                 "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"], "status": ["created"]}):
-            if time.time() - float(found.get("Created") or 0) > MARGIN:  # not being made
+            if time.time() - float(found.get("Created") or 0) > SWEEP_AFTER:  # not being made
                 _remove_container(found["Id"])
 
 
 def remove_all(root: Path) -> int:
-    """Remove every spare waiting in ``root`` (containers and folders); return how many
-    were removed. Spares already claimed are runs' sidecars and stay."""
+    """Remove every spare waiting in ``root`` (folders, and their containers, found by
+    name and checked by label); return how many containers were removed. Spares already
+    claimed are runs' sidecars and stay."""
     removed = 0
-    for folder, info in list(_spares(root)):
+    for folder, _info in list(_spares(root)):
         taken = _take(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
-        if info is not None:
-            _remove_container(info["container"])
-            removed += 1
+        removed += _remove_spare_container(folder.name[len(PREFIX):])
         shutil.rmtree(taken, ignore_errors=True)
     return removed
