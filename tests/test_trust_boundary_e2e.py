@@ -181,3 +181,46 @@ def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passw
             capture_output=True, text=True, check=False).stdout.split()],
             capture_output=True, check=False)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_cleanup_gives_back_trees_an_interrupted_launch_left_to_the_agent(
+        user: pwd.struct_passwd) -> None:
+    """Ctrl-C after the sidecar gave the trees to the agent's uid, before the agent
+    started, left them that uid's (and the sidecar's output root's): unprivileged, cleanup
+    failed with a hint to act as an owner that has no account (found by a helper)."""
+    top = Path(f"/tmp/itr-foreign-{os.getpid()}")
+    top.mkdir(mode=0o755)
+    try:
+        os.chown(top, user.pw_uid, user.pw_gid)
+        user_bin(top)
+        repo = top / "repo"
+        for args in (["git", "init", "-q", "-b", "main", str(repo)],
+                     ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"],
+                     ["git", "-C", str(repo), "iterare", "init"]):
+            done = as_user(user, *args, cwd=top)
+            assert done.returncode == 0, done.stderr
+        as_user(user, "sh", "-c", "printf -- '---\\nagent: shell\\n---\\ntrue\\n' "
+                "> .iterare/prompts/quick.md", cwd=repo)
+        started = as_user(user, "git", "iterare", "execute", "quick", "-f", cwd=repo)
+        assert started.returncode == 0, started.stderr
+        rid = run_id(started.stdout)
+        # As the interrupted launch left them:
+        gitdir = repo / ".git" / "iterare" / "gitdirs" / rid
+        trees = [repo / ".iterare" / "worktrees" / rid, gitdir, gitdir.with_name(rid + ".gitfile")]
+        uid, gid = agent_ids()
+        subprocess.run(["chown", "-R", f"{uid}:{gid}", *map(str, trees)], check=True)
+        out = repo / ".git" / "iterare" / "state" / rid / "out"
+        out.mkdir(exist_ok=True)
+        (out / "dns.log").write_text("x\n")
+        subprocess.run(["chown", "-R", "0:0", str(out)], check=True)
+        out.chmod(0o711)
+        cleaned = as_user(user, "git", "iterare", "cleanup", "-y", rid, cwd=repo)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert not any(p.exists() for p in trees)
+        assert not out.parent.exists()
+    finally:
+        subprocess.run(["docker", "rm", "-f", *subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
+            capture_output=True, text=True, check=False).stdout.split()],
+            capture_output=True, check=False)
+        shutil.rmtree(top, ignore_errors=True)

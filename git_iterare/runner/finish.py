@@ -412,10 +412,11 @@ def _unfinished(store: RunStore, record: RunRecord, status: str, error: str | No
                     f"`git iterare finish {record.id}` commits it")
 
 
-def _reclaim(record: RunRecord, sandbox_name: str | None, trees: tuple[Path, ...]) -> None:
-    """Give the run's trees back to the user (set-uid bits and special files stripped),
-    in the sandbox's sidecar when it is up (else in a container of its own); warn about
-    what was removed."""
+def _reclaim(record: RunRecord, sandbox_name: str | None, trees: tuple[Path, ...],
+             out_dir: Path | None = None) -> None:
+    """Give the run's trees (and the sidecar's ``out_dir``) back to the user (set-uid bits
+    and special files stripped), in the sandbox's sidecar when it is up (else in a
+    container of its own); warn about what was removed."""
     import os
 
     from git_iterare import sandbox
@@ -423,9 +424,27 @@ def _reclaim(record: RunRecord, sandbox_name: str | None, trees: tuple[Path, ...
 
     image = record.extra.get("sidecar_image") or ""
     notes = sandbox.reclaim(sandbox_name or f"iterare-{record.id}-gone", trees, os.getuid(),
-                            os.getgid(), image)
+                            os.getgid(), image, out_dir)
     for note in notes:
         ui.warn(f"run {record.id}: {sanitize(note)}")
+
+
+def reclaim_if_foreign(record: RunRecord, trees: tuple[Path, ...], out_dir: Path,
+                       sandbox_name: str | None = None) -> None:
+    """Give a run's trees and the sidecar's ``out_dir`` back (see :func:`_reclaim`; in the
+    sidecar ``sandbox_name`` names while it is up) when one of them is not the user's:
+    an interrupted launch, or a process killed meanwhile, can leave the trees with the
+    agent's uid, which the sidecar gives them before the agent starts, and ``out_dir``
+    with root. Unprivileged, the user could then neither commit nor remove them."""
+    import os
+
+    for path in (*trees, out_dir):
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                _reclaim(record, sandbox_name, trees, out_dir)
+                return
+        except FileNotFoundError:
+            continue
 
 
 def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> None:

@@ -495,6 +495,11 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
                 with contextlib.suppress(BaseException):
                     shipping.exception()
             if container is None:  # else its agent runs in it: the run goes on
+                if remote is None:  # it may have given them to the agent already
+                    from git_iterare.runner.finish import reclaim_if_foreign
+
+                    with contextlib.suppress(BaseException):
+                        reclaim_if_foreign(record, spec.owned, out_dir, spec.name)
                 with contextlib.suppress(BaseException):
                     sandbox.remove_sidecar(sidecar)
             raise
@@ -581,7 +586,8 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
     from dulwich.refs import Ref
 
     from git_iterare import sandbox
-    from git_iterare.runner.finish import has_worktree
+    from git_iterare.runner.finish import has_worktree, reclaim_if_foreign
+    from git_iterare.runner.ship import is_remote
     from git_iterare.runner.workspace import cleanup_run, open_run
     from git_iterare.runs.cas import IDENTITY
     from git_iterare.runs.ids import run_ref
@@ -592,7 +598,11 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str) -> bool:
         if record.container or sandbox.inspect(f"iterare-{run_id}") is not None:
             return False
         if record.base_commit and has_worktree(repo, record):
-            cleanup_run(repo, open_run(repo, run_id, record.base_commit), merged=True)
+            ws = open_run(repo, run_id, record.base_commit)
+            if not is_remote(record):  # the sidecar may have given them to the agent
+                reclaim_if_foreign(record, (ws.worktree, ws.gitdir, ws.gitfile),
+                                   state_dir(repo, run_id) / "out")
+            cleanup_run(repo, ws, merged=True)
         shutil.rmtree(state_dir(repo, run_id), ignore_errors=True)
         return bool(store.repo.refs.remove_if_equals(
             Ref(run_ref(run_id).encode()), ObjectID(snap.commit),

@@ -316,6 +316,12 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         legacy.cleanup(repo, record, force=force or merged)
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
+        from git_iterare.runner.finish import reclaim_if_foreign
+        from git_iterare.runner.ship import is_remote
+
+        if not is_remote(record):
+            reclaim_if_foreign(record, (ws.worktree, ws.gitdir, ws.gitfile),
+                               state_dir(repo, record.id) / "out")
         left = _left_uncommitted(record, ws.worktree)
         if left and not force:
             raise OperationFailed(

@@ -138,10 +138,10 @@ def stop(container_id: str, grace_seconds: float = 10) -> None:
 
 
 def reclaim(container_id: str, trees: Sequence[Path], uid: int, gid: int,
-            image: str) -> list[str]:
-    """Make the trees the agent owned inert and ``uid``'s again; notes for the user
-    (see Backend.reclaim)."""
-    return get_backend().reclaim(container_id, trees, uid, gid, image)
+            image: str, out_dir: Path | None = None) -> list[str]:
+    """Make the trees the agent owned inert and ``uid``'s again (and the sidecar's
+    ``out_dir``); notes for the user (see Backend.reclaim)."""
+    return get_backend().reclaim(container_id, trees, uid, gid, image, out_dir)
 
 
 def remove(container_id: str) -> None:

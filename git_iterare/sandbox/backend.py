@@ -69,10 +69,11 @@ class Backend(Protocol):
         ...
 
     def reclaim(self, container_id: str, trees: Sequence[Path], uid: int, gid: int,
-                image: str) -> list[str]:
+                image: str, out_dir: Path | None = None) -> list[str]:
         """After the agent ended: strip set-uid/set-gid bits and special files from
-        ``trees`` and give them to ``uid``:``gid`` (as root, in a container of git-iterare's
-        own ``image`` when the sandbox's sidecar is gone); return notes for the user."""
+        ``trees`` and give them (and the sidecar's ``out_dir``) to ``uid``:``gid`` (as
+        root, in a container of git-iterare's own ``image`` when the sandbox's sidecar is
+        gone); return notes for the user."""
         ...
 
     def remove(self, container_id: str) -> None:

@@ -777,7 +777,7 @@ class DockerBackend:
         return sidecar if (sidecar.labels or {}).get(LABEL_ROLE) == "sidecar" else None
 
     def reclaim(self, container_id: str, trees: Sequence[Path], uid: int, gid: int,
-                image: str) -> list[str]:
+                image: str, out_dir: Path | None = None) -> list[str]:
         """After the agent ended: record the refused connections, then strip set-uid and
         set-gid bits and special files from ``trees`` and give them to ``uid``:``gid``.
 
@@ -791,6 +791,8 @@ class DockerBackend:
             uid: owner to give them to (the user running git iterare).
             gid: its group.
             image: git-iterare's own image, for when the sidecar is gone.
+            out_dir: the sidecar's host output folder (which it made root's), given back
+                too when the sidecar is gone; None to leave it.
 
         Returns:
             Notes to show the user (special files removed), at most 100.
@@ -810,6 +812,11 @@ class DockerBackend:
                 if not present:
                     return []
                 mounts, names = tree_mounts(present)
+                if out_dir is not None and out_dir.is_dir():
+                    from docker.types import Mount as DockerMount
+
+                    mounts.append(DockerMount(OUT_PATH, str(out_dir.resolve()), type="bind",
+                                              read_only=False))
                 helper = client().containers.create(
                     image, command=argv[1:], entrypoint=[SIDECAR], user="0:0",
                     environment={"ITERARE_TREES": names},
