@@ -258,3 +258,36 @@ def test_spare_seconds_out_of_range_is_refused_before_anything_exists(
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1 and message in done.stderr
     assert not (repo / ".git" / "iterare" / "state").exists()
+
+
+def test_a_claim_cut_short_by_ctrl_c_removes_the_spare(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec)
+
+    def interrupted(container_id: str, token: str) -> bool:
+        raise KeyboardInterrupt
+
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_running_spare", interrupted)
+    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    with pytest.raises(KeyboardInterrupt):
+        spare.claim(spec, "v 1\n", "")
+    assert removed == ["aaaa"]  # the run never learnt its id: nothing would remove it
+    assert list(root.iterdir()) == []
+
+
+def test_what_a_killed_claim_or_sweep_left_is_removed(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    old = time.time() - 2 * spare.LEFTOVER_AGE
+    for name in ("claim-spare-x-1-spare-dddd", "sweep-spare-eeee", "claim-r-8-spare-ffff"):
+        (root / name / "out").mkdir(parents=True)
+        if name != "claim-r-8-spare-ffff":  # that claim is going on right now
+            os.utime(root / name, (old, old))
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    spare.remove_all(root)
+    assert sorted(removed) == ["dddd", "eeee"]
+    assert [p.name for p in root.iterdir()] == ["claim-r-8-spare-ffff"]

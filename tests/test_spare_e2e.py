@@ -177,3 +177,29 @@ def test_runs_on_a_network_of_the_user_leave_no_spare(project: Path) -> None:
         assert removed.returncode == 0, removed.stderr
     finally:
         subprocess.run(["docker", "network", "rm", network], capture_output=True, check=False)
+
+
+def test_ctrl_c_while_a_spare_is_claimed_removes_it(project: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_iterare.git import repo as repo_mod
+    from git_iterare.runner import launch
+    from git_iterare.runner.session import load_config
+    from git_iterare.sandbox import spare
+
+    prompt(project, "one", "echo one\n")
+    run(project, "one")
+    run(project, "one")
+    assert len(spares(project)) == 1
+    real = spare._running_spare
+
+    def checked_then_interrupted(container_id: str, token: str) -> bool:
+        real(container_id, token)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spare, "_running_spare", checked_then_interrupted)
+    found = repo_mod.discover(project)
+    with pytest.raises(KeyboardInterrupt):
+        launch.execute(found, load_config(found, {}), launch.ExecuteRequest(prompt="one"))
+    assert spares(project) == []  # the run never learnt of it: not left waiting 600 s
+    state = project / ".git" / "iterare" / "state"
+    assert not [p for p in state.iterdir() if "spare-" in p.name]

@@ -177,9 +177,37 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
             return str(info["container"])
         except OSError:
             _remove_spare_container(token)
+        except BaseException:  # Ctrl-C meanwhile: the caller never learns its id
+            _remove_spare_container(token)
+            raise
         finally:
             shutil.rmtree(taken, ignore_errors=True)
     return None
+
+
+#: A ``claim-*`` or ``sweep-*`` folder this old (seconds) was left by a process killed
+#: while it claimed or removed a spare (either takes well under a second).
+LEFTOVER_AGE = 10.0
+
+
+def _sweep_leftovers(root: Path) -> None:
+    """Remove what a killed process left while it claimed or removed a spare: the
+    ``claim-<run>-spare-<token>`` or ``sweep-spare-<token>`` folder and the spare's
+    container (the run it was claimed for never learnt of it, nor started its agent)."""
+    now = time.time()
+    try:
+        entries = [e for e in os.scandir(root) if e.name.startswith(("claim-", "sweep-"))
+                   and PREFIX in e.name and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime > now - LEFTOVER_AGE:
+                continue
+        except OSError:
+            continue
+        _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1])
+        shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _running_spare(container_id: str, token: str) -> bool:
@@ -279,6 +307,7 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
             _remove_spare_container(folder.name[len(PREFIX):])
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
+    _sweep_leftovers(root)
     token = secrets.token_hex(6)
     folder = root / f"{PREFIX}{token}"
     folder.mkdir(mode=0o700, parents=True)
@@ -324,6 +353,7 @@ def remove_all(root: Path) -> int:
     """Remove every spare waiting in ``root`` (folders, and their containers, found by
     name and checked by label); return how many containers were removed. Spares already
     claimed are runs' sidecars and stay."""
+    _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
         taken = _take(folder, f"sweep-{folder.name}")
