@@ -623,8 +623,11 @@ def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseEx
     from git_iterare.runs.status import ACTIVE, FAILED, RUNNING, STOPPED
     from git_iterare.sandbox import remote
 
-    message = exc.render() if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
-    status = STOPPED if caused_by_interrupt(exc) else FAILED
+    interrupted = caused_by_interrupt(exc)
+    message = exc.render() if isinstance(exc, IterareError) else (
+        "interrupted (Ctrl-C) while it was launched" if interrupted
+        else f"{type(exc).__name__}: {exc}")
+    status = STOPPED if interrupted else FAILED
     found = None
     with contextlib.suppress(Exception):
         found = remote.find_container(f"iterare-{run_id}")
@@ -640,6 +643,10 @@ def _record_launch_failure(repo: Repo, store: RunStore, run_id: str, exc: BaseEx
         if record.status in ACTIVE:
             store.transition(run_id, status, error=message,
                              **({"container": found.id} if found is not None else {}))
+            # Kept, not undone: its worktree holds more than its base, or the engine could
+            # not be asked whether its agent started.
+            ui.warn(f"run {run_id} is kept as {status} (`git iterare show {run_id}`; "
+                    f"`git iterare cleanup {run_id}` removes it)")
     except Exception as inner:  # the original error matters more than this one
         ui.warn(f"could not record the failure of run {run_id}: {inner}")
     shutil.rmtree(state_dir(repo, run_id) / "secrets", ignore_errors=True)
