@@ -11,6 +11,7 @@ import hashlib
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -883,3 +884,43 @@ def test_line_endings_follow_the_repository(repo: Path) -> None:
     result = finish(repo, ws)
     assert git("show", f"{result.head}:w.txt", cwd=repo).stdout == "one\ntwo\nthree\n"
     assert result.changes == importer.Changes(files=1, insertions=1, deletions=0)
+
+
+#: prepare_run in a process killed (as by kill -9) after the checkout wrote one file.
+KILLED_MID_CHECKOUT = """
+import os, sys
+from pathlib import Path
+from git_iterare.git import checkout, repo as repo_mod
+from git_iterare.runner import workspace
+
+def populate(common_dir, worktree, base, index, warnings):
+    (Path(worktree) / "a.txt").write_text("a\\\\n")
+    os._exit(9)
+
+checkout.populate = populate
+r = repo_mod.discover(Path(sys.argv[1]))
+workspace.prepare_run(r, sys.argv[2], "HEAD", alternates=str(r.common_dir / "objects"))
+"""
+
+
+def test_a_checkout_cut_short_by_a_kill_is_no_work_and_no_deletion(repo: Path) -> None:
+    """kill -9 while the base was checked out left a partial worktree, whose finish
+    committed the deletion of every file not yet written, and cleanup wanted --force
+    (found by a helper). The agent never started then: the worktree holds no work."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (repo / name).write_text(f"{name}\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "three files", cwd=repo)
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_CHECKOUT, str(repo), RUN],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 9, done.stderr
+    r = repo_mod.discover(repo)
+    ws = workspace.open_run(r, RUN, base)
+    assert sorted(p.name for p in ws.worktree.iterdir()) == [".git", "a.txt"]
+    assert workspace.unfinished_work(r, ws, base) is None
+    result = finish(repo, ws)
+    assert result.head == base  # nothing committed: no deletion of b.txt and c.txt
+    assert git("rev-parse", f"iterare/{RUN}", cwd=repo).stdout.strip() == base
+    workspace.cleanup_run(r, ws)  # no --force needed
+    assert not ws.worktree.exists()

@@ -386,7 +386,12 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         _not_sparse(admin)
         _write_run_gitdir(repo, ws, alternates)
         if fill:
+            # Marked until the checkout is complete: a process killed meanwhile (its agent
+            # never started) leaves a worktree that is not the base, which finishing must
+            # not commit as the deletion of every file not checked out yet.
+            on_engine_path(ws).write_text("the worktree's checkout did not complete\n")
             _fill(repo, ws, admin)
+            on_engine_path(ws).unlink()
         else:
             on_engine_path(ws).write_text("the worktree's files are on the Docker engine\n")
             checkout.write_map(checkout_map_path(ws),
@@ -415,14 +420,16 @@ def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
 
 
 def on_engine_path(ws: RunWorkspace) -> Path:
-    """``<common dir>/iterare/gitdirs/<id>.on-engine``: present while a remote run's
-    host worktree was never filled (its files are on the engine only; see
-    :func:`prepare_run`). Host-only, never mounted or shipped."""
+    """``<common dir>/iterare/gitdirs/<id>.on-engine``: present while the run's host
+    worktree does not hold its files: a remote run's that was never filled (they are on
+    the engine only), or one whose checkout a killed process cut short, before its agent
+    could start (see :func:`prepare_run`). Host-only, never mounted or shipped."""
     return ws.gitdir.with_name(ws.run_id + ".on-engine")
 
 
 def worktree_on_engine(ws: RunWorkspace) -> bool:
-    """Whether the run's host worktree was never filled: its files are on the engine."""
+    """Whether the run's host worktree does not hold its files (:func:`on_engine_path`):
+    finishing imports only its commits, and it holds no work of its own."""
     return on_engine_path(ws).exists()
 
 
