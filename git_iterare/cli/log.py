@@ -27,8 +27,13 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         from git_iterare.runner.interrupts import end_on_next_interrupt
 
         end_on_next_interrupt()
-        click.echo(f"\nstopped following; run {run_id} goes on "
-                   f"(`git iterare log -f {run_id}`)", err=True)
+        ended = _ended_as(run_id)
+        if ended:  # Ctrl-C after its end (while it was being finished, say)
+            click.echo(f"\ninterrupted; run {run_id} has ended ({ui.sanitize_line(ended)}; "
+                       f"`git iterare show {run_id}`)", err=True)
+        else:
+            click.echo(f"\nstopped following; run {run_id} goes on "
+                       f"(`git iterare log -f {run_id}`)", err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if record.status in ACTIVE:
         return
@@ -41,6 +46,20 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         click.echo(line, err=True)
     if record.status not in (SUCCEEDED, "merged", "cleaned"):
         sys.exit(ExitCode.FAILED)
+
+
+def _ended_as(run_id: str) -> str | None:
+    """The status of run ``run_id`` once it is no longer active; None while it is (or
+    when its record cannot be read)."""
+    import contextlib
+
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    with contextlib.suppress(Exception):
+        status = RunStore(app().repo).get(run_id).status
+        return None if status in ACTIVE else status
+    return None
 
 
 @click.command("log")
