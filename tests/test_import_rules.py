@@ -18,13 +18,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "git_iterare"
 #: Modules at the top of the package: the shared ground, and the peers the runner ties
 #: together. A new one belongs in a sub-package unless it is shared by several of them.
 TOP_LEVEL = {"__init__", "errors", "redaction", "limits", "boundedfs", "loglimit", "proc",
-             "ui", "settings", "config", "prompt", "scaffold", "credentials", "logrender"}
+             "ui", "settings", "config", "prompt", "scaffold", "credentials", "logrender",
+             "gcpause"}
 
 #: Layer of each top-level module or package: a module imports only from its own layer
 #: or below ("no upward arrows").
 LAYERS = {
     "git_iterare": 0, "errors": 0, "redaction": 0, "limits": 0, "boundedfs": 0,
-    "loglimit": 0, "proc": 0, "ui": 0, "settings": 0,
+    "loglimit": 0, "proc": 0, "ui": 0, "settings": 0, "gcpause": 0,
     "config": 1, "prompt": 1, "scaffold": 1, "credentials": 1, "logrender": 1,
     "git": 1, "runs": 1, "sandbox": 1, "agents": 1,
     "runner": 2,
@@ -32,8 +33,9 @@ LAYERS = {
 }
 
 #: What the command line may import: it calls the runner, config, runs and ui, never
-#: Docker or git plumbing.
-CLI_MAY_IMPORT = {"git_iterare", "cli", "runner", "config", "runs", "errors", "ui"}
+#: Docker or git plumbing (gcpause: it ends the start-up of the command it dispatches).
+CLI_MAY_IMPORT = {"git_iterare", "cli", "runner", "config", "runs", "errors", "ui",
+                  "gcpause"}
 
 #: Peers that must not know about each other (DESIGN.md: "The sandbox knows nothing about
 #: prompts, click or which agent runs; agents know nothing about Docker").

@@ -222,9 +222,8 @@ def test_a_new_spare_sweeps_those_nobody_will_claim(tmp_path: Path,
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the engine refused")
 
-    monkeypatch.setattr("git_iterare.sandbox.docker_backend.create_sidecar", refuse)
     with pytest.raises(RuntimeError):
-        spare.make(spec, 600)
+        spare.make(spec, 600, refuse)
     assert sorted(removed) == ["cut", "gone", "old"]
     assert sorted(p.name for p in root.iterdir()) == ["spare-new"]  # its own went too
 

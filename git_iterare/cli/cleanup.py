@@ -66,10 +66,8 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
                        "its shared record is left as it is)")
         else:
             click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")
-    from git_iterare.runner.paths import state_root
-    from git_iterare.sandbox.spare import remove_all
+    from git_iterare.runner.manage import remove_spares
 
-    # Spare sidecars waiting for a next run (git_iterare.sandbox.spare) go too.
-    if spares := remove_all(state_root(repo)):
+    if spares := remove_spares(repo):
         click.echo(f"removed {spares} spare sidecar{'s' if spares > 1 else ''} waiting for "
                    "a next run")

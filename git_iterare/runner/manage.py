@@ -353,6 +353,16 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
 
 
 
+def remove_spares(repo: Repo) -> int:
+    """Remove the spare sidecars waiting for the repository's next run
+    (:mod:`git_iterare.sandbox.spare`); return how many. Asks the engine only when a
+    spare's folder exists."""
+    from git_iterare.runner.paths import state_root
+    from git_iterare.sandbox.spare import remove_all
+
+    return remove_all(state_root(repo))
+
+
 def _remove_launch_leftovers(repo: Repo, record: RunRecord) -> None:
     """Remove the containers a launch cut short (kill -9) may have left of ``record``'s
     run (its sidecar, porters; found by its run and repository labels). An engine that

@@ -41,6 +41,7 @@ from git_iterare.sandbox.spec import (
     AGENT_START,
     CA_PATH,
     LABEL_REPO,
+    LABEL_ROLE,
     LABEL_RUN,
     OUT_PATH,
     SECRETS_PATH,
@@ -50,11 +51,9 @@ from git_iterare.sandbox.spec import (
     SandboxSpec,
 )
 
-#: Which of a sandbox's two containers this is: ``agent`` or ``sidecar``.
-#: Where the sidecar sees the host folder of :func:`_signal_dir`.
+#: Where the sidecar sees the host folder of :meth:`SandboxSpec.signal_dir`.
 SIGNAL_PATH = "/run/iterare/signal"
 
-LABEL_ROLE = "dev.iterare.role"
 #: On the agent's container: the id of its sidecar.
 LABEL_SIDECAR = "dev.iterare.sidecar"
 
@@ -299,14 +298,6 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
     return tar.data()
 
 
-def _signal_dir(spec: SandboxSpec) -> Path:
-    """The host folder, beside ``spec.out_dir``, where git-iterare tells the sidecar that
-    the run's trees are ready (a file ``go``); mounted read-only at :data:`SIGNAL_PATH`.
-    A file there costs nothing, where an archive put into the starting sidecar waits for
-    its start."""
-    return spec.out_dir.with_name("signal")
-
-
 def tree_mounts(trees: Sequence[Path]) -> tuple[list[Any], str]:
     """The sidecar's mounts for ``trees`` and its ``ITERARE_TREES`` value.
 
@@ -374,7 +365,7 @@ def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: s
         mounts, trees = tree_mounts(spec.owned)
         mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
                                      read_only=False))
-        signal = _signal_dir(spec)
+        signal = spec.signal_dir()
         signal.mkdir(mode=0o700, exist_ok=True)
         (signal / "go").unlink(missing_ok=True)
         mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
@@ -604,7 +595,7 @@ class DockerBackend:
         :func:`git_iterare.sandbox.spare.make`)."""
         from git_iterare.sandbox import spare
 
-        return spare.make(spec, seconds) if spare.usable(spec) else None
+        return spare.make(spec, seconds, create_sidecar) if spare.usable(spec) else None
 
     def rename(self, container_id: str, name: str) -> None:
         """Give a container a new name (a claimed spare its run's); best effort."""
@@ -677,7 +668,7 @@ class DockerBackend:
 
                 mounts = agent_mounts(spec.remote)
             else:
-                (_signal_dir(spec) / "go").touch(mode=0o600)
+                (spec.signal_dir() / "go").touch(mode=0o600)
                 mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
                                       type="bind", read_only=m.read_only)
                           for m in spec.mounts]

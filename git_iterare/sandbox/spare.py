@@ -34,12 +34,12 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from git_iterare.errors import IterareError
-from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN, SandboxSpec
+from git_iterare.sandbox.spec import LABEL_REPO, LABEL_ROLE, LABEL_RUN, SandboxSpec
 
 #: Version of a spare folder and of the claim; spares of another version are not claimed.
 SPARE_FORMAT = 1
@@ -146,8 +146,6 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
     dropped and the next one tried. Never raises for a spare that cannot serve: the caller
     then starts a sidecar of its own.
     """
-    from git_iterare.sandbox.docker_backend import _signal_dir
-
     if not usable(spec):
         return None
     root, wanted, now = spare_root(spec), fingerprint(spec), time.time()
@@ -163,12 +161,12 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
             if not _running_spare(info["container"], token):
                 continue
             for mine, spares in ((spec.out_dir, taken / "out"),
-                                 (_signal_dir(spec), taken / "signal")):
+                                 (spec.signal_dir(), taken / "signal")):
                 with contextlib.suppress(FileNotFoundError):
                     mine.rmdir()  # made empty by the caller; anything in it stops the claim
                 mine.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(spares, mine)
-            hand = _signal_dir(spec) / "claim.new"
+            hand = spec.signal_dir() / "claim.new"
             hand.mkdir(mode=0o700)
             (hand / "policy").write_text(policy, encoding="utf-8")
             (hand / "trees").write_text(trees, encoding="utf-8")
@@ -277,9 +275,10 @@ def wanted(spec: SandboxSpec, seconds: int, claimed: bool) -> bool:
     return claimed or recent
 
 
-def make(spec: SandboxSpec, seconds: int) -> str | None:
+def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) -> str | None:
     """Start a spare sidecar that sandboxes like ``spec`` can claim for ``seconds``;
-    return its container id, or None when one is waiting already.
+    return its container id, or None when one is waiting already. ``create_sidecar`` is
+    :func:`git_iterare.sandbox.docker_backend.create_sidecar`, which makes any sidecar.
 
     Also sweeps spare folders that gave up, and spare containers of this repository that
     never started (a ``make`` cut short).
@@ -288,7 +287,6 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
         UserError, OperationFailed: the engine refused (then nothing is left behind).
         OSError: the folder cannot be made.
     """
-    from git_iterare.sandbox.docker_backend import LABEL_ROLE, create_sidecar
     from git_iterare.sandbox.docker_errors import docker_errors
 
     root, wanted_print, now = spare_root(spec), fingerprint(spec), time.time()

@@ -17,6 +17,9 @@ from git_iterare.sandbox.policy import EgressPolicy
 #: Labels on every container git-iterare starts.
 LABEL_RUN = "dev.iterare.run"
 LABEL_REPO = "dev.iterare.repo"
+#: Which of a sandbox's containers this is: ``agent``, ``sidecar`` (a spare one too) or
+#: ``reclaim``.
+LABEL_ROLE = "dev.iterare.role"
 
 #: Paths inside the sidecar (see ``container/sidecar``).
 OUT_PATH = "/run/iterare/out"
@@ -249,6 +252,13 @@ class SandboxSpec:
     def all_labels(self) -> dict[str, str]:
         """``labels`` plus the run and repository labels."""
         return {**self.labels, LABEL_RUN: self.run_id, LABEL_REPO: self.repo_path}
+
+    def signal_dir(self) -> Path:
+        """The host folder, beside ``out_dir``, where git-iterare tells the sidecar that
+        the run's trees are ready (a file ``go``), or hands a spare its run (``claim/``);
+        mounted read-only in the sidecar alone. A file there costs nothing, where an
+        archive put into the starting sidecar waits for its start."""
+        return self.out_dir.with_name("signal")
 
 
 @dataclass(frozen=True)
