@@ -54,3 +54,24 @@ def test_an_error_raised_while_an_interrupt_propagated_counts_as_one(
     assert run(["git-iterare", "list"]) == 130
     err = capsys.readouterr().err
     assert err == "\ninterrupted\n" and "bug" not in err
+
+
+def test_the_same_ctrl_c_handed_on_by_git_does_not_cut_the_goodbye_short() -> None:
+    """git hands the terminal's SIGINT on to git-iterare, so one Ctrl-C arrives twice: the
+    second must not end the process before its goodbye line (found by a helper); a later
+    one does end it."""
+    import subprocess
+    import sys
+
+    probe = ("import os, signal, time\n"
+             "from git_iterare.runner.interrupts import SAME_CTRL_C, end_on_next_interrupt\n"
+             "end_on_next_interrupt()\n"
+             "os.kill(os.getpid(), signal.SIGINT)\n"
+             "print('goodbye', flush=True)\n"
+             "time.sleep(SAME_CTRL_C + 0.2)\n"
+             "os.kill(os.getpid(), signal.SIGINT)\n"
+             "time.sleep(5)\n"
+             "print('still here')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert (done.returncode, done.stdout) == (130, "goodbye\n")

@@ -183,11 +183,13 @@ def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passw
         shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.mark.parametrize("worktree_made", [True, False])
 def test_cleanup_gives_back_trees_an_interrupted_launch_left_to_the_agent(
-        user: pwd.struct_passwd) -> None:
+        user: pwd.struct_passwd, worktree_made: bool) -> None:
     """Ctrl-C after the sidecar gave the trees to the agent's uid, before the agent
     started, left them that uid's (and the sidecar's output root's): unprivileged, cleanup
-    failed with a hint to act as an owner that has no account (found by a helper)."""
+    failed with a hint to act as an owner that has no account; killed before the worktree
+    was made, the output stayed root's for good (found by helpers)."""
     top = Path(f"/tmp/itr-foreign-{os.getpid()}")
     top.mkdir(mode=0o755)
     try:
@@ -208,7 +210,12 @@ def test_cleanup_gives_back_trees_an_interrupted_launch_left_to_the_agent(
         gitdir = repo / ".git" / "iterare" / "gitdirs" / rid
         trees = [repo / ".iterare" / "worktrees" / rid, gitdir, gitdir.with_name(rid + ".gitfile")]
         uid, gid = agent_ids()
-        subprocess.run(["chown", "-R", f"{uid}:{gid}", *map(str, trees)], check=True)
+        if worktree_made:
+            subprocess.run(["chown", "-R", f"{uid}:{gid}", *map(str, trees)], check=True)
+        else:
+            as_user(user, "git", "worktree", "remove", "--force", str(trees[0]), cwd=repo)
+            for tree in trees[1:]:
+                subprocess.run(["rm", "-rf", str(tree)], check=True)
         out = repo / ".git" / "iterare" / "state" / rid / "out"
         out.mkdir(exist_ok=True)
         (out / "dns.log").write_text("x\n")

@@ -73,10 +73,10 @@ def _goes_on(run_id: str) -> None:
     """Say that Ctrl-C left run ``run_id`` going; exit 130."""
     import sys
 
+    from git_iterare.cli.log import interrupted_line
     from git_iterare.errors import ExitCode
     from git_iterare.runner.interrupts import end_on_next_interrupt
 
     end_on_next_interrupt()
-    click.echo(f"\ninterrupted; run {run_id} goes on (`git iterare log -f {run_id}`)",
-               err=True)
+    click.echo(interrupted_line(run_id, "interrupted"), err=True)
     sys.exit(ExitCode.INTERRUPTED)

@@ -27,13 +27,7 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         from git_iterare.runner.interrupts import end_on_next_interrupt
 
         end_on_next_interrupt()
-        ended = _ended_as(run_id)
-        if ended:  # Ctrl-C after its end (while it was being finished, say)
-            click.echo(f"\ninterrupted; run {run_id} has ended ({ui.sanitize_line(ended)}; "
-                       f"`git iterare show {run_id}`)", err=True)
-        else:
-            click.echo(f"\nstopped following; run {run_id} goes on "
-                       f"(`git iterare log -f {run_id}`)", err=True)
+        click.echo(interrupted_line(run_id, "stopped following"), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if record.status in ACTIVE:
         return
@@ -48,18 +42,22 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         sys.exit(ExitCode.FAILED)
 
 
-def _ended_as(run_id: str) -> str | None:
-    """The status of run ``run_id`` once it is no longer active; None while it is (or
-    when its record cannot be read)."""
+def interrupted_line(run_id: str, stopped: str) -> str:
+    """What to say when Ctrl-C stopped ``stopped`` (following, say) of run ``run_id``:
+    that it goes on, or, when it had ended already (Ctrl-C while it was being finished),
+    how it ended. Starts with a line break (after the ^C the terminal echoed)."""
     import contextlib
 
+    from git_iterare import ui
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 
     with contextlib.suppress(Exception):
         status = RunStore(app().repo).get(run_id).status
-        return None if status in ACTIVE else status
-    return None
+        if status not in ACTIVE:
+            return (f"\ninterrupted; run {run_id} has ended ({ui.sanitize_line(status)}; "
+                    f"`git iterare show {run_id}`)")
+    return f"\n{stopped}; run {run_id} goes on (`git iterare log -f {run_id}`)"
 
 
 @click.command("log")

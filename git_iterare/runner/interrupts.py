@@ -43,16 +43,30 @@ class HeldInterrupts:
             raise KeyboardInterrupt
 
 
+#: Seconds after an interrupt was handled during which another SIGINT is taken for the
+#: same Ctrl-C (see :func:`end_on_next_interrupt`).
+SAME_CTRL_C = 1.0
+
+
 def end_on_next_interrupt() -> None:
     """From now on, Ctrl-C ends the process at once with exit status 130, printing
-    nothing: for when an interrupt was handled and the command is on its way out. git
-    hands the terminal's SIGINT on to ``git-iterare`` too, so one Ctrl-C can arrive twice,
-    and a second one would cut the goodbye line or the interpreter's clean-up short (a
-    bare "interrupted", a traceback from an atexit handler). Main thread only."""
+    nothing: for when an interrupt was handled and the command is on its way out, so a
+    second Ctrl-C cannot cut the interpreter's clean-up short (a traceback from an atexit
+    handler). git hands the terminal's SIGINT on to ``git-iterare`` too, so one Ctrl-C
+    arrives twice: a SIGINT within :data:`SAME_CTRL_C` seconds is that same one and is
+    ignored, so it cannot end the process before its goodbye line. Main thread only."""
     import os
+    import time
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+    if threading.current_thread() is not threading.main_thread():
+        return
+    since = time.monotonic()
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        if time.monotonic() - since >= SAME_CTRL_C:
+            os._exit(130)
+
+    signal.signal(signal.SIGINT, on_interrupt)
 
 
 class RunGoesOn(KeyboardInterrupt):

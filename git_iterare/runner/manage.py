@@ -312,16 +312,22 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     from git_iterare.runs import legacy
 
     merged = merge_holds(repo, record)
+    from git_iterare.runner.ship import is_remote
+
+    if not legacy.is_legacy(record) and not is_remote(record):
+        # What a launch cut short left the agent's uid or root's (the sidecar's output),
+        # with or without a worktree: unprivileged, the user could not remove it.
+        from git_iterare.runner.finish import reclaim_if_foreign
+        from git_iterare.runner.workspace import gitdir_path, worktree_path
+
+        gitdir = gitdir_path(repo, record.id)
+        reclaim_if_foreign(record, (worktree_path(repo, record.id), gitdir,
+                                    gitdir.with_name(record.id + ".gitfile")),
+                           state_dir(repo, record.id) / "out")
     if legacy.is_legacy(record):  # iterare's worktree (workspaces/<name>) and branch
         legacy.cleanup(repo, record, force=force or merged)
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
-        from git_iterare.runner.finish import reclaim_if_foreign
-        from git_iterare.runner.ship import is_remote
-
-        if not is_remote(record):
-            reclaim_if_foreign(record, (ws.worktree, ws.gitdir, ws.gitfile),
-                               state_dir(repo, record.id) / "out")
         left = _left_uncommitted(record, ws.worktree)
         if left and not force:
             raise OperationFailed(

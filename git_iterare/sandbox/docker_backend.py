@@ -800,10 +800,11 @@ class DockerBackend:
                 code, output = sidecar.exec_run(argv, user="0:0")
             else:
                 present = [p for p in trees if Path(p).exists()]
-                if not present:
+                out_dir = out_dir if out_dir is not None and out_dir.is_dir() else None
+                if not present and out_dir is None:
                     return []
                 mounts, names = tree_mounts(present)
-                if out_dir is not None and out_dir.is_dir():
+                if out_dir is not None:
                     from docker.types import Mount as DockerMount
 
                     mounts.append(DockerMount(OUT_PATH, str(out_dir.resolve()), type="bind",
