@@ -197,7 +197,8 @@ def test_cleanup_takes_waiting_spares_only(tmp_path: Path,
         return token != "bbbb"  # that one had ended already
 
     monkeypatch.setattr(spare, "_remove_spare_container", remove)
-    assert spare.remove_all(root) == 2
+    monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: 0)
+    assert spare.remove_all(root, "/repo") == 2
     assert sorted(removed) == ["aaaa", "bbbb", "cccc"]
     assert sorted(p.name for p in root.iterdir()) == ["r-0"]
 
@@ -287,6 +288,7 @@ def test_what_a_killed_claim_or_sweep_left_is_removed(tmp_path: Path,
             os.utime(root / name, (old, old))
     removed: list[str] = []
     monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
-    spare.remove_all(root)
+    monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: 0)
+    spare.remove_all(root, "/repo")
     assert sorted(removed) == ["dddd", "eeee"]
     assert [p.name for p in root.iterdir()] == ["claim-r-8-spare-ffff"]

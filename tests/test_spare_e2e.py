@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -132,15 +133,17 @@ def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> Non
     assert "one\n" in out and "spare_wait" not in timings(project, rid)
 
 
-@pytest.mark.parametrize("cut_short", [False, True])
-def test_cleanup_removes_a_waiting_spare(project: Path, cut_short: bool) -> None:
+@pytest.mark.parametrize("left", ["waiting", "cut short", "folder gone"])
+def test_cleanup_removes_a_waiting_spare(project: Path, left: str) -> None:
     prompt(project, "one", "echo one\n")
     run(project, "one")
     rid, _ = run(project, "one")
     assert len(spares(project)) == 1
     [folder] = (project / ".git" / "iterare" / "state").glob("spare-*")
-    if cut_short:  # as when Ctrl-C ended the process before the spare was written down
+    if left == "cut short":  # Ctrl-C ended the process before the spare was written down
         (folder / "spare.json").unlink()
+    elif left == "folder gone":  # removed by hand: nobody can claim it any more
+        shutil.rmtree(folder)
     done = iterare("cleanup", "-y", rid, cwd=project)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "removed 1 spare sidecar waiting for a next run"

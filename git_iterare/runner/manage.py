@@ -366,7 +366,7 @@ def remove_spares(repo: Repo) -> int:
     from git_iterare.runner.paths import state_root
     from git_iterare.sandbox.spare import remove_all
 
-    return remove_all(state_root(repo))
+    return remove_all(state_root(repo), str(repo.main_work_tree))
 
 
 def _remove_launch_leftovers(repo: Repo, record: RunRecord) -> None:

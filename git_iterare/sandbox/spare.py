@@ -347,10 +347,11 @@ def _sweep_unstarted(repo_path: str) -> None:
                 _remove_container(found["Id"])
 
 
-def remove_all(root: Path) -> int:
+def remove_all(root: Path, repo_path: str) -> int:
     """Remove every spare waiting in ``root`` (folders, and their containers, found by
-    name and checked by label); return how many containers were removed. Spares already
-    claimed are runs' sidecars and stay."""
+    name and checked by label), and the spare containers of the repository at
+    ``repo_path`` whose folder is gone (nobody can claim them); return how many
+    containers were removed. Spares already claimed are runs' sidecars and stay."""
     _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
@@ -359,4 +360,30 @@ def remove_all(root: Path) -> int:
             continue
         removed += _remove_spare_container(folder.name[len(PREFIX):])
         shutil.rmtree(taken, ignore_errors=True)
+    return removed + _remove_orphans(root, repo_path)
+
+
+def _remove_orphans(root: Path, repo_path: str) -> int:
+    """Remove the unclaimed spare containers of the repository at ``repo_path`` that no
+    folder in ``root`` names (deleted by hand); return how many."""
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import client
+
+    try:
+        names = {e.name for e in os.scandir(root)}
+    except OSError:
+        names = set()
+    removed = 0
+    with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
+        for found in client().api.containers(all=True, filters={
+                "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"]}):
+            token = ((found.get("Labels") or {}).get(LABEL_SPARE) or "")
+            named = [n.lstrip("/") for n in found.get("Names") or ()]
+            if container_name(token) not in named:
+                continue  # claimed: a run's sidecar now
+            if any(n.endswith(f"{PREFIX}{token}") for n in names):
+                continue  # its folder is there: waiting, or being claimed
+            _remove_container(found["Id"])
+            removed += 1
     return removed
