@@ -120,7 +120,11 @@ def as_user(user: pwd.struct_passwd, *args: str, cwd: Path, timeout: float = 120
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passwd) -> None:
+@pytest.fixture
+def user_repo(user: pwd.struct_passwd) -> Iterator[Path]:
+    """A repository of ``user``'s after ``git iterare init``, in a folder of theirs that
+    also holds this checkout's commands (:func:`user_bin`); its containers and the folder
+    are removed afterwards."""
     top = Path(f"/tmp/itr-unprivileged-{os.getpid()}")
     top.mkdir(mode=0o755)
     try:
@@ -132,102 +136,92 @@ def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passw
                      ["git", "-C", str(repo), "iterare", "init"]):
             done = as_user(user, *args, cwd=top)
             assert done.returncode == 0, done.stderr
-        prompts = repo / ".iterare" / "prompts"
-        as_user(user, "mkdir", "-p", str(prompts), cwd=repo)
-        as_user(user, "sh", "-c", f"printf '%s' \"$0\" > {prompts}/trap.md",
-                "---\nagent: shell\n---\nmkdir -p src/lib && cd src/lib && git init -q && "
-                "git config core.fsmonitor 'id > \"$HOME/pwned\"; false'\ntouch ready\n"
-                "sleep 20\n", cwd=repo)
-        started = as_user(user, "git", "iterare", "execute", "trap", cwd=repo)
-        assert started.returncode == 0, started.stderr
-        rid = run_id(started.stdout)
-        worktree = repo / ".iterare" / "worktrees" / rid
-        deadline = time.monotonic() + 60
-        while not (worktree / "src" / "lib" / "ready").exists():
-            assert time.monotonic() < deadline, "the agent never got going"
-            time.sleep(0.3)
-        # While the run is live, its trees are the agent's (a uid no account has) and lie
-        # under a 0700 directory of the user's.
-        assert stat.S_IMODE(worktree.parent.stat().st_mode) == 0o700
-        assert worktree.parent.stat().st_uid == user.pw_uid
-        assert worktree.stat().st_uid == agent_ids()[0] != user.pw_uid
-        # A git-aware prompt or editor of the user's runs git there: git refuses the
-        # repository it does not own, and the agent's fsmonitor never runs.
-        for where in (worktree / "src" / "lib", worktree):
-            looked = as_user(user, "git", "status", cwd=where)
-            assert "dubious ownership" in looked.stderr, looked.stderr
-        assert not (Path(user.pw_dir) / "pwned").exists()
-        finished = as_user(user, "git", "iterare", "stop", rid, cwd=repo)
-        assert finished.returncode == 0, finished.stderr
-        status = as_user(user, "git", "iterare", "list", cwd=repo)
-        assert rid in status.stdout
-        # Afterwards: the user's again, the nested repository disabled.
-        assert worktree.stat().st_uid == user.pw_uid
-        after = as_user(user, "git", "status", "--porcelain", cwd=worktree / "src" / "lib")
-        assert "dubious ownership" not in after.stderr
-        assert not (Path(user.pw_dir) / "pwned").exists()
-        shown = as_user(user, "git", "show", f"refs/iterare/runs/{rid}:run.json", cwd=repo)
-        assert '"status": "stopped"' in shown.stdout, shown.stdout + shown.stderr
-        # Nothing in the user's repository is left to root or another account (the
-        # sidecar's status and DNS log included, found by an adversarial test).
-        foreign = [p for p in (repo / ".git").rglob("*") if p.lstat().st_uid != user.pw_uid]
-        assert foreign == []
-        cleaned = as_user(user, "git", "iterare", "cleanup", "--force", "-y", rid, cwd=repo)
-        assert cleaned.returncode == 0, cleaned.stderr
-        assert not (repo / ".git" / "iterare" / "state" / rid).exists()
+        yield repo
     finally:
         subprocess.run(["docker", "rm", "-f", *subprocess.run(
             ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
             capture_output=True, text=True, check=False).stdout.split()],
             capture_output=True, check=False)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passwd,
+                                                          user_repo: Path) -> None:
+    repo = user_repo
+    prompts = repo / ".iterare" / "prompts"
+    as_user(user, "mkdir", "-p", str(prompts), cwd=repo)
+    as_user(user, "sh", "-c", f"printf '%s' \"$0\" > {prompts}/trap.md",
+            "---\nagent: shell\n---\nmkdir -p src/lib && cd src/lib && git init -q && "
+            "git config core.fsmonitor 'id > \"$HOME/pwned\"; false'\ntouch ready\n"
+            "sleep 20\n", cwd=repo)
+    started = as_user(user, "git", "iterare", "execute", "trap", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    worktree = repo / ".iterare" / "worktrees" / rid
+    deadline = time.monotonic() + 60
+    while not (worktree / "src" / "lib" / "ready").exists():
+        assert time.monotonic() < deadline, "the agent never got going"
+        time.sleep(0.3)
+    # While the run is live, its trees are the agent's (a uid no account has) and lie
+    # under a 0700 directory of the user's.
+    assert stat.S_IMODE(worktree.parent.stat().st_mode) == 0o700
+    assert worktree.parent.stat().st_uid == user.pw_uid
+    assert worktree.stat().st_uid == agent_ids()[0] != user.pw_uid
+    # A git-aware prompt or editor of the user's runs git there: git refuses the
+    # repository it does not own, and the agent's fsmonitor never runs.
+    for where in (worktree / "src" / "lib", worktree):
+        looked = as_user(user, "git", "status", cwd=where)
+        assert "dubious ownership" in looked.stderr, looked.stderr
+    assert not (Path(user.pw_dir) / "pwned").exists()
+    finished = as_user(user, "git", "iterare", "stop", rid, cwd=repo)
+    assert finished.returncode == 0, finished.stderr
+    status = as_user(user, "git", "iterare", "list", cwd=repo)
+    assert rid in status.stdout
+    # Afterwards: the user's again, the nested repository disabled.
+    assert worktree.stat().st_uid == user.pw_uid
+    after = as_user(user, "git", "status", "--porcelain", cwd=worktree / "src" / "lib")
+    assert "dubious ownership" not in after.stderr
+    assert not (Path(user.pw_dir) / "pwned").exists()
+    shown = as_user(user, "git", "show", f"refs/iterare/runs/{rid}:run.json", cwd=repo)
+    assert '"status": "stopped"' in shown.stdout, shown.stdout + shown.stderr
+    # Nothing in the user's repository is left to root or another account (the
+    # sidecar's status and DNS log included, found by an adversarial test).
+    foreign = [p for p in (repo / ".git").rglob("*") if p.lstat().st_uid != user.pw_uid]
+    assert foreign == []
+    cleaned = as_user(user, "git", "iterare", "cleanup", "--force", "-y", rid, cwd=repo)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not (repo / ".git" / "iterare" / "state" / rid).exists()
 
 
 @pytest.mark.parametrize("worktree_made", [True, False])
 def test_cleanup_gives_back_trees_an_interrupted_launch_left_to_the_agent(
-        user: pwd.struct_passwd, worktree_made: bool) -> None:
+        user: pwd.struct_passwd, user_repo: Path, worktree_made: bool) -> None:
     """Ctrl-C after the sidecar gave the trees to the agent's uid, before the agent
     started, left them that uid's (and the sidecar's output root's): unprivileged, cleanup
     failed with a hint to act as an owner that has no account; killed before the worktree
     was made, the output stayed root's for good (found by helpers)."""
-    top = Path(f"/tmp/itr-foreign-{os.getpid()}")
-    top.mkdir(mode=0o755)
-    try:
-        os.chown(top, user.pw_uid, user.pw_gid)
-        user_bin(top)
-        repo = top / "repo"
-        for args in (["git", "init", "-q", "-b", "main", str(repo)],
-                     ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"],
-                     ["git", "-C", str(repo), "iterare", "init"]):
-            done = as_user(user, *args, cwd=top)
-            assert done.returncode == 0, done.stderr
-        as_user(user, "sh", "-c", "printf -- '---\\nagent: shell\\n---\\ntrue\\n' "
-                "> .iterare/prompts/quick.md", cwd=repo)
-        started = as_user(user, "git", "iterare", "execute", "quick", "-f", cwd=repo)
-        assert started.returncode == 0, started.stderr
-        rid = run_id(started.stdout)
-        # As the interrupted launch left them:
-        gitdir = repo / ".git" / "iterare" / "gitdirs" / rid
-        trees = [repo / ".iterare" / "worktrees" / rid, gitdir, gitdir.with_name(rid + ".gitfile")]
-        uid, gid = agent_ids()
-        if worktree_made:
-            subprocess.run(["chown", "-R", f"{uid}:{gid}", *map(str, trees)], check=True)
-        else:
-            as_user(user, "git", "worktree", "remove", "--force", str(trees[0]), cwd=repo)
-            for tree in trees[1:]:
-                subprocess.run(["rm", "-rf", str(tree)], check=True)
-        out = repo / ".git" / "iterare" / "state" / rid / "out"
-        out.mkdir(exist_ok=True)
-        (out / "dns.log").write_text("x\n")
-        subprocess.run(["chown", "-R", "0:0", str(out)], check=True)
-        out.chmod(0o711)
-        cleaned = as_user(user, "git", "iterare", "cleanup", "-y", rid, cwd=repo)
-        assert cleaned.returncode == 0, cleaned.stderr
-        assert not any(p.exists() for p in trees)
-        assert not out.parent.exists()
-    finally:
-        subprocess.run(["docker", "rm", "-f", *subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
-            capture_output=True, text=True, check=False).stdout.split()],
-            capture_output=True, check=False)
-        shutil.rmtree(top, ignore_errors=True)
+    repo = user_repo
+    as_user(user, "sh", "-c", "printf -- '---\\nagent: shell\\n---\\ntrue\\n' "
+            "> .iterare/prompts/quick.md", cwd=repo)
+    started = as_user(user, "git", "iterare", "execute", "quick", "-f", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    # As the interrupted launch left them:
+    gitdir = repo / ".git" / "iterare" / "gitdirs" / rid
+    trees = [repo / ".iterare" / "worktrees" / rid, gitdir, gitdir.with_name(rid + ".gitfile")]
+    uid, gid = agent_ids()
+    if worktree_made:
+        subprocess.run(["chown", "-R", f"{uid}:{gid}", *map(str, trees)], check=True)
+    else:
+        as_user(user, "git", "worktree", "remove", "--force", str(trees[0]), cwd=repo)
+        for tree in trees[1:]:
+            subprocess.run(["rm", "-rf", str(tree)], check=True)
+    out = repo / ".git" / "iterare" / "state" / rid / "out"
+    out.mkdir(exist_ok=True)
+    (out / "dns.log").write_text("x\n")
+    subprocess.run(["chown", "-R", "0:0", str(out)], check=True)
+    out.chmod(0o711)
+    cleaned = as_user(user, "git", "iterare", "cleanup", "-y", rid, cwd=repo)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not any(p.exists() for p in trees)
+    assert not out.parent.exists()
