@@ -206,3 +206,18 @@ def test_ctrl_c_while_a_spare_is_claimed_removes_it(project: Path,
     assert spares(project) == []  # the run never learnt of it: not left waiting 600 s
     state = project / ".git" / "iterare" / "state"
     assert not [p for p in state.iterdir() if "spare-" in p.name]
+
+
+def test_a_refused_cleanup_still_removes_spares_and_a_repeated_one_says_so(
+        project: Path) -> None:
+    prompt(project, "work", "echo x > x.txt\n")
+    run(project, "work")
+    rid, _ = run(project, "work")  # its unmerged commit is work cleanup keeps
+    assert len(spares(project)) == 1
+    refused = iterare("cleanup", "-y", rid, cwd=project)
+    assert refused.returncode == 1 and "would be lost" in refused.stderr, refused.stderr
+    assert refused.stdout == "removed 1 spare sidecar waiting for a next run\n"
+    assert spares(project) == []
+    assert iterare("cleanup", "-y", "--force", rid, cwd=project).returncode == 0
+    again = iterare("cleanup", "-y", rid, cwd=project)
+    assert (again.returncode, again.stdout) == (0, f"run {rid} was cleaned up already\n")

@@ -57,17 +57,22 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
     names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
-    from git_iterare.runner.ownership import ran_elsewhere
-
-    for record in records:
-        done = cleanup(repo, record, force=force)
-        if ran_elsewhere(repo, done):
-            click.echo(f"cleaned what is here of {sanitize_line(done.id)} (it ran elsewhere; "
-                       "its shared record is left as it is)")
-        else:
-            click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")
     from git_iterare.runner.manage import remove_spares
+    from git_iterare.runner.ownership import ran_elsewhere
+    from git_iterare.runs.status import CLEANED
 
-    if spares := remove_spares(repo):
-        click.echo(f"removed {spares} spare sidecar{'s' if spares > 1 else ''} waiting for "
-                   "a next run")
+    try:
+        for record in records:
+            if record.status == CLEANED:
+                click.echo(f"run {sanitize_line(record.id)} was cleaned up already")
+                continue
+            done = cleanup(repo, record, force=force)
+            if ran_elsewhere(repo, done):
+                click.echo(f"cleaned what is here of {sanitize_line(done.id)} (it ran "
+                           "elsewhere; its shared record is left as it is)")
+            else:
+                click.echo(f"cleaned {sanitize_line(done.id)} (record and commits kept)")
+    finally:  # also when a run is refused: spares hold no work
+        if spares := remove_spares(repo):
+            click.echo(f"removed {spares} spare sidecar{'s' if spares > 1 else ''} waiting "
+                       "for a next run")
