@@ -43,6 +43,13 @@ def agent(ws: workspace.RunWorkspace, *args: str, check: bool = True
                           text=True, check=check)
 
 
+def agent_commits(ws: workspace.RunWorkspace, name: str, text: str, message: str) -> None:
+    """The agent writes ``name`` in its worktree and commits it."""
+    (ws.worktree / name).write_text(text)
+    agent(ws, "add", name)
+    agent(ws, "commit", "-qm", message)
+
+
 def finish(path: Path, ws: workspace.RunWorkspace) -> importer.FinishResult:
     return importer.finish_run(repo_mod.discover(path), ws, TRAILERS, "iterare: leftovers")
 
@@ -124,12 +131,8 @@ def test_agent_work_comes_back_with_trailers(repo: Path) -> None:
     git("add", "gone.txt", cwd=repo)
     git("commit", "-qm", "more", cwd=repo)
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("one\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "agent: a")
-    (ws.worktree / "b.txt").write_text("two\n")
-    agent(ws, "add", "b.txt")
-    agent(ws, "commit", "-qm", "agent: b")
+    agent_commits(ws, "a.txt", "one\n", "agent: a")
+    agent_commits(ws, "b.txt", "two\n", "agent: b")
     (ws.worktree / "README.md").write_text("hello\nedited\n")  # left uncommitted
     (ws.worktree / "gone.txt").unlink()                       # deleted, uncommitted
     (ws.worktree / "new" / "deep").mkdir(parents=True)
@@ -169,13 +172,9 @@ def test_agent_work_comes_back_with_trailers(repo: Path) -> None:
 def test_commits_on_another_branch_or_detached_head_are_imported(
         repo: Path, move: list[str]) -> None:
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("one\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "agent: on the run branch")
+    agent_commits(ws, "a.txt", "one\n", "agent: on the run branch")
     agent(ws, *move)
-    (ws.worktree / "b.txt").write_text("two\n")
-    agent(ws, "add", "b.txt")
-    agent(ws, "commit", "-qm", "agent: moved off")
+    agent_commits(ws, "b.txt", "two\n", "agent: moved off")
     (ws.worktree / "c.txt").write_text("three\n")  # left uncommitted
     result = finish(repo, ws)
     branch = f"iterare/{RUN}"
@@ -190,13 +189,9 @@ def test_commits_on_another_branch_or_detached_head_are_imported(
 
 def test_side_branch_not_descending_from_the_run_branch_is_named(repo: Path) -> None:
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("one\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "agent: a")
+    agent_commits(ws, "a.txt", "one\n", "agent: a")
     agent(ws, "checkout", "-q", "-b", "other", ws.base_commit)
-    (ws.worktree / "b.txt").write_text("two\n")
-    agent(ws, "add", "b.txt")
-    agent(ws, "commit", "-qm", "agent: b")
+    agent_commits(ws, "b.txt", "two\n", "agent: b")
     result = finish(repo, ws)
     assert len(result.notes) == 1 and "branch other" in result.notes[0]
     assert "not imported" in result.notes[0]
@@ -319,9 +314,7 @@ def _markers(tmp: Path) -> list[Path]:
 def test_malicious_agent_cannot_run_anything_on_the_host(
         repo: Path, tmp_path: Path, hermetic_env: Path) -> None:
     ws = prepare(repo)
-    (ws.worktree / "work.txt").write_text("committed by the agent\n")
-    agent(ws, "add", "work.txt")
-    agent(ws, "commit", "-qm", "agent work")
+    agent_commits(ws, "work.txt", "committed by the agent\n", "agent work")
     before = fingerprint(repo / ".git")
     assert {"config", "HEAD", "index", "refs/heads/main", "info/exclude"} <= set(before)
     m_filter, m_fsmon, m_hook, m_sub, m_global = _markers(tmp_path)
@@ -408,9 +401,7 @@ def test_odd_refs_and_objects_are_not_imported(repo: Path) -> None:
     assert git("rev-parse", f"iterare/{RUN}", cwd=repo).stdout.strip() == ws.base_commit
     # a FIFO in the object dir would hang a reader
     agent(ws, "reset", "-q", "--hard", ws.base_commit)
-    (ws.worktree / "y").write_text("y\n")
-    agent(ws, "add", "y")
-    agent(ws, "commit", "-qm", "y")
+    agent_commits(ws, "y", "y\n", "y")
     fifo = ws.gitdir / "objects" / "pack" / "trap.pack"
     os.mkfifo(fifo)
     result = importer.finish_run(r, ws, TRAILERS, "x")
@@ -501,9 +492,7 @@ def test_merge_squash_noff_and_hooks_off(repo: Path, tmp_path: Path) -> None:
 
 def test_merge_squash_and_fast_forward(repo: Path) -> None:
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("a\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "a")
+    agent_commits(ws, "a.txt", "a\n", "a")
     (ws.worktree / "b.txt").write_text("b\n")
     result = finish(repo, ws)
     r = repo_mod.discover(repo)
@@ -558,9 +547,7 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
     r = repo_mod.discover(repo)
     ws = prepare(repo)
     agent(ws, "checkout", "-qb", "side")
-    (ws.worktree / "side.txt").write_text("side\n")
-    agent(ws, "add", "side.txt")
-    agent(ws, "commit", "-qm", "side work")
+    agent_commits(ws, "side.txt", "side\n", "side work")
     agent(ws, "checkout", "-q", f"iterare/{RUN}")
     (ws.worktree / "README.md").write_text("stashed\n")
     agent(ws, "stash", "-q")
@@ -591,9 +578,7 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
 def test_cleanup_takes_tags_and_notes_of_imported_work_as_no_work(repo: Path) -> None:
     r = repo_mod.discover(repo)
     ws = prepare(repo)
-    (ws.worktree / "t.txt").write_text("t\n")
-    agent(ws, "add", "t.txt")
-    agent(ws, "commit", "-qm", "t")
+    agent_commits(ws, "t.txt", "t\n", "t")
     agent(ws, "tag", "-a", "v2", "-m", "annotated")
     agent(ws, "notes", "add", "-m", "a note", "HEAD")
     finish(repo, ws)
@@ -604,9 +589,7 @@ def test_cleanup_takes_tags_and_notes_of_imported_work_as_no_work(repo: Path) ->
 def test_cleanup_force_keeps_objects(repo: Path) -> None:
     r = repo_mod.discover(repo)
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("a\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "a")
+    agent_commits(ws, "a.txt", "a\n", "a")
     head = agent(ws, "rev-parse", "HEAD").stdout.strip()
     with pytest.raises(OperationFailed, match="commits that were not imported"):
         workspace.cleanup_run(r, ws)
@@ -717,9 +700,7 @@ def test_merge_is_not_refused_for_untouched_assume_unchanged_files(repo: Path) -
     git("commit", "-qm", "files", cwd=repo)
     ws = prepare(repo)
     agent(ws, "rm", "-rq", "old")
-    (ws.worktree / "old").write_text("now a file\n")
-    agent(ws, "add", "old")
-    agent(ws, "commit", "-qm", "folder to file")
+    agent_commits(ws, "old", "now a file\n", "folder to file")
     finish(repo, ws)
     git("config", "core.autocrlf", "true", cwd=repo)
     listed = git("ls-files", "-z", cwd=repo).stdout
@@ -782,9 +763,7 @@ def test_merge_sees_a_file_a_folder_rename_moves_onto_an_ignored_one(
 def test_alternates_of_the_run_gitdir_are_not_followed(repo: Path, tmp_path: Path) -> None:
     """Objects reachable only through the agent's alternates are not imported."""
     ws = prepare(repo)
-    (ws.worktree / "a.txt").write_text("a\n")
-    agent(ws, "add", "a.txt")
-    agent(ws, "commit", "-qm", "a")
+    agent_commits(ws, "a.txt", "a\n", "a")
     decoy = tmp_path / "decoy"
     (ws.gitdir / "objects").rename(decoy)
     (ws.gitdir / "objects" / "info").mkdir(parents=True)
