@@ -60,7 +60,7 @@ def test_a_claim_hands_over_policy_trees_and_ids_and_the_folders(tmp_path: Path,
     (folder / "out" / "from-the-spare").write_text("x")
     spec.out_dir.mkdir(parents=True)  # the launch makes it, empty, before the claim
 
-    assert spare.claim(spec, "v 1\ndomain a.test\n", "0/r-1 1/r-1") == "c1"
+    assert spare.claim(spec, lambda: ("v 1\ndomain a.test\n", "0/r-1 1/r-1")) == "c1"
 
     assert running == ["c1"]
     assert not folder.exists() and not list(root.glob("claim-*"))
@@ -83,7 +83,7 @@ def test_a_spare_made_for_other_settings_is_not_claimed(tmp_path: Path, running:
                                                         change: dict) -> None:
     root = tmp_path / "state"
     folder = _waiting(root, _spec(root))
-    assert spare.claim(_spec(root, **change), "v 1\n", "") is None
+    assert spare.claim(_spec(root, **change), lambda: ("v 1\n", "")) is None
     assert folder.exists() and running == []
 
 
@@ -99,8 +99,8 @@ def test_no_spare_serves_a_remote_engine_or_extra_networks(tmp_path: Path,
     root = tmp_path / "state"
     spec = _spec(root)
     _waiting(root, spec)
-    assert spare.claim(_spec(root, networks=("db",)), "v 1\n", "") is None
-    assert spare.claim(_spec(root, remote=object()), "v 1\n", "") is None
+    assert spare.claim(_spec(root, networks=("db",)), lambda: ("v 1\n", "")) is None
+    assert spare.claim(_spec(root, remote=object()), lambda: ("v 1\n", "")) is None
     assert running == []
 
 
@@ -108,7 +108,7 @@ def test_a_spare_about_to_give_up_is_not_claimed(tmp_path: Path, running: list[s
     root = tmp_path / "state"
     spec = _spec(root)
     _waiting(root, spec, left=spare.CLAIM_MARGIN - 1)
-    assert spare.claim(spec, "v 1\n", "") is None and running == []
+    assert spare.claim(spec, lambda: ("v 1\n", "")) is None and running == []
 
 
 @pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"v": 99}', b" " * 5000])
@@ -118,7 +118,7 @@ def test_a_bad_spare_json_is_skipped(tmp_path: Path, running: list[str],
     spec = _spec(root)
     folder = _waiting(root, spec)
     (folder / "spare.json").write_bytes(content)
-    assert spare.claim(spec, "v 1\n", "") is None and running == []
+    assert spare.claim(spec, lambda: ("v 1\n", "")) is None and running == []
 
 
 def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
@@ -128,7 +128,7 @@ def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
     _waiting(root, spec, token="aaaa", container="gone")
     _waiting(root, spec, token="bbbb", container="alive")
     monkeypatch.setattr(spare, "_running_spare", lambda cid, token: cid == "alive")
-    assert spare.claim(spec, "v 1\n", "") == "alive"
+    assert spare.claim(spec, lambda: ("v 1\n", "")) == "alive"
     assert not list(root.glob("spare-*")) and not list(root.glob("claim-*"))
 
 
@@ -141,7 +141,7 @@ def test_a_run_folder_with_content_stops_the_claim(tmp_path: Path, running: list
     (spec.out_dir / "status.json").write_text("{}")
     removed: list[str] = []
     monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
-    assert spare.claim(spec, "v 1\n", "") is None
+    assert spare.claim(spec, lambda: ("v 1\n", "")) is None
     assert removed == ["aaaa"]  # taken, unusable: not left waiting for nobody
     assert (spec.out_dir / "status.json").read_text() == "{}"
 
@@ -156,7 +156,7 @@ def test_of_runs_claiming_at_once_one_gets_the_spare(tmp_path: Path,
     def claim(run_id: str) -> None:
         spec = _spec(root, run_id=run_id)
         barrier.wait()
-        got[run_id] = spare.claim(spec, "v 1\n", "")
+        got[run_id] = spare.claim(spec, lambda: ("v 1\n", ""))
 
     threads = [threading.Thread(target=claim, args=(f"r-{n}",)) for n in range(8)]
     for thread in threads:
@@ -273,7 +273,7 @@ def test_a_claim_cut_short_by_ctrl_c_removes_the_spare(tmp_path: Path,
     monkeypatch.setattr(spare, "_running_spare", interrupted)
     monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
     with pytest.raises(KeyboardInterrupt):
-        spare.claim(spec, "v 1\n", "")
+        spare.claim(spec, lambda: ("v 1\n", ""))
     assert removed == ["aaaa"]  # the run never learnt its id: nothing would remove it
     assert list(root.iterdir()) == []
 

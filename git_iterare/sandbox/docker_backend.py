@@ -585,10 +585,10 @@ class DockerBackend:
         """
         from git_iterare.sandbox import spare
 
-        if not spare.usable(spec):
-            return None
-        spec = _with_dns(spec)
-        return spare.claim(spec, policy_lines(spec), tree_mounts(spec.owned)[1])
+        def hand_over() -> tuple[str, str]:
+            return policy_lines(_with_dns(spec)), tree_mounts(spec.owned)[1]
+
+        return spare.claim(spec, hand_over) if spare.usable(spec) else None
 
     def make_spare(self, spec: SandboxSpec, seconds: int) -> str | None:
         """Start a spare sidecar for sandboxes like ``spec`` (see

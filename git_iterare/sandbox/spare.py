@@ -137,14 +137,16 @@ def _take(folder: Path, as_name: str) -> Path | None:
     return taken
 
 
-def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
+def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | None:
     """Claim a waiting spare for ``spec``'s run; return its container id, or None.
 
     The run's ``spec.out_dir`` (absent or empty) and signal folder become the spare's;
-    ``policy`` (the sidecar's policy text), ``trees`` (``ITERARE_TREES``) and the agent's
-    ids go into ``signal/claim``. A spare whose container is gone or not running is
-    dropped and the next one tried. Never raises for a spare that cannot serve: the caller
-    then starts a sidecar of its own.
+    what ``hand_over`` returns once a spare is taken, the sidecar's policy text and
+    ``ITERARE_TREES`` (made only then: with no spare waiting the caller's own sidecar
+    needs them, made anew), and the agent's ids go into ``signal/claim``. A spare whose
+    container is gone or not running is dropped and the next one tried. Never raises for
+    a spare that cannot serve: the caller then starts a sidecar of its own; what
+    ``hand_over`` raises (a policy too long) is raised, the spare removed.
     """
     if not usable(spec):
         return None
@@ -166,6 +168,7 @@ def claim(spec: SandboxSpec, policy: str, trees: str) -> str | None:
                     mine.rmdir()  # made empty by the caller; anything in it stops the claim
                 mine.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(spares, mine)
+            policy, trees = hand_over()
             hand = spec.signal_dir() / "claim.new"
             hand.mkdir(mode=0o700)
             (hand / "policy").write_text(policy, encoding="utf-8")
