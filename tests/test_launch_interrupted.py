@@ -91,6 +91,33 @@ def test_ctrl_c_while_the_sidecar_is_made_leaves_nothing_locally(
     _no_runs(repo)
 
 
+def test_ctrl_c_during_the_checkout_removes_the_agent_container_made_meanwhile(
+        local_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's container is made while the worktree is checked out: Ctrl-C in the
+    checkout, once that container exists, leaves neither it nor anything else."""
+    from git_iterare.runner import workspace
+
+    repo = local_project
+    (repo / ".iterare" / "prompts" / "p.md").write_text("echo never\n")
+    real_fill, seen = workspace._fill, []
+
+    def fill(*args: Any, **kwargs: Any) -> None:
+        deadline = time.monotonic() + 60
+        while all(n.endswith("-net") for n in _left(repo)[0]):
+            assert time.monotonic() < deadline, "no agent container was made"
+            time.sleep(0.05)
+        seen.extend(_left(repo)[0])
+        real_fill(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(workspace, "_fill", fill)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(repo, "p")
+    assert len(seen) == 2  # the sidecar and the agent's container, both made
+    assert _left(repo) == ([], [])
+    _no_runs(repo)
+
+
 def test_ctrl_c_on_a_remote_engine_leaves_no_container_volume_or_spare(
         over_tls: Path, dind_engine: DindEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = over_tls

@@ -33,6 +33,8 @@ from git_iterare.runner.paths import state_dir
 from git_iterare.runner.spec import ca_bundle_path
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from git_iterare.agents.base import Agent, Credentials
     from git_iterare.prompt import Prompt
     from git_iterare.runner.interrupts import HeldInterrupts
@@ -456,8 +458,9 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
 
         ship.make_volumes(repo, remote, spec.all_labels())
     shipped = shipping = None
+    creating: Future[str] | None = None
     container: str | None = None
-    with ThreadPoolExecutor(2, thread_name_prefix="sidecar") as pool:
+    with ThreadPoolExecutor(3, thread_name_prefix="sidecar") as pool:
         if remote is not None:  # a remote engine gets the run's files meanwhile, first
             from git_iterare.runner import ship
 
@@ -476,21 +479,28 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         # container are made; the agent's container starts only after both.
         started = pool.submit(sandbox.rename, sidecar, f"{spec.name}-net") if claimed \
             else pool.submit(sandbox.start_sidecar, sidecar)
+        def trees_made() -> None:  # the agent's container is made during the checkout
+            nonlocal creating
+            creating = pool.submit(sandbox.create_agent, spec, sidecar)
+
         try:
             # A remote engine checks the base out itself (runner.ship): none here.
             ws = wsp.prepare_run(repo, record.id, plan.base_commit, uid,
-                                 fill=remote is None)
+                                 fill=remote is None, made=trees_made)
             exclude_in_run(ws.gitdir, more_mounts)  # mounts below /workspace: not the agent's
-            # The agent's container is made while a remote run's files still go in.
+            # The agent's container was made while a remote run's files still go in.
             container = sandbox.launch(spec, sidecar, started,
-                                       shipping.result if shipping is not None else None)
+                                       shipping.result if shipping is not None else None,
+                                       agent_id=_made(creating))
             interrupts.hold()  # the agent runs: it is recorded before Ctrl-C acts
             shipped = shipping.result() if shipping is not None else None
         except BaseException:
             # Also on Ctrl-C while the sidecar is still starting: wait for that, then
             # remove it (launch removes what it made itself; twice is harmless).
-            with contextlib.suppress(BaseException):
-                started.exception()
+            for pending in (started, creating):  # what they make the caller removes
+                if pending is not None:
+                    with contextlib.suppress(BaseException):
+                        pending.exception()
             if shipping is not None:
                 with contextlib.suppress(BaseException):
                     shipping.exception()
@@ -518,6 +528,13 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         except (OperationFailed, UserError, OSError) as exc:
             ui.warn(f"no worktree was prepared on the Docker engine for the next run: {exc}")
     return running
+
+
+def _made(creating: Future[str] | None) -> str | None:
+    """The id of the agent's container made during the checkout (None when it was not
+    asked for). What its creation raised is raised: the launch then removes the sidecar,
+    and the caller whatever of the run is left on the engine."""
+    return creating.result() if creating is not None else None
 
 
 def _leave_spare(spec: SandboxSpec, seconds: int) -> None:

@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -323,7 +323,8 @@ def run_excludes(repo: Repo, included: Sequence[str]) -> bytes:
 
 
 def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
-                alternates: str = CONTAINER_OBJECTS, fill: bool = True) -> RunWorkspace:
+                alternates: str = CONTAINER_OBJECTS, fill: bool = True,
+                made: Callable[[], object] | None = None) -> RunWorkspace:
     """Create branch, worktree and run gitdir for a new run.
 
     Args:
@@ -338,6 +339,10 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             empty, marked so (:func:`on_engine_path`), with a checkout map of what the
             engine writes (:func:`git_iterare.git.checkout.engine_map`), until its files
             come back (:func:`fill_worktree` when they cannot).
+        made: called once the worktree, run gitdir and gitfile exist, before the
+            checkout fills the worktree (the agent's container can be made meanwhile:
+            Docker wants a mount's source to exist). What it raises is raised, after
+            everything made so far is removed.
 
     Returns:
         The workspace.
@@ -390,12 +395,15 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             # never started) leaves a worktree that is not the base, which finishing must
             # not commit as the deletion of every file not checked out yet.
             on_engine_path(ws).write_text("the worktree's checkout did not complete\n")
-            _fill(repo, ws, admin)
-            on_engine_path(ws).unlink()
         else:
             on_engine_path(ws).write_text("the worktree's files are on the Docker engine\n")
             checkout.write_map(checkout_map_path(ws),
                                checkout.engine_map(repo.common_dir, base_commit))
+        if made is not None:
+            made()
+        if fill:
+            _fill(repo, ws, admin)
+            on_engine_path(ws).unlink()
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)

@@ -30,8 +30,9 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "agent_ids", "attach", "begin", "claim_spare", "engine_cpus", "get_backend", "inspect",
-    "launch", "list_sandboxes", "log_lines", "make_spare", "policy_from_config",
+    "agent_ids", "attach", "begin", "claim_spare", "create_agent", "engine_cpus",
+    "get_backend", "inspect", "launch", "list_sandboxes", "log_lines", "make_spare",
+    "policy_from_config",
     "read_egress_report", "reclaim", "remove", "remove_sidecar", "rename", "start_sidecar",
     "stop", "wait",
 ]
@@ -110,10 +111,17 @@ def remove_sidecar(sidecar_id: str) -> None:
     get_backend().remove_sidecar(sidecar_id)
 
 
+def create_agent(spec: SandboxSpec, sidecar_id: str) -> str:
+    """Create the agent's container of a sandbox, not started, while its trees are still
+    being filled; return its id for :func:`launch` (see Backend.create_agent)."""
+    return get_backend().create_agent(spec, sidecar_id)
+
+
 def launch(spec: SandboxSpec, sidecar_id: str | None = None,
-           sidecar_started: Any = None, trees_ready: Callable[[], object] | None = None) -> str:
+           sidecar_started: Any = None, trees_ready: Callable[[], object] | None = None,
+           agent_id: str | None = None) -> str:
     """Create and start a sandbox; return its container id (see Backend.launch)."""
-    return get_backend().launch(spec, sidecar_id, sidecar_started, trees_ready)
+    return get_backend().launch(spec, sidecar_id, sidecar_started, trees_ready, agent_id)
 
 
 def attach(container_id: str) -> Iterator[bytes]:

@@ -42,12 +42,19 @@ class Backend(Protocol):
         """Remove a sidecar from :meth:`begin` that never got its agent."""
         ...
 
+    def create_agent(self, spec: SandboxSpec, sidecar_id: str) -> str:
+        """Create (not start) a sandbox's agent container in the sidecar's namespace,
+        while its trees are still being filled; return its id."""
+        ...
+
     def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
                sidecar_started: Any = None,
-               trees_ready: Callable[[], object] | None = None) -> str:
+               trees_ready: Callable[[], object] | None = None,
+               agent_id: str | None = None) -> str:
         """Start a sandbox (its network sidecar, unless :meth:`begin` started it, then the
-        agent's container); return the agent container's id. ``trees_ready`` is called
-        before the agent's container starts (a remote run's files going in)."""
+        agent's container, unless :meth:`create_agent` made it); return the agent
+        container's id. ``trees_ready`` is called before the agent's container starts (a
+        remote run's files going in)."""
         ...
 
     def attach(self, container_id: str) -> Iterator[bytes]:

@@ -621,9 +621,60 @@ class DockerBackend:
                 contextlib.suppress(docker.errors.NotFound):
             client().containers.get(sidecar_id).remove(force=True, v=True)
 
+    def create_agent(self, spec: SandboxSpec, sidecar_id: str) -> str:
+        """Create the agent's container (not started) in the namespace of the sidecar
+        ``sidecar_id``, with its files put in (:func:`agent_files`); return its id.
+
+        Its mounts' sources must exist (Docker checks them when it creates a container),
+        but the trees need not be checked out yet: the container starts only in
+        :meth:`launch`. Made this way while the worktree is checked out.
+
+        Raises:
+            UserError: the image does not exist.
+            OperationFailed: the engine is unreachable, the name is taken or it refused
+                (then nothing is left behind).
+        """
+        from docker.types import LogConfig
+        from docker.types import Mount as DockerMount
+
+        if spec.remote is not None:
+            from git_iterare.sandbox.remote import agent_mounts
+
+            mounts = agent_mounts(spec.remote)
+        else:
+            mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
+                                  type="bind", read_only=m.read_only)
+                      for m in spec.mounts]
+        env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
+        if spec.ca_bundle is not None:
+            env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH,
+                       CURL_CA_BUNDLE=CA_PATH)
+        with docker_errors(f"create the sandbox {spec.name}"):
+            agent = client().containers.create(
+                spec.image, command=list(spec.command), name=spec.name,
+                entrypoint=["/bin/sh", AGENT_START],
+                user=f"{spec.agent_uid}:{spec.agent_gid}", working_dir=spec.workdir,
+                labels={**spec.all_labels(), LABEL_ROLE: "agent", LABEL_SIDECAR: sidecar_id},
+                environment=env, mounts=mounts, network_mode=f"container:{sidecar_id}",
+                cap_drop=["ALL"], security_opt=["no-new-privileges:true"], init=True,
+                tty=spec.tty, stdin_open=spec.stdin, log_config=LogConfig(**LOG_CONFIG),
+                detach=True, **_limits(spec))
+        try:
+            with docker_errors(f"prepare the sandbox {spec.name}"):
+                passwd, group = _image_accounts(agent, spec.image)
+                agent.put_archive("/", agent_files(spec, passwd, group))
+        except BaseException:
+            from docker.errors import NotFound
+
+            with docker_errors(f"remove {agent.name}"), contextlib.suppress(NotFound):
+                agent.remove(force=True, v=True)
+            raise
+        return str(agent.id)
+
     def launch(self, spec: SandboxSpec, sidecar_id: str | None = None,
                sidecar_started: Any = None,
-               trees_ready: Callable[[], object] | None = None) -> str:
+               trees_ready: Callable[[], object] | None = None,
+               agent_id: str | None = None) -> str:
         """Start the sandbox described by ``spec``; return the id of the agent's container.
 
         Args:
@@ -636,6 +687,9 @@ class DockerBackend:
             trees_ready: called once the agent's container is made, before it starts:
                 returns when a remote run's files are in its volumes, raises when they
                 cannot be.
+            agent_id: the agent's container :meth:`create_agent` made in ``sidecar_id``'s
+                namespace; None to make it here. Removed, as all this makes, when the
+                sandbox does not start.
 
         With ``spec.tty`` the agent's container is left created, for the caller to start
         with the terminal attached (``docker start --attach --interactive``), so none of
@@ -647,9 +701,6 @@ class DockerBackend:
                 sidecar could not set up the firewall (then nothing is left behind, the
                 sidecar included).
         """
-        from docker.types import LogConfig
-        from docker.types import Mount as DockerMount
-
         # The policy matters to the sidecar only: begin() completes it (_with_dns).
         docker = client()
         created: list[Any] = []
@@ -661,36 +712,18 @@ class DockerBackend:
             sidecar = docker.containers.prepare_model({"Id": sidecar_id,
                                                        "Name": f"/{spec.name}-net"})
             created.append(sidecar)
+            if agent_id is not None:
+                created.append(docker.containers.prepare_model({"Id": agent_id,
+                                                                "Name": f"/{spec.name}"}))
             # The trees are ready: the sidecar may hand them to the agent's uid (a remote
             # one sees that in them: remote.SHIPPED).
-            if spec.remote is not None:
-                from git_iterare.sandbox.remote import agent_mounts
-
-                mounts = agent_mounts(spec.remote)
-            else:
+            if spec.remote is None:
                 (spec.signal_dir() / "go").touch(mode=0o600)
-                mounts = [DockerMount(m.container_path, str(Path(m.host_path).resolve()),
-                                      type="bind", read_only=m.read_only)
-                          for m in spec.mounts]
-            env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent"}
-            if spec.ca_bundle is not None:
-                env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH,
-                           CURL_CA_BUNDLE=CA_PATH)
-            with docker_errors(f"create the sandbox {spec.name}"):
-                agent = docker.containers.create(
-                    spec.image, command=list(spec.command), name=spec.name,
-                    entrypoint=["/bin/sh", AGENT_START],
-                    user=f"{spec.agent_uid}:{spec.agent_gid}", working_dir=spec.workdir,
-                    labels={**spec.all_labels(), LABEL_ROLE: "agent",
-                            LABEL_SIDECAR: sidecar.id},
-                    environment=env, mounts=mounts, network_mode=f"container:{sidecar.id}",
-                    cap_drop=["ALL"], security_opt=["no-new-privileges:true"], init=True,
-                    tty=spec.tty, stdin_open=spec.stdin, log_config=LogConfig(**LOG_CONFIG),
-                    detach=True, **_limits(spec))
-            created.append(agent)
-            with docker_errors(f"prepare the sandbox {spec.name}"):
-                passwd, group = _image_accounts(agent, spec.image)
-                agent.put_archive("/", agent_files(spec, passwd, group))
+            if agent_id is None:
+                agent_id = self.create_agent(spec, sidecar.id)
+                created.append(docker.containers.prepare_model({"Id": agent_id,
+                                                                "Name": f"/{spec.name}"}))
+            agent = created[-1]
             if trees_ready is not None:
                 trees_ready()
             if sidecar_started is not None:
