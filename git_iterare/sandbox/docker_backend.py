@@ -64,7 +64,7 @@ SIDECAR_CAPABILITIES = ("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE", "SETUID", "S
                         "SETPCAP", "CHOWN", "DAC_OVERRIDE", "FOWNER")
 
 #: The sidecar's own limits (dnsmasq, iptables, a shell): small and fixed.
-SIDECAR_MEMORY = "256m"
+SIDECAR_MEMORY = 256 * 1024 * 1024  # bytes
 SIDECAR_PIDS = 256
 
 #: Kernel settings of the run's network namespace, which the agent's container shares.
@@ -75,7 +75,7 @@ SIDECAR_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": "1024"}
 
 #: Docker's json-file log of each container: at most this much is kept (the engine
 #: rotates; git-iterare reads the log back into the record, within its own limit).
-LOG_CONFIG = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}}
+LOG_CONFIG: dict[str, Any] = {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}}
 
 #: Longest policy handed to the sidecar, in bytes: it goes in one environment variable,
 #: which Linux caps at 128 KiB (MAX_ARG_STRLEN); about 5,000 names.
@@ -306,18 +306,15 @@ def tree_mounts(trees: Sequence[Path]) -> tuple[list[Any], str]:
     themselves are named relative to ``/trees``.
 
     Returns:
-        (docker ``Mount`` objects, space-separated paths below ``/trees``).
+        (mounts as the Engine API takes them, space-separated paths below ``/trees``).
     """
-    from docker.types import Mount as DockerMount
-
     parents: dict[Path, int] = {}
     names = []
     for tree in trees:
         parent = Path(tree).parent.resolve()
         number = parents.setdefault(parent, len(parents))
         names.append(f"{number}/{Path(tree).name}")
-    mounts = [DockerMount(f"{TREES_PATH}/{n}", str(p), type="bind", read_only=False)
-              for p, n in parents.items()]
+    mounts = [_bind(f"{TREES_PATH}/{n}", p, read_only=False) for p, n in parents.items()]
     return mounts, " ".join(names)
 
 
@@ -337,21 +334,15 @@ def policy_lines(spec: SandboxSpec) -> str:
     return policy
 
 
-def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: str,
-                   labels: Mapping[str, str], auto_remove: bool = False) -> Any:
-    """Create (not start) a network sidecar for ``spec``; return the docker SDK container.
+def sidecar_config(spec: SandboxSpec, environment: Mapping[str, str], *,
+                   labels: Mapping[str, str], auto_remove: bool = False) -> dict[str, Any]:
+    """The Engine API's container configuration (the body of ``POST /containers/create``,
+    https://docs.docker.com/engine/api/) of a network sidecar for ``spec``.
 
     Its host folders (``spec.out_dir`` and the signal folder beside it) are made here.
     ``environment`` is the sidecar's own (container/sidecar says what it reads); the
     run's trees' names are added as ``ITERARE_TREES`` unless ``environment`` has them.
-
-    Raises:
-        UserError: the image does not exist.
-        OperationFailed: the engine is unreachable, the name is taken or it refused.
     """
-    from docker.types import LogConfig
-    from docker.types import Mount as DockerMount
-
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     (spec.out_dir / "status.json").unlink(missing_ok=True)
     environment = dict(environment)
@@ -363,23 +354,47 @@ def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: s
         environment["ITERARE_TREES_READY"] = SIDECAR_TREES_READY
     else:
         mounts, trees = tree_mounts(spec.owned)
-        mounts.insert(0, DockerMount(OUT_PATH, str(spec.out_dir.resolve()), type="bind",
-                                     read_only=False))
         signal = spec.signal_dir()
         signal.mkdir(mode=0o700, exist_ok=True)
         (signal / "go").unlink(missing_ok=True)
-        mounts.insert(1, DockerMount(SIGNAL_PATH, str(signal.resolve()), type="bind",
-                                     read_only=True))
+        mounts[:0] = [_bind(OUT_PATH, spec.out_dir, read_only=False),
+                      _bind(SIGNAL_PATH, signal, read_only=True)]
     environment.setdefault("ITERARE_TREES", trees)
+    network = spec.network or "default"
+    return {
+        "Image": spec.sidecar_image, "Cmd": ["start"], "Entrypoint": [SIDECAR],
+        "User": "0:0", "WorkingDir": "/", "Labels": dict(labels),
+        "Env": [f"{key}={value}" for key, value in environment.items()],
+        "HostConfig": {
+            "Mounts": [dict(m) for m in mounts], "NetworkMode": network,
+            "CapDrop": ["ALL"], "CapAdd": list(SIDECAR_CAPABILITIES),
+            "SecurityOpt": ["no-new-privileges:true"], "Memory": SIDECAR_MEMORY,
+            "PidsLimit": SIDECAR_PIDS, "Sysctls": dict(SIDECAR_SYSCTLS),
+            "LogConfig": {"Type": LOG_CONFIG["type"], "Config": dict(LOG_CONFIG["config"])},
+            "AutoRemove": auto_remove},
+        "NetworkingConfig": {"EndpointsConfig": {network: {}}} if spec.network else None,
+    }
+
+
+def _bind(target: str, source: Path, read_only: bool) -> dict[str, Any]:
+    """A bind mount as the Engine API's ``HostConfig.Mounts`` takes it."""
+    return {"Target": target, "Source": str(source.resolve()), "Type": "bind",
+            "ReadOnly": read_only}
+
+
+def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: str,
+                   labels: Mapping[str, str], auto_remove: bool = False) -> Any:
+    """Create (not start) a network sidecar for ``spec`` (:func:`sidecar_config`);
+    return the docker SDK container.
+
+    Raises:
+        UserError: the image does not exist.
+        OperationFailed: the engine is unreachable, the name is taken or it refused.
+    """
+    config = sidecar_config(spec, environment, labels=labels, auto_remove=auto_remove)
     with docker_errors(f"create the network sidecar of {spec.name}"):
-        return client().containers.create(
-            spec.sidecar_image, command=["start"], name=name,
-            entrypoint=[SIDECAR], user="0:0", working_dir="/", labels=dict(labels),
-            environment=environment, mounts=mounts, network=spec.network or None,
-            cap_drop=["ALL"], cap_add=list(SIDECAR_CAPABILITIES),
-            security_opt=["no-new-privileges:true"], mem_limit=SIDECAR_MEMORY,
-            pids_limit=SIDECAR_PIDS, sysctls=dict(SIDECAR_SYSCTLS),
-            log_config=LogConfig(**LOG_CONFIG), auto_remove=auto_remove, detach=True)
+        made = client().api.create_container_from_config(config, name)
+    return client().containers.prepare_model({"Id": made["Id"], "Name": f"/{name}"})
 
 
 def _limits(spec: SandboxSpec) -> dict[str, Any]:
@@ -838,10 +853,7 @@ class DockerBackend:
                     return []
                 mounts, names = tree_mounts(present)
                 if out_dir is not None:
-                    from docker.types import Mount as DockerMount
-
-                    mounts.append(DockerMount(OUT_PATH, str(out_dir.resolve()), type="bind",
-                                              read_only=False))
+                    mounts.append(_bind(OUT_PATH, out_dir, read_only=False))
                 helper = client().containers.create(
                     image, command=argv[1:], entrypoint=[SIDECAR], user="0:0",
                     environment={"ITERARE_TREES": names},

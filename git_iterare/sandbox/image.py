@@ -430,11 +430,10 @@ def ensure_image(config: Any, repo: Any = None,
         UserError: bad CA bundle, or an unreadable project Dockerfile.
         OperationFailed: the engine is unreachable or a build failed.
     """
-    name = config["docker.image"]
-    if is_legacy_image(name):
-        progress(f"note: docker.image {name} is iterare's image; running git-iterare's own "
-                 f"image {DEFAULT_IMAGE_NAME} instead")
-        name = DEFAULT_IMAGE_NAME
+    name = _configured_image(config)
+    if is_legacy_image(config["docker.image"]):
+        progress(f"note: docker.image {config['docker.image']} is iterare's image; running "
+                 f"git-iterare's own image {DEFAULT_IMAGE_NAME} instead")
     status = image_status(name)
     if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
         # Not built by git iterare (a user's own image): the agent runs in it as it is,
@@ -479,14 +478,56 @@ def ensure_image(config: Any, repo: Any = None,
     return ImageRef(project, image_id, base.sidecar)
 
 
+def _configured_image(config: Any) -> str:
+    """``docker.image``, or :data:`DEFAULT_IMAGE_NAME` for iterare's image."""
+    name = str(config["docker.image"])
+    return DEFAULT_IMAGE_NAME if is_legacy_image(name) else name
+
+
+def _wanted_agents(status: ImageStatus, agents: Sequence[str],
+                   installs: Mapping[str, AgentInstall]) -> list[str]:
+    """The agents git-iterare's own image must hold: those it holds that ``installs``
+    knows, and ``agents``."""
+    held = [a for a in status.labels.get(LABEL_AGENTS, "").split(",") if a in installs]
+    return sorted({*held, *agents})
+
+
+def _current(status: ImageStatus, agents: Sequence[str],
+             installs: Mapping[str, AgentInstall]) -> bool:
+    """Whether ``status`` is git-iterare's own image as this version builds it for
+    ``agents``: present, from the same build context (its context-hash label)."""
+    wanted = _wanted_agents(status, agents, installs)
+    return status.present and status.labels.get(LABEL_CONTEXT_HASH) == context_hash(
+        context_files(wanted, installs))
+
+
+def ready_sidecar_image(config: Any, status_of: Callable[[str], ImageStatus], *,
+                        agents: Sequence[str] = (),
+                        installs: Mapping[str, AgentInstall] | None = None) -> str | None:
+    """The id of the image :func:`ensure_image` would give the sidecar (its ``sidecar``),
+    when it would build none; else None. Nothing is built.
+
+    Args:
+        config: a :class:`git_iterare.config.Config`.
+        status_of: how to look an image up (:func:`image_status`, or another client's).
+        agents, installs: as for :func:`ensure_image`.
+
+    Raises:
+        whatever ``status_of`` raises.
+    """
+    status = status_of(_configured_image(config))
+    if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
+        status = status_of(DEFAULT_IMAGE_NAME)  # a user's own image: the sidecar's is ours
+    return status.id if _current(status, agents, installs or {}) else None
+
+
 def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress,
                agents: Sequence[str], installs: Mapping[str, AgentInstall]) -> ImageRef:
     """git-iterare's own image ``name``, built when missing or built from another context
     than the one for its agents and ``agents`` (then from the base it was built from)."""
     held = [a for a in status.labels.get(LABEL_AGENTS, "").split(",") if a in installs]
-    wanted = sorted({*held, *agents})
-    if status.present and status.labels.get(LABEL_CONTEXT_HASH) == context_hash(
-            context_files(wanted, installs)):
+    wanted = _wanted_agents(status, agents, installs)
+    if _current(status, agents, installs):
         return ImageRef(name, status.id, status.id)
     missing = [a for a in wanted if a not in held]
     why = ("missing" if not status.present
