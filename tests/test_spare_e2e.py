@@ -5,7 +5,6 @@ ends itself; cleanup removes a waiting one; a run on a network of the user's lea
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -81,11 +80,6 @@ def run(repo: Path, name: str) -> tuple[str, str]:
     return run_id(done.stdout), done.stdout
 
 
-def timings(repo: Path, rid: str) -> dict:
-    status = repo / ".git" / "iterare" / "state" / rid / "out" / "status.json"
-    return json.loads(status.read_text())["timings_ms"]
-
-
 def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_policy(
         project: Path, servers: tuple[str, str]) -> None:
     allowed, blocked = servers
@@ -98,7 +92,7 @@ def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_poli
     assert spares(project) == []  # a single run leaves nothing behind
     second, out = run(project, "net")
     assert "allowed: refused\n" in out  # nothing allowed yet
-    assert "spare_wait" not in timings(project, second)  # it started its own sidecar
+    assert record(project, second)["extra"]["sidecar"] == "ahead"  # none was waiting
     [(waiting, state)] = spares(project)
     assert state == "running"
     assert len(list((project / ".git" / "iterare" / "state").glob("spare-*"))) == 1
@@ -107,7 +101,7 @@ def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_poli
     user_config(f'[firewall]\nallowed_cidrs = ["{allowed}/32"]\n')
     third, out = run(project, "net")
     assert "allowed: allowed:80\n" in out and "blocked-refused\n" in out
-    assert "spare_wait" in timings(project, third)  # the spare's sidecar, claimed
+    assert record(project, third)["extra"]["sidecar"] == "spare"  # claimed
     assert f"uid {os.getuid()}\n" not in out
     # At the end the claimed sidecar made the trees inert and the user's again.
     worktree = Path(record(project, third)["worktree"])
@@ -130,7 +124,8 @@ def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> Non
         time.sleep(0.5)
     assert spares(project) == []  # it gave up and the engine removed it
     rid, out = run(project, "one")
-    assert "one\n" in out and "spare_wait" not in timings(project, rid)
+    # None waits: it started its own sidecar, ahead.
+    assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "ahead"
 
 
 @pytest.mark.parametrize("left", ["waiting", "cut short", "folder gone"])
@@ -160,7 +155,8 @@ def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) ->
     worktrees.rename(project / ".iterare" / "worktrees-old")
     worktrees.mkdir(mode=0o700)  # the spare has the old folder mounted, not this one
     rid, out = run(project, "one")
-    assert "one\n" in out and "spare_wait" not in timings(project, rid)
+    # One waits, so none was started ahead; that one cannot serve: it started its own.
+    assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "own"
     # The spare made for the old folder is swept for one of the new folder.
     assert [s for s in spares(project) if s[0] == waiting] == []
 

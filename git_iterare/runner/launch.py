@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from git_iterare.runner.interrupts import HeldInterrupts
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.headstart import HeadStart
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
     from git_iterare.sandbox.spec import Limits, Mount, SandboxSpec
@@ -104,6 +105,8 @@ class LaunchPlan:
         secret_env: ``--env`` values by name.
         credentials: the agent's secrets.
         request: what the user asked for.
+        head_start: the sidecar being made for the run ahead (:mod:`git_iterare.sandbox.headstart`),
+            or None.
     """
 
     record: RunRecord
@@ -118,6 +121,7 @@ class LaunchPlan:
     secret_env: Mapping[str, str]
     credentials: Credentials
     request: ExecuteRequest
+    head_start: HeadStart | None = None
 
 
 def _warm_up_docker() -> None:
@@ -137,6 +141,45 @@ def _warm_up_docker() -> None:
             import_docker(current())
 
     threading.Thread(target=load, daemon=True, name="import-docker").start()
+
+
+def _head_start(repo: Repo, config: Config, request: ExecuteRequest,
+                networks: tuple[str, ...], agent: str) -> HeadStart | None:
+    """Start making the run's network sidecar ahead, where that can be done (see
+    :mod:`git_iterare.sandbox.headstart`): not for a terminal session (which never takes
+    a spare) nor with more networks; None otherwise.
+
+    Raises:
+        UserError: ``[docker] agents`` names an unknown agent (see
+            :func:`git_iterare.agents.image_agents`).
+    """
+    from git_iterare.agents import image_agents
+    from git_iterare.runner import workspace as wsp
+    from git_iterare.sandbox import EgressPolicy, SandboxSpec, headstart
+    from git_iterare.sandbox.docker_errors import engine_facts
+    from git_iterare.sandbox.engine import current
+    from git_iterare.sandbox.image import StatusOf, ready_sidecar_image
+
+    if request.tty or networks or repo.main_work_tree is None:
+        return None
+    wsp.check_run_dirs(repo)  # the sidecar mounts the folders the trees go in
+    spares = spare_seconds(config)
+    held = image_agents(config, [agent])
+    engine = current()
+    # A run's shape, for what a sidecar shares with it: ids and names are not known yet.
+    placeholder = "ahead"
+    template = SandboxSpec(
+        image="-", sidecar_image="-", name=f"iterare-{placeholder}", command=("start",),
+        policy=EgressPolicy(), out_dir=state_dir(repo, placeholder) / "out",
+        repo_path=str(repo.main_work_tree), network=config["docker.network"],
+        owned=(wsp.worktree_path(repo, placeholder), wsp.gitdir_path(repo, placeholder)))
+
+    def image_of(status_of: StatusOf) -> str | None:
+        return ready_sidecar_image(config, status_of, agents=held.agents,
+                                   installs=held.installs)
+
+    return headstart.start(template, engine.url, engine_facts(engine).get("api_version"),
+                           image_of, spares=spares > 0)
 
 
 def spare_seconds(config: Config) -> int:
@@ -252,13 +295,15 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare import gcpause
 
     try:
-        return _execute(repo, config, request, os.environ if env is None else env, progress)
+        with contextlib.ExitStack() as undo:  # what the launch leaves unless it uses it
+            return _execute(repo, config, request, os.environ if env is None else env,
+                            progress, undo)
     finally:
         gcpause.resume()  # start-up is over: the caller may follow the run for hours
 
 
 def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[str, str],
-             progress: Callable[[str], None]) -> RunRecord:
+             progress: Callable[[str], None], undo: contextlib.ExitStack) -> RunRecord:
     from git_iterare.agents import get_agent, image_agents
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
@@ -282,6 +327,10 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     admitted = admit(repo, config,
                      prompt_env=[n for n in prompt.env if n not in request.env_names])
     networks = requested_networks(repo, request.networks, request.compose, env)
+    # The sidecar starts now, while the rest is checked and made (sandbox.headstart).
+    head = _head_start(repo, config, request, networks, agent.name)
+    if head is not None:
+        undo.callback(head.discard)
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
@@ -372,7 +421,8 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
                 record=record, base_commit=base_commit, image=image, agent=agent,
                 body=prompt.body, timeout=timeout, policy=policy,
                 limits=limits, more_mounts=tuple(more_mounts),
-                secret_env=secret_env, credentials=credentials, request=request))
+                secret_env=secret_env, credentials=credentials, request=request,
+                head_start=head))
         except RunGoesOn:  # recorded as running: the caller says it goes on
             raise
         except BaseException as exc:
@@ -466,10 +516,12 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
 
             shipping = pool.submit(ship.ship, repo, record.id, plan.base_commit, remote,
                                    spec.sidecar_image, spec.all_labels(), (uid, gid))
+        ahead = plan.head_start.sidecar_for(spec) if plan.head_start is not None else None
         try:
             # A spare sidecar left by the run before (sandbox.spare) has started already.
-            claimed = sandbox.claim_spare(spec) if remote is None and spares else None
-            sidecar = claimed or sandbox.begin(spec, start=False)
+            claimed = sandbox.claim_spare(spec) if remote is None and spares and not ahead \
+                else None
+            sidecar = ahead or claimed or sandbox.begin(spec, start=False)
         except BaseException:
             if shipping is not None:
                 with contextlib.suppress(BaseException):
@@ -477,8 +529,12 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
             raise
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
-        started = pool.submit(sandbox.rename, sidecar, f"{spec.name}-net") if claimed \
-            else pool.submit(sandbox.start_sidecar, sidecar)
+        if ahead:  # started, or starting: claimed once it runs
+            started = pool.submit(_claim_ahead, plan.head_start, spec, sidecar)
+        elif claimed:
+            started = pool.submit(sandbox.rename, sidecar, f"{spec.name}-net")
+        else:
+            started = pool.submit(sandbox.start_sidecar, sidecar)
         def trees_made() -> None:  # the agent's container is made during the checkout
             nonlocal creating
             creating = pool.submit(sandbox.create_agent, spec, sidecar)
@@ -514,10 +570,12 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
                     sandbox.remove_sidecar(sidecar)
             raise
     if shipped is not None:  # what crossed the wire, for `show` and the benchmarks
-        store.update(record.id, lambda r: r.replace(
+        record = store.update(record.id, lambda r: r.replace(
             extra={**r.extra, "shipped": shipped.to_json()}), f"{record.id} shipped")
+    # Where its sidecar came from, for `show` and the benchmarks.
+    how = "ahead" if ahead else "spare" if claimed else "own"
     running = store.transition(record.id, RUNNING, container=container,
-                               worktree=str(ws.worktree))
+                               worktree=str(ws.worktree), extra={**record.extra, "sidecar": how})
     if remote is None and spare.wanted(spec, spares, claimed is not None):
         _leave_spare(spec, spares)
     if remote is not None:  # the next run's worktree, checked out while this one runs
@@ -528,6 +586,17 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         except (OperationFailed, UserError, OSError) as exc:
             ui.warn(f"no worktree was prepared on the Docker engine for the next run: {exc}")
     return running
+
+
+def _claim_ahead(head: HeadStart | None, spec: SandboxSpec, sidecar: str) -> None:
+    """Claim the sidecar made ahead for ``spec``'s run, once it runs, and give it the
+    run's name (see :mod:`git_iterare.sandbox.headstart`)."""
+    from git_iterare import sandbox
+    from git_iterare.sandbox.docker_backend import claim_texts
+
+    assert head is not None
+    head.claim(spec, lambda: claim_texts(spec))
+    sandbox.rename(sidecar, f"{spec.name}-net")
 
 
 def _made(creating: Future[str] | None) -> str | None:

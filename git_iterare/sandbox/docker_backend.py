@@ -382,6 +382,17 @@ def _bind(target: str, source: Path, read_only: bool) -> dict[str, Any]:
             "ReadOnly": read_only}
 
 
+def claim_texts(spec: SandboxSpec) -> tuple[str, str]:
+    """What a run that claims a spare sidecar for ``spec`` hands it (see
+    :func:`git_iterare.sandbox.spare.give`): the policy text (DNS servers and host
+    addresses completed) and ``ITERARE_TREES``.
+
+    Raises:
+        UserError: the policy is too long (:data:`MAX_POLICY_BYTES`).
+    """
+    return policy_lines(_with_dns(spec)), tree_mounts(spec.owned)[1]
+
+
 def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: str,
                    labels: Mapping[str, str], auto_remove: bool = False) -> Any:
     """Create (not start) a network sidecar for ``spec`` (:func:`sidecar_config`);
@@ -600,10 +611,7 @@ class DockerBackend:
         """
         from git_iterare.sandbox import spare
 
-        def hand_over() -> tuple[str, str]:
-            return policy_lines(_with_dns(spec)), tree_mounts(spec.owned)[1]
-
-        return spare.claim(spec, hand_over) if spare.usable(spec) else None
+        return spare.claim(spec, lambda: claim_texts(spec)) if spare.usable(spec) else None
 
     def make_spare(self, spec: SandboxSpec, seconds: int) -> str | None:
         """Start a spare sidecar for sandboxes like ``spec`` (see
@@ -730,10 +738,6 @@ class DockerBackend:
             if agent_id is not None:
                 created.append(docker.containers.prepare_model({"Id": agent_id,
                                                                 "Name": f"/{spec.name}"}))
-            # The trees are ready: the sidecar may hand them to the agent's uid (a remote
-            # one sees that in them: remote.SHIPPED).
-            if spec.remote is None:
-                (spec.signal_dir() / "go").touch(mode=0o600)
             if agent_id is None:
                 agent_id = self.create_agent(spec, sidecar.id)
                 created.append(docker.containers.prepare_model({"Id": agent_id,
@@ -742,7 +746,11 @@ class DockerBackend:
             if trees_ready is not None:
                 trees_ready()
             if sidecar_started is not None:
-                sidecar_started.result()
+                sidecar_started.result()  # a spare's signal folder is the run's once claimed
+            # The trees are ready: the sidecar may hand them to the agent's uid (a remote
+            # one sees that in them: remote.SHIPPED).
+            if spec.remote is None:
+                (spec.signal_dir() / "go").touch(mode=0o600)
             # The agent's container starts once the sidecar has locked the namespace,
             # while it still sets up the firewall and hands over the trees: nothing gets
             # in or out until then, the trees are not yet the agent's uid's, and the

@@ -501,7 +501,11 @@ def _current(status: ImageStatus, agents: Sequence[str],
         context_files(wanted, installs))
 
 
-def ready_sidecar_image(config: Any, status_of: Callable[[str], ImageStatus], *,
+#: Looks an image up by name, as :func:`image_status` does.
+StatusOf = Callable[[str], ImageStatus]
+
+
+def ready_sidecar_image(config: Any, status_of: StatusOf, *,
                         agents: Sequence[str] = (),
                         installs: Mapping[str, AgentInstall] | None = None) -> str | None:
     """The id of the image :func:`ensure_image` would give the sidecar (its ``sidecar``),

@@ -126,7 +126,7 @@ def _spares(root: Path) -> Iterator[tuple[Path, dict[str, Any] | None]]:
         yield folder, _read_info(folder)
 
 
-def _take(folder: Path, as_name: str) -> Path | None:
+def take(folder: Path, as_name: str) -> Path | None:
     """Rename the spare ``folder`` to ``as_name`` beside it (only one caller can); the new
     path, or None when another caller took it first."""
     taken = folder.with_name(as_name)
@@ -135,6 +135,14 @@ def _take(folder: Path, as_name: str) -> Path | None:
     except OSError:
         return None
     return taken
+
+
+def waiting(spec: SandboxSpec) -> bool:
+    """Whether a spare that a run like ``spec`` might claim waits in its state folder
+    (one that will wait long enough; its fingerprint is not compared)."""
+    now = time.time()
+    return any(info is not None and info["expires"] - CLAIM_MARGIN > now
+               for _folder, info in _spares(spare_root(spec)))
 
 
 def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | None:
@@ -155,26 +163,14 @@ def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | 
         if info is None or info["fingerprint"] != wanted \
                 or info["expires"] - CLAIM_MARGIN < now:
             continue
-        taken = _take(folder, f"claim-{spec.run_id}-{folder.name}")
+        taken = take(folder, f"claim-{spec.run_id}-{folder.name}")
         if taken is None:
             continue
         token = folder.name[len(PREFIX):]
         try:
             if not _running_spare(info["container"], token):
                 continue
-            for mine, spares in ((spec.out_dir, taken / "out"),
-                                 (spec.signal_dir(), taken / "signal")):
-                with contextlib.suppress(FileNotFoundError):
-                    mine.rmdir()  # made empty by the caller; anything in it stops the claim
-                mine.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(spares, mine)
-            policy, trees = hand_over()
-            hand = spec.signal_dir() / "claim.new"
-            hand.mkdir(mode=0o700)
-            (hand / "policy").write_text(policy, encoding="utf-8")
-            (hand / "trees").write_text(trees, encoding="utf-8")
-            (hand / "agent").write_text(f"{spec.agent_uid} {spec.agent_gid}\n")
-            os.rename(hand, hand.with_name("claim"))  # the sidecar sees all three at once
+            give(spec, taken, hand_over)
             return str(info["container"])
         except OSError:
             _remove_spare_container(token)
@@ -184,6 +180,57 @@ def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | 
         finally:
             shutil.rmtree(taken, ignore_errors=True)
     return None
+
+
+def give(spec: SandboxSpec, taken: Path, hand_over: Callable[[], tuple[str, str]]) -> None:
+    """Give the spare whose folder was ``taken`` (renamed by its claimant; its sidecar
+    started) to ``spec``'s run: its ``out`` and ``signal`` folders become the run's, and
+    what ``hand_over`` returns (policy text, ``ITERARE_TREES``) and the agent's ids go
+    into ``signal/claim``, all at once.
+
+    Raises:
+        OSError: a folder cannot be moved or written (the run's own folders hold
+            something).
+        whatever ``hand_over`` raises.
+    """
+    for mine, spares in ((spec.out_dir, taken / "out"), (spec.signal_dir(), taken / "signal")):
+        with contextlib.suppress(FileNotFoundError):
+            mine.rmdir()  # made empty by the caller; anything in it stops the claim
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(spares, mine)
+    policy, trees = hand_over()
+    hand = spec.signal_dir() / "claim.new"
+    hand.mkdir(mode=0o700)
+    (hand / "policy").write_text(policy, encoding="utf-8")
+    (hand / "trees").write_text(trees, encoding="utf-8")
+    (hand / "agent").write_text(f"{spec.agent_uid} {spec.agent_gid}\n")
+    os.rename(hand, hand.with_name("claim"))  # the sidecar sees all three at once
+
+
+def new_folder(spec: SandboxSpec) -> tuple[str, Path, SandboxSpec]:
+    """A new spare's token, its folder (made, 0700, without ``spare.json``: nobody claims
+    it yet) and the spec its sidecar is made from (:func:`labels`, :func:`environment`).
+
+    Raises:
+        OSError: the folder cannot be made.
+    """
+    token = secrets.token_hex(6)
+    folder = spare_root(spec) / f"{PREFIX}{token}"
+    folder.mkdir(mode=0o700, parents=True)
+    spare_spec = dataclasses.replace(spec, out_dir=folder / "out",
+                                     name=f"iterare-{PREFIX}{token}", run_id="")
+    return token, folder, spare_spec
+
+
+def labels(spec: SandboxSpec, token: str) -> dict[str, str]:
+    """The labels of spare ``token``'s container (no run's, until claimed)."""
+    return {LABEL_RUN: "", LABEL_REPO: spec.repo_path, LABEL_ROLE: "sidecar",
+            LABEL_SPARE: token}
+
+
+def environment(seconds: int) -> dict[str, str]:
+    """A spare sidecar's environment: it waits ``seconds`` for its claim."""
+    return {"ITERARE_SPARE": str(seconds), "ITERARE_TREES": ""}
 
 
 #: A ``claim-*`` or ``sweep-*`` folder this old (seconds) was left by a process killed
@@ -304,24 +351,17 @@ def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) ->
                 info["expires"] + SWEEP_AFTER < now or info["fingerprint"] != wanted_print
         except OSError:  # another process took it meanwhile
             continue
-        if stale and (taken := _take(folder, f"sweep-{folder.name}")) is not None:
+        if stale and (taken := take(folder, f"sweep-{folder.name}")) is not None:
             _remove_spare_container(folder.name[len(PREFIX):])
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
     _sweep_leftovers(root)
-    token = secrets.token_hex(6)
-    folder = root / f"{PREFIX}{token}"
-    folder.mkdir(mode=0o700, parents=True)
-    name = f"iterare-{PREFIX}{token}"
-    spare_spec = dataclasses.replace(spec, out_dir=folder / "out", name=name, run_id="")
+    token, folder, spare_spec = new_folder(spec)
     container = None
     try:
-        container = create_sidecar(
-            spare_spec, {"ITERARE_SPARE": str(seconds), "ITERARE_TREES": ""},
-            name=container_name(token), auto_remove=True,
-            labels={LABEL_RUN: "", LABEL_REPO: spec.repo_path, LABEL_ROLE: "sidecar",
-                    LABEL_SPARE: token})
-        with docker_errors(f"start the spare sidecar {name}"):
+        container = create_sidecar(spare_spec, environment(seconds), name=container_name(token),
+                                   auto_remove=True, labels=labels(spec, token))
+        with docker_errors(f"start the spare sidecar {spare_spec.name}"):
             container.start()
         info = {"v": SPARE_FORMAT, "container": container.id, "fingerprint": wanted_print,
                 "expires": time.time() + seconds}
@@ -358,7 +398,7 @@ def remove_all(root: Path, repo_path: str) -> int:
     _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
-        taken = _take(folder, f"sweep-{folder.name}")
+        taken = take(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
         removed += _remove_spare_container(folder.name[len(PREFIX):])
