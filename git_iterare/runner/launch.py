@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,7 @@ from git_iterare.runner.guard import (
     with_networks,
     workspace_mounts,
 )
-from git_iterare.runner.ownership import origin
 from git_iterare.runner.paths import state_dir
-from git_iterare.runner.spec import ca_bundle_path
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -131,8 +130,6 @@ def _warm_up_docker() -> None:
     this thread reads the prompt, config and records, which mostly wait on git. The main
     thread's own import later simply waits for this one to finish.
     """
-    import threading
-
     def load() -> None:
         from git_iterare.sandbox.docker_errors import import_docker
         from git_iterare.sandbox.engine import current
@@ -304,14 +301,10 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
 
 def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[str, str],
              progress: Callable[[str], None], undo: contextlib.ExitStack) -> RunRecord:
-    from git_iterare.agents import get_agent, image_agents
+    from git_iterare.agents import get_agent
     from git_iterare.agents import names as agent_names
     from git_iterare.prompt import Prompt, load_prompt
-    from git_iterare.runs.store import RunStore
-    from git_iterare.sandbox import policy_from_config
-    from git_iterare.sandbox.image import ensure_image
 
-    _warm_up_docker()
     if request.prompt is None:
         prompt = Prompt(name="interactive", path=Path(""), body="")
     else:
@@ -331,6 +324,12 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     head = _head_start(repo, config, request, networks, agent.name)
     if head is not None:
         undo.callback(head.discard)
+    _warm_up_docker()  # once the sidecar's request is on its way: both want the CPU
+    from git_iterare.agents import image_agents
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox import policy_from_config
+    from git_iterare.sandbox.image import ensure_image
+
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
@@ -341,6 +340,8 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     budget = run_budget(config, prompt, request)
+    from git_iterare.runner.spec import ca_bundle_path
+
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     spare_seconds(config)
     more_mounts = list(admitted.mounts)
@@ -382,6 +383,8 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
     image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
+    from git_iterare.runner.ownership import origin
+
     extra = {"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
              "networks": list(networks),
              "workspace_mounts": list(workspace_mounts(repo, more_mounts, base_commit)),
