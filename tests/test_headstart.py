@@ -30,7 +30,7 @@ class FakeEngine(SocketEngine):
         self.started = started
 
     def request(self, method: str, path: str, body: Any = None,
-                query: dict[str, str] | None = None) -> Any:
+                query: dict[str, str] | None = None, *, versioned: bool = True) -> Any:
         self.calls.append((f"{method} {path}", body if body is not None else query))
         if path.endswith("/start") and self.started is not None:
             self.started.wait(5)
@@ -202,7 +202,6 @@ def test_where_no_sidecar_is_started_ahead(tmp_path: Path) -> None:
 
     assert start(url="tcp://box:2376") is None  # no local socket
     assert start(url="ssh://box") is None
-    assert start(version=None) is None  # the API version was never learnt
     assert start(_template(tmp_path, network="mine")) is None  # the user's network
     assert start(_template(tmp_path, networks=("extra",))) is None
     assert start(_template(tmp_path, owned=(tmp_path / "no" / "ahead",))) is None
@@ -215,6 +214,37 @@ def test_where_no_sidecar_is_started_ahead(tmp_path: Path) -> None:
     made = start(spares=False)  # spares off: that one is not for this run
     assert isinstance(made, headstart.HeadStart)
     made.discard()
+
+
+class VersionEngine(FakeEngine):
+    def __init__(self, version: str) -> None:
+        super().__init__()
+        self.api_version, self.version = None, version
+
+    def request(self, method: str, path: str, body: Any = None,
+                query: dict[str, str] | None = None, *, versioned: bool = True) -> Any:
+        if path == "/version":
+            self.calls.append(("GET /version", None))
+            return {"ApiVersion": self.version}
+        self._version()
+        return super().request(method, path, body, query)
+
+
+def test_an_engine_whose_api_version_is_not_known_yet_is_asked_once(tmp_path: Path) -> None:
+    engine = VersionEngine("1.43")
+    head = _head(tmp_path, engine)
+    assert head.sidecar_for(_run_spec(_template(tmp_path))) == "c0ffee"
+    head.discard()
+    assert [call for call, _ in engine.calls].count("GET /version") == 1
+    assert engine.api_version == "1.43"
+
+
+def test_an_engine_older_than_the_mounts_api_gets_no_head_start(tmp_path: Path) -> None:
+    engine = VersionEngine("1.29")
+    head = _head(tmp_path, engine)
+    assert head.sidecar_for(_run_spec(_template(tmp_path))) is None
+    assert isinstance(head.error, OSError) and "older than 1.30" in str(head.error)
+    assert [call for call, _ in engine.calls] == ["GET /version"]
 
 
 def test_socket_paths() -> None:

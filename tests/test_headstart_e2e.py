@@ -38,10 +38,11 @@ def test_a_run_with_none_waiting_enforces_its_own_policy_on_the_sidecar_it_start
            f'curl -s -m 3 http://{blocked}/ || echo blocked-refused\n'
            'echo "uid $(id -u)"\n'
            "touch suid && chmod 4755 suid && mkfifo fifo\n")
-    # No spares: every run is the first in a while. The first learns the engine's API
-    # version, which a sidecar started ahead needs.
+    # No spares: every run is the first in a while. The very first in a repository makes
+    # the folders the trees live in (nothing is made before it is checked).
     user_config(f'spare_seconds = 0\n[firewall]\nallowed_cidrs = ["{allowed}/32"]\n')
-    run(project, "net")
+    first, _ = run(project, "net")
+    assert record(project, first)["extra"]["sidecar"] == "own"
     rid, out = run(project, "net")
     assert record(project, rid)["extra"]["sidecar"] == "ahead"
     assert "allowed: allowed:80\n" in out and "blocked-refused\n" in out
@@ -74,7 +75,7 @@ def test_a_run_refused_or_interrupted_after_it_started_a_sidecar_ahead_leaves_no
         project: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException) -> None:  # noqa: F811
     user_config("spare_seconds = 0\n")
     prompt(project, "one", "echo one\n")
-    run(project, "one")  # learns the engine's API version
+    run(project, "one")  # makes the folders the trees go in
     made: list[str] = []
     _refuse_once_made(project, monkeypatch, raised, made)
     engine.reset()
@@ -116,5 +117,7 @@ def test_the_socket_client_speaks_to_the_engine(sandbox_image: str) -> None:
     finally:
         api.remove_container(made)
     api.remove_container(made)  # gone already: no error
+    asking = SocketEngine(api.path, None)  # the engine's own version, asked once
+    assert asking.inspect_image(TEST_IMAGE) == image and asking.api_version
     assert subprocess.run(["docker", "ps", "-aq", "--filter", f"name={name}"],
                           capture_output=True, text=True, check=True).stdout == ""

@@ -148,7 +148,8 @@ def _head_start(repo: Repo, config: Config, request: ExecuteRequest,
 
     Raises:
         UserError: ``[docker] agents`` names an unknown agent (see
-            :func:`git_iterare.agents.image_agents`).
+            :func:`git_iterare.agents.image_agents`), ``docker.spare_seconds`` is out of
+            range, or ``.iterare`` or its ``worktrees`` is a symlink.
     """
     from git_iterare.agents import image_agents
     from git_iterare.runner import workspace as wsp

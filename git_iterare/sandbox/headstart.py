@@ -16,8 +16,9 @@ launch then fails as when its sidecar is removed). It waits at most
 :data:`WAIT_SECONDS` for its claim. A run that does not claim it (refused, interrupted,
 its image rebuilt meanwhile) removes it (:meth:`HeadStart.discard`).
 
-Only where spares serve (a local ``unix://`` engine, Docker's default bridge) and after an
-earlier command negotiated the engine's API version; else the launch goes as before.
+Only where spares serve (a local ``unix://`` engine, Docker's default bridge), and once
+the folders the run trees live in exist (a refused request creates nothing: the first run
+in a repository makes them); else the launch goes as before.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ class HeadStart:
     """A sidecar being made for one run ahead of its launch, in a thread.
 
     Use :func:`start` to make one.
+
+    Attributes:
+        container: the sidecar's container id once made, else None.
+        error: what went wrong while it was made or started, else None.
+        token: its spare token (``spare-<token>``), "" until its folder is made.
+        folder: its host folder (``<state>/spare-<token>``), None until made.
+        fingerprint: what it shares with the runs it can serve
+            (:func:`git_iterare.sandbox.spare.fingerprint`), "" until known.
     """
 
     def __init__(self, engine: SocketEngine, template: SandboxSpec,
@@ -179,7 +188,8 @@ def start(template: SandboxSpec, url: str, api_version: object,
         template: a spec of the run's shape: ``repo_path``, ``owned`` (in their folders),
             ``out_dir`` (in the state folder), ``network``.
         url: the engine's endpoint (``unix:///var/run/docker.sock``).
-        api_version: the engine's API version learnt before (None when not known).
+        api_version: the engine's API version learnt before (None when not known: then
+            the engine is asked).
         sidecar_image: returns the id of git-iterare's own image to run, or None when it
             must be built first.
         spares: whether the run may claim a spare (``docker.spare_seconds``): then none
@@ -188,10 +198,9 @@ def start(template: SandboxSpec, url: str, api_version: object,
     from git_iterare.sandbox import spare
 
     path = socket_path(url)
-    if path is None or not isinstance(api_version, str) or not api_version \
-            or not spare.usable(template) or (spares and spare.waiting(template)):
+    if path is None or not spare.usable(template) or (spares and spare.waiting(template)):
         return None
-    if not all(Path(t).parent.is_dir() for t in template.owned) \
-            or not spare.spare_root(template).is_dir():
-        return None  # the first run here makes them, once admitted and checked
-    return HeadStart(SocketEngine(path, api_version), template, sidecar_image)
+    if not all(Path(t).parent.is_dir() for t in template.owned):
+        return None  # the first run here makes them, once it is checked: nothing before
+    known = api_version if isinstance(api_version, str) and api_version else None
+    return HeadStart(SocketEngine(path, known), template, sidecar_image)

@@ -3,9 +3,10 @@
 Loading the docker SDK (requests, urllib3 and what they import) costs more CPU than
 anything else in ``execute`` before the sandbox exists, and as long as starting a
 container. :mod:`git_iterare.sandbox.headstart` starts a run's network sidecar meanwhile,
-with the three requests here (stdlib ``http.client``); everything else goes through the
+with the few requests here (stdlib ``http.client``); everything else goes through the
 SDK. Paths are versioned (``/v1.41/...``) with the API version the SDK negotiated with this
-engine before (:func:`git_iterare.sandbox.docker_errors.engine_facts`). The API:
+engine before (:func:`git_iterare.sandbox.docker_errors.engine_facts`), else the engine's
+own (``GET /version``), which must be :data:`MIN_API_VERSION` or later. The API:
 https://docs.docker.com/engine/api/.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 
 #: Largest answer read (bytes): an image's inspect data is a few KiB.
 MAX_ANSWER_BYTES = 1 << 20
+#: The oldest API version spoken here: ``HostConfig.Mounts`` came with 1.30.
+MIN_API_VERSION = (1, 30)
 
 
 class EngineAnswer(Exception):
@@ -64,15 +67,36 @@ class SocketEngine:
 
     Args:
         path: the socket's path (``/var/run/docker.sock``).
-        api_version: ``1.41``, say.
+        api_version: ``1.41``, say; None to ask the engine for its own at the first
+            request.
         timeout: seconds a request may take.
     """
 
-    def __init__(self, path: str, api_version: str, timeout: float = 60.0) -> None:
+    def __init__(self, path: str, api_version: str | None, timeout: float = 60.0) -> None:
         self.path, self.api_version, self.timeout = path, api_version, timeout
 
+    def _version(self) -> str:
+        """``api_version``, asked of the engine when unknown.
+
+        Raises:
+            OSError: the engine is older than :data:`MIN_API_VERSION`, or did not say.
+            EngineAnswer: as :meth:`request`.
+        """
+        if self.api_version is None:
+            found = self.request("GET", "/version", versioned=False)
+            version = str(found.get("ApiVersion") or "") if isinstance(found, dict) else ""
+            try:
+                known = tuple(int(part) for part in version.split("."))
+            except ValueError:
+                known = ()
+            if known < MIN_API_VERSION:
+                raise OSError(f"the engine's API version {version or 'unknown'} is older "
+                              f"than {'.'.join(map(str, MIN_API_VERSION))}")
+            self.api_version = version
+        return self.api_version
+
     def request(self, method: str, path: str, body: Any = None,
-                query: dict[str, str] | None = None) -> Any:
+                query: dict[str, str] | None = None, *, versioned: bool = True) -> Any:
         """Send one request; return the decoded JSON answer (None when it has none).
 
         Raises:
@@ -80,7 +104,7 @@ class SocketEngine:
             OSError: the socket cannot be reached, or the answer is too long or not
                 JSON.
         """
-        target = f"/v{self.api_version}{path}"
+        target = f"/v{self._version()}{path}" if versioned else path
         if query:
             target += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
