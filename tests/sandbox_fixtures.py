@@ -107,6 +107,18 @@ def sandbox_image() -> str:
     return TEST_IMAGE
 
 
+@pytest.fixture
+def own_image(sandbox_image: str) -> Iterator[str]:
+    """A name of the test's own for the sandbox image, for a test whose run adds an agent
+    to it (``docker.image``): the image built with that agent goes by this name, and
+    the shared one stays as the other tests expect it (an install step pinned to another
+    version would otherwise make their runs rebuild it). Removed afterwards."""
+    name = f"itr-own-{os.getpid()}-{threading.get_ident() % 10000}:1"
+    subprocess.run(["docker", "tag", sandbox_image, name], capture_output=True, check=True)
+    yield name
+    subprocess.run(["docker", "rmi", name], capture_output=True, check=False)
+
+
 @pytest.fixture(scope="session")
 def docker_compose_command() -> str:
     """Debian ships Compose v1 as ``docker-compose``."""

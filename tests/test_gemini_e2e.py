@@ -36,7 +36,7 @@ GEMINI_TURNS: list[list[dict[str, Any]]] = [
 API_KEY = "AIzaSy-test-key-not-real-0123456789"
 
 
-def test_gemini_cli_end_to_end(project: Path, tmp_path: Path) -> None:
+def test_gemini_cli_end_to_end(project: Path, tmp_path: Path, own_image: str) -> None:
     requests = tmp_path / "requests.jsonl"
     with FakeGemini(GEMINI_TURNS, requests, host=NET["GATEWAY_V4"]) as api:
         port = api.url.rsplit(":", 1)[1]
@@ -50,7 +50,8 @@ def test_gemini_cli_end_to_end(project: Path, tmp_path: Path) -> None:
         prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: gemini\n")
         # The CA bundle (the user's setting) lets npm through this machine's
         # TLS-intercepting proxy when the Gemini layer is built.
-        env = {"GEMINI_API_KEY": API_KEY, "ITERARE_DOCKER_CA_BUNDLE": CA_BUNDLE}
+        env = {"GEMINI_API_KEY": API_KEY, "ITERARE_DOCKER_CA_BUNDLE": CA_BUNDLE,
+               "ITERARE_DOCKER_IMAGE": own_image}
         started = iterare("execute", "notes", "-f", "-v", "1", cwd=project, env=env)
         assert started.returncode == 0, started.stdout + started.stderr
     rid = run_id(started.stdout)

@@ -206,7 +206,7 @@ CODEX_TURNS: list[list[dict[str, Any]]] = [
 ]
 
 
-def test_codex_end_to_end(project: Path, tmp_path: Path) -> None:
+def test_codex_end_to_end(project: Path, tmp_path: Path, own_image: str) -> None:
     """The real Codex CLI, added to the image by the run that asks for it, in the real
     sandbox, against the fake Responses API through the allowlist."""
     requests = tmp_path / "requests.jsonl"
@@ -221,7 +221,7 @@ def test_codex_end_to_end(project: Path, tmp_path: Path) -> None:
         prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: codex\n")
         # The run adds codex to the image: npm needs the proxy's CA (the user's setting).
         env = {"OPENAI_API_KEY": "sk-proj-test-key-not-real",
-               "ITERARE_DOCKER_CA_BUNDLE": CA_BUNDLE}
+               "ITERARE_DOCKER_CA_BUNDLE": CA_BUNDLE, "ITERARE_DOCKER_IMAGE": own_image}
         started = iterare("execute", "notes", "-f", "-v", "1", cwd=project, env=env)
         assert started.returncode == 0, started.stdout + started.stderr
     rid = run_id(started.stdout)
