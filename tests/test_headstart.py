@@ -182,15 +182,50 @@ def test_a_start_that_failed_before_the_launch_looked_leaves_it_to_start_its_own
     assert ("DELETE /containers/c0ffee", {"force": "1", "v": "1"}) in engine.calls
 
 
-def test_one_removed_by_cleanup_before_its_claim_fails_the_launch(tmp_path: Path) -> None:
+def test_cleanup_leaves_it_to_its_run_while_the_run_is_launched(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    head = _head(tmp_path, engine)
+    spec = _run_spec(_template(tmp_path))
+    spec.out_dir.mkdir(parents=True)
+    assert head.sidecar_for(spec) == "c0ffee"
+    head._done.wait(5)
+    assert head.folder is not None and spare.held(head.folder)
+    assert spare.remove_all(tmp_path / "state", "/nowhere") == 0
+    assert head.folder.is_dir()
+    head.claim(spec, lambda: ("", ""))  # still its run's
+    assert ("POST /containers/c0ffee/rename", {"name": "iterare-r-1-net"}) in engine.calls
+
+
+def test_one_whose_process_died_is_not_held_and_cleanup_removes_it(tmp_path: Path) -> None:
+    head = _head(tmp_path, FakeEngine())
+    head._done.wait(5)
+    assert head.folder is not None
+    head._let_go()  # as the kernel does when the process dies
+    assert not spare.held(head.folder)
+    spare.remove_all(tmp_path / "state", "/nowhere")  # (no engine: the folder only)
+    assert not head.folder.exists()
+
+
+def test_one_removed_before_its_claim_fails_the_launch_with_one_line(tmp_path: Path) -> None:
     head = _head(tmp_path, FakeEngine())
     spec = _run_spec(_template(tmp_path))
     spec.out_dir.mkdir(parents=True)
     assert head.sidecar_for(spec) == "c0ffee"
     head._done.wait(5)
-    assert spare.remove_all(tmp_path / "state", "/nowhere") == 0  # no engine: folder only
+    assert head.folder is not None
+    spare.take(head.folder, "sweep-x")  # by hand, say
     with pytest.raises(OperationFailed, match="was removed meanwhile"):
         head.claim(spec, lambda: ("", ""))
+
+
+def test_a_launch_that_got_there_late_starts_its_own(tmp_path: Path) -> None:
+    """After a long project image build the sidecar ahead is about to give up waiting."""
+    engine = FakeEngine()
+    head = _head(tmp_path, engine)
+    head._done.wait(5)
+    head._until = 0.0  # its wait is as good as over
+    assert head.sidecar_for(_run_spec(_template(tmp_path))) is None
+    assert ("DELETE /containers/c0ffee", {"force": "1", "v": "1"}) in engine.calls
 
 
 def test_where_no_sidecar_is_started_ahead(tmp_path: Path) -> None:

@@ -292,3 +292,20 @@ def test_what_a_killed_claim_or_sweep_left_is_removed(tmp_path: Path,
     spare.remove_all(root, "/repo")
     assert sorted(removed) == ["dddd", "eeee"]
     assert [p.name for p in root.iterdir()] == ["claim-r-8-spare-ffff"]
+
+
+def test_a_claimed_spare_is_renamed_while_its_claim_folder_still_says_so(
+        tmp_path: Path, running: list[str]) -> None:
+    """A sweep (cleanup's) takes a spare container whose folder is gone for an orphan; until
+    it has the run's name, its claim-* folder stands for it."""
+    root = tmp_path / "state"
+    spec = _spec(root)
+    _waiting(root, spec)
+    seen: list[tuple[str, list[str]]] = []
+
+    def rename(container_id: str) -> None:
+        seen.append((container_id, sorted(p.name for p in root.glob("claim-*"))))
+
+    assert spare.claim(spec, lambda: ("", ""), rename) == "c1"
+    assert seen == [("c1", ["claim-r-1-spare-aaaa"])]
+    assert list(root.glob("claim-*")) == []

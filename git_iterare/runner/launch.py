@@ -2,7 +2,10 @@
 
 Everything that can be refused is checked before anything is created (prompt, agent,
 ``--env`` names, credentials, egress policy, the Docker engine and the image), so a bad
-request leaves no record, branch, worktree or container behind.
+request leaves no record, branch, worktree or container behind. One thing starts before
+the last of these checks: the network sidecar started ahead once the repository's
+settings are admitted (:mod:`git_iterare.sandbox.headstart`), which a refused request
+removes again.
 """
 
 from __future__ import annotations
@@ -534,9 +537,9 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         # The sidecar starts (and sets up the firewall) while the worktree and the agent's
         # container are made; the agent's container starts only after both.
         if ahead:  # started, or starting: claimed once it runs
-            started = pool.submit(_claim_ahead, plan.head_start, spec, sidecar)
-        elif claimed:
-            started = pool.submit(sandbox.rename, sidecar, f"{spec.name}-net")
+            started = pool.submit(_claim_ahead, plan.head_start, spec)
+        elif claimed:  # running, and named as the run's already
+            started = pool.submit(lambda: None)
         else:
             started = pool.submit(sandbox.start_sidecar, sidecar)
         def trees_made() -> None:  # the agent's container is made during the checkout
@@ -592,15 +595,13 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
     return running
 
 
-def _claim_ahead(head: HeadStart | None, spec: SandboxSpec, sidecar: str) -> None:
-    """Claim the sidecar made ahead for ``spec``'s run, once it runs, and give it the
-    run's name (see :mod:`git_iterare.sandbox.headstart`)."""
-    from git_iterare import sandbox
+def _claim_ahead(head: HeadStart | None, spec: SandboxSpec) -> None:
+    """Claim the sidecar made ahead for ``spec``'s run once it runs (see
+    :mod:`git_iterare.sandbox.headstart`)."""
     from git_iterare.sandbox.docker_backend import claim_texts
 
     assert head is not None
     head.claim(spec, lambda: claim_texts(spec))
-    sandbox.rename(sidecar, f"{spec.name}-net")
 
 
 def _made(creating: Future[str] | None) -> str | None:

@@ -33,7 +33,7 @@ __all__ = [
     "agent_ids", "attach", "begin", "claim_spare", "create_agent", "engine_cpus",
     "get_backend", "inspect", "launch", "list_sandboxes", "log_lines", "make_spare",
     "policy_from_config",
-    "read_egress_report", "reclaim", "remove", "remove_sidecar", "rename", "start_sidecar",
+    "read_egress_report", "reclaim", "remove", "remove_sidecar", "start_sidecar",
     "stop", "wait",
 ]
 
@@ -94,11 +94,6 @@ def make_spare(spec: SandboxSpec, seconds: int) -> str | None:
     """Start a spare sidecar the next sandbox like ``spec`` may claim within ``seconds``;
     its id, or None when one waits already."""
     return get_backend().make_spare(spec, seconds)
-
-
-def rename(container_id: str, name: str) -> None:
-    """Rename a container (best effort)."""
-    get_backend().rename(container_id, name)
 
 
 def start_sidecar(sidecar_id: str) -> None:

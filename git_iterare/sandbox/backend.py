@@ -30,10 +30,6 @@ class Backend(Protocol):
         """Start a spare sidecar for the next sandbox like ``spec``; its id, or None."""
         ...
 
-    def rename(self, container_id: str, name: str) -> None:
-        """Rename a container (best effort)."""
-        ...
-
     def start_sidecar(self, sidecar_id: str) -> None:
         """Start a sidecar :meth:`begin` made without starting it."""
         ...

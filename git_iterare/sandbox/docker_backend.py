@@ -602,16 +602,19 @@ class DockerBackend:
         return str(sidecar.id)
 
     def claim_spare(self, spec: SandboxSpec) -> str | None:
-        """A spare sidecar (:mod:`git_iterare.sandbox.spare`), running and given
-        ``spec``'s policy, trees and agent ids; its id, or None when none can serve
-        ``spec``. Then it stands for :meth:`begin` and :meth:`start_sidecar`.
+        """A spare sidecar (:mod:`git_iterare.sandbox.spare`), running, given ``spec``'s
+        policy, trees and agent ids and named as its sidecar; its id, or None when none
+        can serve ``spec``. Then it stands for :meth:`begin` and :meth:`start_sidecar`.
 
         Raises:
             UserError: the policy is too long to hand over (:data:`MAX_POLICY_BYTES`).
         """
         from git_iterare.sandbox import spare
 
-        return spare.claim(spec, lambda: claim_texts(spec)) if spare.usable(spec) else None
+        if not spare.usable(spec):
+            return None
+        return spare.claim(spec, lambda: claim_texts(spec),
+                           lambda found: self.rename(found, f"{spec.name}-net"))
 
     def make_spare(self, spec: SandboxSpec, seconds: int) -> str | None:
         """Start a spare sidecar for sandboxes like ``spec`` (see

@@ -24,26 +24,33 @@ in a repository makes them); else the launch goes as before.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# All it needs is imported here, by the caller's thread, before the docker SDK is loaded in
+# another: two threads importing at once can deadlock (an old urllib3's six imports
+# modules while it holds the interpreter's import lock).
 from git_iterare.errors import OperationFailed
+from git_iterare.sandbox import docker_backend, spare
+from git_iterare.sandbox.image import ImageStatus
 from git_iterare.sandbox.socketapi import EngineAnswer, SocketEngine, socket_path
 from git_iterare.sandbox.spec import SandboxSpec
 
 if TYPE_CHECKING:
-    from git_iterare.sandbox.image import ImageStatus, StatusOf
+    from git_iterare.sandbox.image import StatusOf
 
 #: Given a ``StatusOf``, the id of git-iterare's own image to run the sidecar, or None
 #: when it must be built first (:func:`git_iterare.sandbox.image.ready_sidecar_image`).
 ImageOf = Callable[["StatusOf"], "str | None"]
 
 #: How long a head start waits for its run's claim (seconds): the launch's checks and
-#: record take well under a second; an image build means the image changes, and then the
-#: head start is not claimed anyway.
+#: record take well under a second. A launch that got to its claim later (a project
+#: image was built meanwhile) starts a sidecar of its own instead.
 WAIT_SECONDS = 120
 
 
@@ -67,6 +74,8 @@ class HeadStart:
         self._created = threading.Event()
         self._done = threading.Event()
         self._claimed = False
+        self._owner: int | None = None  # the folder's lock (spare.hold)
+        self._until = time.monotonic() + WAIT_SECONDS - spare.CLAIM_MARGIN
         self.container: str | None = None
         self.error: BaseException | None = None
         self.token = ""
@@ -75,8 +84,6 @@ class HeadStart:
         threading.Thread(target=self._make, daemon=True, name="sidecar-ahead").start()
 
     def _make(self) -> None:
-        from git_iterare.sandbox import docker_backend, spare
-
         try:
             image = self._image_of(self._status)
             if image is None:
@@ -84,6 +91,7 @@ class HeadStart:
             spec = _with_image(self._template, image)
             self.fingerprint = spare.fingerprint(spec)
             self.token, self.folder, spare_spec = spare.new_folder(spec)
+            self._owner = spare.hold(self.folder)
             config = docker_backend.sidecar_config(
                 spare_spec, spare.environment(WAIT_SECONDS),
                 labels=spare.labels(spec, self.token), auto_remove=True)
@@ -98,8 +106,6 @@ class HeadStart:
             self._done.set()
 
     def _status(self, name: str) -> ImageStatus:
-        from git_iterare.sandbox.image import ImageStatus
-
         found = self._engine.inspect_image(name)
         if found is None:
             return ImageStatus(name, False)
@@ -110,12 +116,12 @@ class HeadStart:
     def sidecar_for(self, spec: SandboxSpec) -> str | None:
         """The id of the sidecar made ahead, when it can serve ``spec`` (the same image,
         network, repository and tree folders: :func:`git_iterare.sandbox.spare.fingerprint`);
-        waits until it is made (not started). None when it cannot serve or was not made:
-        then it is removed, and the caller starts a sidecar of its own."""
-        from git_iterare.sandbox import spare
-
+        waits until it is made (not started). None when it cannot serve, was not made or
+        would soon stop waiting (:data:`WAIT_SECONDS`): then it is removed, and the
+        caller starts a sidecar of its own."""
         self._created.wait()
         if self.container is None or self.error is not None \
+                or time.monotonic() > self._until \
                 or self.fingerprint != spare.fingerprint(spec):
             self.discard()
             return None
@@ -126,12 +132,13 @@ class HeadStart:
         :func:`git_iterare.sandbox.spare.claim` gives a spare); ``hand_over`` gives the
         policy text and ``ITERARE_TREES``.
 
+        It is given the run's sidecar name (``<name>-net``) before its ``claim-*`` folder
+        goes, so no sweep takes it for an orphan meanwhile.
+
         Raises:
             OperationFailed: it could not be started, or it was removed meanwhile.
             OSError: the run's folders cannot take over its own.
         """
-        from git_iterare.sandbox import spare
-
         self._done.wait()
         if self.error is not None:
             raise OperationFailed(f"could not start the network sidecar of {spec.name}: "
@@ -145,14 +152,20 @@ class HeadStart:
         self._claimed = True
         try:
             spare.give(spec, taken, hand_over)
+            with contextlib.suppress(EngineAnswer, OSError):  # the name is only for people
+                self._engine.rename_container(str(self.container), f"{spec.name}-net")
         finally:
             shutil.rmtree(taken, ignore_errors=True)
+            self._let_go()
+
+    def _let_go(self) -> None:
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
 
     def discard(self) -> None:
         """Remove the sidecar made ahead unless a run claimed it (waiting until it is
         made); best effort, and harmless twice."""
-        from git_iterare.sandbox import spare
-
         self._done.wait()
         if self._claimed:
             return
@@ -163,6 +176,7 @@ class HeadStart:
         if self.folder is not None and (taken := spare.take(
                 self.folder, f"sweep-{self.folder.name}")) is not None:
             shutil.rmtree(taken, ignore_errors=True)
+        self._let_go()
 
 
 def _with_image(template: SandboxSpec, image: str) -> SandboxSpec:
@@ -195,8 +209,6 @@ def start(template: SandboxSpec, url: str, api_version: object,
         spares: whether the run may claim a spare (``docker.spare_seconds``): then none
             is made ahead while one waits.
     """
-    from git_iterare.sandbox import spare
-
     path = socket_path(url)
     if path is None or not spare.usable(template) or (spares and spare.waiting(template)):
         return None

@@ -165,6 +165,14 @@ class SocketEngine:
         """
         self.request("POST", f"/containers/{container_id}/start")
 
+    def rename_container(self, container_id: str, name: str) -> None:
+        """``POST /containers/{id}/rename?name=NAME``.
+
+        Raises:
+            EngineAnswer, OSError: as :meth:`request` (409: the name is taken).
+        """
+        self.request("POST", f"/containers/{container_id}/rename", query={"name": name})
+
     def remove_container(self, container_id: str) -> None:
         """``DELETE /containers/{id}?force=1&v=1``; a missing container is no error.
 

@@ -126,6 +126,49 @@ def _spares(root: Path) -> Iterator[tuple[Path, dict[str, Any] | None]]:
         yield folder, _read_info(folder)
 
 
+#: In a spare folder a run made for itself (git_iterare.sandbox.headstart): the file its
+#: process holds an exclusive ``flock`` on until it claims or drops it (the kernel lets go
+#: when the process dies), so sweeps and ``cleanup`` leave a folder in use alone.
+OWNER = "owner"
+
+
+def hold(folder: Path) -> int:
+    """Mark ``folder`` as in use by this process (:data:`OWNER`); return the descriptor
+    that holds it (close it to let go).
+
+    Raises:
+        OSError: the file cannot be made or locked.
+    """
+    import fcntl
+
+    fd = os.open(folder / OWNER, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def held(folder: Path) -> bool:
+    """Whether a live process holds ``folder`` (:func:`hold`)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder / OWNER, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
 def take(folder: Path, as_name: str) -> Path | None:
     """Rename the spare ``folder`` to ``as_name`` beside it (only one caller can); the new
     path, or None when another caller took it first."""
@@ -145,16 +188,19 @@ def waiting(spec: SandboxSpec) -> bool:
                for _folder, info in _spares(spare_root(spec)))
 
 
-def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | None:
+def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]],
+          rename: Callable[[str], None] = lambda container_id: None) -> str | None:
     """Claim a waiting spare for ``spec``'s run; return its container id, or None.
 
     The run's ``spec.out_dir`` (absent or empty) and signal folder become the spare's;
     what ``hand_over`` returns once a spare is taken, the sidecar's policy text and
     ``ITERARE_TREES`` (made only then: with no spare waiting the caller's own sidecar
-    needs them, made anew), and the agent's ids go into ``signal/claim``. A spare whose
-    container is gone or not running is dropped and the next one tried. Never raises for
-    a spare that cannot serve: the caller then starts a sidecar of its own; what
-    ``hand_over`` raises (a policy too long) is raised, the spare removed.
+    needs them, made anew), and the agent's ids go into ``signal/claim``; ``rename``
+    then gives its container the run's name (while its ``claim-*`` folder still says it
+    is being claimed: no sweep takes it for an orphan). A spare whose container is gone
+    or not running is dropped and the next one tried. Never raises for a spare that
+    cannot serve: the caller then starts a sidecar of its own; what ``hand_over`` raises
+    (a policy too long) is raised, the spare removed.
     """
     if not usable(spec):
         return None
@@ -171,6 +217,7 @@ def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]]) -> str | 
             if not _running_spare(info["container"], token):
                 continue
             give(spec, taken, hand_over)
+            rename(str(info["container"]))
             return str(info["container"])
         except OSError:
             _remove_spare_container(token)
@@ -351,7 +398,8 @@ def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) ->
                 info["expires"] + SWEEP_AFTER < now or info["fingerprint"] != wanted_print
         except OSError:  # another process took it meanwhile
             continue
-        if stale and (taken := take(folder, f"sweep-{folder.name}")) is not None:
+        if stale and not held(folder) \
+                and (taken := take(folder, f"sweep-{folder.name}")) is not None:
             _remove_spare_container(folder.name[len(PREFIX):])
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
@@ -394,10 +442,13 @@ def remove_all(root: Path, repo_path: str) -> int:
     """Remove every spare waiting in ``root`` (folders, and their containers, found by
     name and checked by label), and the spare containers of the repository at
     ``repo_path`` whose folder is gone (nobody can claim them); return how many
-    containers were removed. Spares already claimed are runs' sidecars and stay."""
+    containers were removed. Spares already claimed are runs' sidecars and stay, and so
+    does one a run being launched made for itself (:func:`held`)."""
     _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
+        if held(folder):
+            continue  # a run made it for itself and is being launched
         taken = take(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
