@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from git_iterare import marks
 from git_iterare.git.repo import Repo
 
 
@@ -33,13 +33,11 @@ def run_lock(repo: Repo, run_id: str) -> Iterator[None]:
     """
     folder = repo.common_dir / "iterare" / "state"
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f"{run_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = marks.hold(folder / f"{run_id}.lock")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        os.close(fd)  # closing lets go of the lock
 
 
 def _launch_mark(repo: Repo, run_id: str) -> Path:
@@ -54,9 +52,8 @@ def launching(repo: Repo, run_id: str) -> Iterator[None]:
     process is gone (:func:`launch_in_progress`). The file goes at the end."""
     path = _launch_mark(repo, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = marks.hold(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         with contextlib.suppress(OSError):
@@ -72,14 +69,4 @@ def launch_in_progress(repo: Repo, run_id: str) -> bool | None:
         that launched died, or has just finished: read the record again); None when there
         is no mark (launched elsewhere, ended, or never marked).
     """
-    try:
-        fd = os.open(_launch_mark(repo, run_id), os.O_RDWR)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return marks.held(_launch_mark(repo, run_id))

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from git_iterare import marks
 from git_iterare.errors import IterareError
 from git_iterare.sandbox.spec import LABEL_REPO, LABEL_ROLE, LABEL_RUN, SandboxSpec
 
@@ -139,34 +140,12 @@ def hold(folder: Path) -> int:
     Raises:
         OSError: the file cannot be made or locked.
     """
-    import fcntl
-
-    fd = os.open(folder / OWNER, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return marks.hold(folder / OWNER, wait=False)
 
 
 def held(folder: Path) -> bool:
     """Whether a live process holds ``folder`` (:func:`hold`)."""
-    import fcntl
-
-    try:
-        fd = os.open(folder / OWNER, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
+    return bool(marks.held(folder / OWNER))
 
 
 def take(folder: Path, as_name: str) -> Path | None:
