@@ -478,10 +478,32 @@ def ensure_image(config: Any, repo: Any = None,
     return ImageRef(project, image_id, base.sidecar)
 
 
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+#: An image reference as Docker's distribution/reference grammar has it
+#: (``[registry[:port]/]path[:tag][@digest]``), or an image id (``sha256:`` and 64 hex
+#: digits, or a prefix of its hex digits).
+IMAGE_REFERENCE = re.compile(
+    rf"(?:(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*"
+    r":[0-9a-fA-F]{32,})?|sha256:[0-9a-f]{64}|[0-9a-f]{12,64})")
+
+
 def _configured_image(config: Any) -> str:
-    """``docker.image``, or :data:`DEFAULT_IMAGE_NAME` for iterare's image."""
+    """``docker.image``, or :data:`DEFAULT_IMAGE_NAME` for iterare's image.
+
+    Raises:
+        UserError: it is no image reference (:data:`IMAGE_REFERENCE`): a name the engine's
+            API would take for a path of its own (``../containers/x``), say.
+    """
     name = str(config["docker.image"])
-    return DEFAULT_IMAGE_NAME if is_legacy_image(name) else name
+    if is_legacy_image(name):
+        return DEFAULT_IMAGE_NAME
+    if not IMAGE_REFERENCE.fullmatch(name):
+        raise UserError(f"docker.image {name!r} is not an image name",
+                        hint="give one such as git-iterare:latest or "
+                             "registry.example.com/team/image:1.2")
+    return name
 
 
 def _wanted_agents(status: ImageStatus, agents: Sequence[str],
