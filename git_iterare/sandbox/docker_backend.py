@@ -692,7 +692,10 @@ class DockerBackend:
         except BaseException:
             from docker.errors import NotFound
 
-            with docker_errors(f"remove {agent.name}"), contextlib.suppress(NotFound):
+            # What went wrong matters more than a failed removal (the run's launch removes
+            # what is left: runner.launch._discard_on_engine).
+            with contextlib.suppress(OperationFailed), docker_errors(f"remove {agent.name}"), \
+                    contextlib.suppress(NotFound):
                 agent.remove(force=True, v=True)
             raise
         return str(agent.id)
@@ -771,7 +774,9 @@ class DockerBackend:
             from docker.errors import NotFound
 
             for container in reversed(created):
-                with docker_errors(f"remove {container.name}"), \
+                # (What went wrong matters more than a failed removal, as above.)
+                with contextlib.suppress(OperationFailed), \
+                        docker_errors(f"remove {container.name}"), \
                         contextlib.suppress(NotFound):  # a claimed spare removes itself
                     container.remove(force=True, v=True)
             raise

@@ -150,7 +150,9 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
                                   hint="set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (or use "
                                        "a docker context)") from None
         if exc.status_code == 409:  # a conflict: a name taken, or a volume still mounted
-            reason = ("it is in use by a container" if "volume is in use" in str(exc)
+            text = str(exc)
+            reason = ("it is in use by a container" if "volume is in use" in text
+                      else "something else is removing it" if "already in progress" in text
                       else "the name is already taken")
             raise OperationFailed(f"cannot {what}: {reason} ({_explanation(exc)})") from None
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
