@@ -75,3 +75,29 @@ def test_the_same_ctrl_c_handed_on_by_git_does_not_cut_the_goodbye_short() -> No
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=30, check=False)
     assert (done.returncode, done.stdout) == (130, "goodbye\n")
+
+
+def test_undoing_a_launch_is_not_cut_short_by_the_same_ctrl_c_arriving_twice() -> None:
+    """git hands the terminal's SIGINT on to git-iterare: the second copy is dropped while
+    what the first interrupted is undone."""
+    from git_iterare.runner.interrupts import uninterrupted
+
+    def undo() -> str:
+        os.kill(os.getpid(), signal.SIGINT)  # the copy git forwarded
+        return "undone"
+
+    assert uninterrupted(undo) == "undone"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_waits_while_the_docker_sdk_is_imported_in_another_thread() -> None:
+    """Raised once the import ended (a Ctrl-C inside the import machinery while another
+    thread imports can leave the interpreter's import lock taken for good)."""
+    from git_iterare.runner.launch import _warm_up_docker
+
+    importing = _warm_up_docker()
+    os.kill(os.getpid(), signal.SIGINT)  # noted, not raised
+    with pytest.raises(KeyboardInterrupt):
+        importing.release()
+    assert importing.done.is_set()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class HeldInterrupts:
@@ -41,6 +45,19 @@ class HeldInterrupts:
         if self.pending and raise_pending:
             self.pending = False
             raise KeyboardInterrupt
+
+
+def uninterrupted(fn: Callable[[], T]) -> T:
+    """``fn()`` with Ctrl-C held back, for undoing what a launch cut short made: git hands
+    the terminal's SIGINT on to ``git-iterare`` too, so one Ctrl-C arrives twice, and the
+    second would cut that undoing short (leaving a container or folder behind). A SIGINT
+    meanwhile is dropped: the one that started the undoing is on its way already."""
+    held = HeldInterrupts()
+    held.hold()
+    try:
+        return fn()
+    finally:
+        held.release(raise_pending=False)
 
 
 #: Seconds after an interrupt was handled during which another SIGINT is taken for the

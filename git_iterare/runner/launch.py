@@ -126,21 +126,48 @@ class LaunchPlan:
     head_start: HeadStart | None = None
 
 
-def _warm_up_docker() -> None:
-    """Import the docker SDK in a background thread.
+class _Import:
+    """The docker SDK being imported in a thread, with Ctrl-C held back meanwhile."""
+
+    def __init__(self) -> None:
+        from git_iterare.runner.interrupts import HeldInterrupts
+
+        self.done = threading.Event()
+        self.held = HeldInterrupts()
+
+    def release(self, *, raise_pending: bool = True) -> None:
+        """Wait for the import to end, then let Ctrl-C through again.
+
+        Raises:
+            KeyboardInterrupt: one came meanwhile (with ``raise_pending``).
+        """
+        self.done.wait()
+        self.held.release(raise_pending=raise_pending)
+
+
+def _warm_up_docker() -> _Import:
+    """Import the docker SDK in a background thread, holding Ctrl-C back until the caller
+    calls ``release()`` on the result (it waits for the import to end).
 
     Importing it (and requests) is the largest part of ``execute``'s start-up; meanwhile
     this thread reads the prompt, config and records, which mostly wait on git. The main
     thread's own import later simply waits for this one to finish.
     """
+    importing = _Import()
+
     def load() -> None:
         from git_iterare.sandbox.docker_errors import import_docker
         from git_iterare.sandbox.engine import current
 
-        with contextlib.suppress(Exception):  # the main thread reports what is wrong
-            import_docker(current())
+        try:
+            with contextlib.suppress(Exception):  # the main thread reports what is wrong
+                import_docker(current())
+        finally:
+            importing.done.set()
 
+    importing.held.hold()
     threading.Thread(target=load, daemon=True, name="import-docker").start()
+    return importing
 
 
 def _head_start(repo: Repo, config: Config, request: ExecuteRequest,
@@ -327,8 +354,14 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     # The sidecar starts now, while the rest is checked and made (sandbox.headstart).
     head = _head_start(repo, config, request, networks, agent.name)
     if head is not None:
-        undo.callback(head.discard)
-    _warm_up_docker()  # once the sidecar's request is on its way: both want the CPU
+        from git_iterare.runner.interrupts import uninterrupted
+
+        undo.callback(uninterrupted, head.discard)
+    # Once the sidecar's request is on its way (both want the CPU). Ctrl-C waits until the
+    # docker SDK is loaded: one that lands in the import machinery while the main thread
+    # imports too can leave the interpreter's import lock taken, and both threads wait.
+    imported = _warm_up_docker()
+    undo.callback(imported.release, raise_pending=False)
     from git_iterare.agents import image_agents
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
@@ -386,6 +419,7 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     limits = sandbox_limits(config)
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
+    imported.release()  # raises a Ctrl-C held meanwhile
     image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
     from git_iterare.runner.ownership import origin
 
@@ -435,8 +469,11 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
         except BaseException as exc:
             # A failed or interrupted launch leaves nothing on the engine (unless its
             # agent started), so the record can go too; else the failure is recorded.
-            if not (_discard_on_engine(record) and _undo_launch(repo, store, record.id)):
-                _record_launch_failure(repo, store, record.id, exc)
+            import functools
+
+            from git_iterare.runner.interrupts import uninterrupted
+
+            uninterrupted(functools.partial(_undo_or_record, repo, store, record, exc))
             raise
 
 
@@ -624,6 +661,15 @@ def _leave_spare(spec: SandboxSpec, seconds: int) -> None:
             sandbox.make_spare(spec, seconds)
 
     threading.Thread(target=make, name="spare-sidecar").start()
+
+
+def _undo_or_record(repo: Repo, store: RunStore, record: RunRecord, exc: BaseException
+                    ) -> None:
+    """After a launch failed with ``exc``: remove every trace of the run when its agent
+    never started (see :func:`_discard_on_engine`, :func:`_undo_launch`), else record the
+    failure (:func:`_record_launch_failure`)."""
+    if not (_discard_on_engine(record) and _undo_launch(repo, store, record.id)):
+        _record_launch_failure(repo, store, record.id, exc)
 
 
 def _discard_on_engine(record: RunRecord) -> bool:

@@ -485,7 +485,7 @@ _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 #: digits, or a prefix of its hex digits).
 IMAGE_REFERENCE = re.compile(
     rf"(?:(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*"
     r":[0-9a-fA-F]{32,})?|sha256:[0-9a-f]{64}|[0-9a-f]{12,64})")
 
 

@@ -276,7 +276,9 @@ def _sweep_leftovers(root: Path) -> None:
         return
     for entry in entries:
         try:
-            if entry.stat(follow_symlinks=False).st_mtime > now - LEFTOVER_AGE:
+            # ctime: a rename sets it (the mtime of a spare taken after it waited a while
+            # would be that of when it was made).
+            if entry.stat(follow_symlinks=False).st_ctime > now - LEFTOVER_AGE:
                 continue
         except OSError:
             continue
