@@ -19,6 +19,7 @@ from git_iterare.runner import launch
 from git_iterare.runner.session import load_config
 from git_iterare.sandbox import engine
 from git_iterare.sandbox.socketapi import EngineAnswer, SocketEngine
+from tests.conftest import git, iterare
 from tests.runs_helpers import prompt, record
 from tests.sandbox_fixtures import TEST_IMAGE
 from tests.test_spare_e2e import project, run, servers, spares, user_config  # noqa: F401
@@ -121,3 +122,29 @@ def test_the_socket_client_speaks_to_the_engine(sandbox_image: str) -> None:
     assert asking.inspect_image(TEST_IMAGE) == image and asking.api_version
     assert subprocess.run(["docker", "ps", "-aq", "--filter", f"name={name}"],
                           capture_output=True, text=True, check=True).stdout == ""
+
+
+def test_cleanup_never_takes_a_running_sandbox_s_sidecar_for_a_spare(
+        project: Path) -> None:  # noqa: F811
+    """Even when its renaming failed (it still has the spare's name, and no folder names
+    it): an agent's container names it as its sidecar."""
+    user_config("spare_seconds = 0\n")
+    prompt(project, "one", "echo one\n")
+    first, _ = run(project, "one")  # makes the folders the trees go in
+    prompt(project, "slow", "sleep 8; echo done > done.txt\n")
+    started = iterare("execute", "slow", cwd=project)
+    assert started.returncode == 0, started.stderr
+    rid = started.stdout.split()[2]
+    assert record(project, rid)["extra"]["sidecar"] == "ahead"
+    [(sidecar, _)] = spares(project)  # (it keeps the spare's label)
+    token = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels '
+                            '"dev.iterare.spare"}}', sidecar], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    subprocess.run(["docker", "rename", sidecar, f"iterare-spare-{token}-net"], check=True)
+    cleaned = iterare("cleanup", "-y", first, cwd=project)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert spares(project) == [(sidecar, "running")]
+    followed = iterare("log", "-f", rid, cwd=project)
+    assert followed.returncode == 0, followed.stderr
+    assert record(project, rid)["status"] == "succeeded"
+    assert git("show", f"iterare/{rid}:done.txt", cwd=project).stdout == "done\n"

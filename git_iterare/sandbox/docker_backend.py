@@ -43,6 +43,7 @@ from git_iterare.sandbox.spec import (
     LABEL_REPO,
     LABEL_ROLE,
     LABEL_RUN,
+    LABEL_SIDECAR,
     OUT_PATH,
     SECRETS_PATH,
     SIDECAR,
@@ -54,8 +55,6 @@ from git_iterare.sandbox.spec import (
 #: Where the sidecar sees the host folder of :meth:`SandboxSpec.signal_dir`.
 SIGNAL_PATH = "/run/iterare/signal"
 
-#: On the agent's container: the id of its sidecar.
-LABEL_SIDECAR = "dev.iterare.sidecar"
 
 #: What the sidecar needs as root: firewall and ipsets (iptables asks ipset through a raw
 #: socket), binding port 53 before dnsmasq drops to its own user, switching users for the

@@ -40,7 +40,13 @@ from typing import Any
 
 from git_iterare import marks
 from git_iterare.errors import IterareError
-from git_iterare.sandbox.spec import LABEL_REPO, LABEL_ROLE, LABEL_RUN, SandboxSpec
+from git_iterare.sandbox.spec import (
+    LABEL_REPO,
+    LABEL_ROLE,
+    LABEL_RUN,
+    LABEL_SIDECAR,
+    SandboxSpec,
+)
 
 #: Version of a spare folder and of the claim; spares of another version are not claimed.
 SPARE_FORMAT = 1
@@ -440,7 +446,8 @@ def remove_all(root: Path, repo_path: str) -> int:
 
 def _remove_orphans(root: Path, repo_path: str) -> int:
     """Remove the unclaimed spare containers of the repository at ``repo_path`` that no
-    folder in ``root`` names (deleted by hand); return how many."""
+    folder in ``root`` names (deleted by hand); return how many. One an agent's container
+    names as its sidecar is a run's, whatever its name (its renaming failed)."""
     import docker.errors
 
     from git_iterare.sandbox.docker_errors import client
@@ -451,11 +458,14 @@ def _remove_orphans(root: Path, repo_path: str) -> int:
         names = set()
     removed = 0
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
-        for found in client().api.containers(all=True, filters={
-                "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"]}):
+        found_spares = client().api.containers(all=True, filters={
+            "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"]})
+        joined = {(c.get("Labels") or {}).get(LABEL_SIDECAR) for c in client().api.containers(
+            all=True, filters={"label": [LABEL_SIDECAR, f"{LABEL_REPO}={repo_path}"]})}
+        for found in found_spares:
             token = ((found.get("Labels") or {}).get(LABEL_SPARE) or "")
             named = [n.lstrip("/") for n in found.get("Names") or ()]
-            if container_name(token) not in named:
+            if container_name(token) not in named or found["Id"] in joined:
                 continue  # claimed: a run's sidecar now
             if any(n.endswith(f"{PREFIX}{token}") for n in names):
                 continue  # its folder is there: waiting, or being claimed

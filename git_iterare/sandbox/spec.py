@@ -20,6 +20,8 @@ LABEL_REPO = "dev.iterare.repo"
 #: Which of a sandbox's containers this is: ``agent``, ``sidecar`` (a spare one too) or
 #: ``reclaim``.
 LABEL_ROLE = "dev.iterare.role"
+#: On the agent's container: the id of its sidecar.
+LABEL_SIDECAR = "dev.iterare.sidecar"
 
 #: Paths inside the sidecar (see ``container/sidecar``).
 OUT_PATH = "/run/iterare/out"
