@@ -295,3 +295,15 @@ def test_the_image_is_looked_up_as_ensure_image_does(tmp_path: Path) -> None:
     assert found == ImageStatus("git-iterare:latest", True, "sha256:own", "",
                                 {"dev.iterare.image": "own"})
     head.discard()
+
+
+def test_one_whose_folder_was_taken_before_it_was_held_is_not_used(tmp_path: Path) -> None:
+    """cleanup may take the folder between its making and its lock: the run starts its own
+    sidecar instead of failing at the claim."""
+    engine = FakeEngine()
+    head = _head(tmp_path, engine)
+    head._done.wait(5)
+    assert head.folder is not None
+    spare.take(head.folder, "sweep-x")
+    assert head.sidecar_for(_run_spec(_template(tmp_path))) is None
+    assert ("DELETE /containers/c0ffee", {"force": "1", "v": "1"}) in engine.calls

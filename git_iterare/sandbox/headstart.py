@@ -116,12 +116,14 @@ class HeadStart:
     def sidecar_for(self, spec: SandboxSpec) -> str | None:
         """The id of the sidecar made ahead, when it can serve ``spec`` (the same image,
         network, repository and tree folders: :func:`git_iterare.sandbox.spare.fingerprint`);
-        waits until it is made (not started). None when it cannot serve, was not made or
-        would soon stop waiting (:data:`WAIT_SECONDS`): then it is removed, and the
+        waits until it is made (not started). None when it cannot serve, was not made,
+        its folder was taken (by a ``cleanup`` the moment it was made, before it was held)
+        or it would soon stop waiting (:data:`WAIT_SECONDS`): then it is removed, and the
         caller starts a sidecar of its own."""
         self._created.wait()
         if self.container is None or self.error is not None \
                 or time.monotonic() > self._until \
+                or self.folder is None or not self.folder.is_dir() \
                 or self.fingerprint != spare.fingerprint(spec):
             self.discard()
             return None
