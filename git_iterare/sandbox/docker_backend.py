@@ -407,6 +407,18 @@ def create_sidecar(spec: SandboxSpec, environment: Mapping[str, str], *, name: s
     return client().containers.prepare_model({"Id": made["Id"], "Name": f"/{name}"})
 
 
+def _drop(container: Any) -> None:
+    """Remove a container a launch that failed made (a docker SDK container). What went
+    wrong matters more than a failed removal (the run's launch removes what is left:
+    :func:`git_iterare.runner.launch._discard_on_engine`), and one gone already (a
+    claimed spare removes itself) is no error."""
+    from docker.errors import NotFound
+
+    with contextlib.suppress(OperationFailed), docker_errors(f"remove {container.name}"), \
+            contextlib.suppress(NotFound):
+        container.remove(force=True, v=True)
+
+
 def _limits(spec: SandboxSpec) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if spec.limits.cpus:
@@ -689,13 +701,7 @@ class DockerBackend:
                 passwd, group = _image_accounts(agent, spec.image)
                 agent.put_archive("/", agent_files(spec, passwd, group))
         except BaseException:
-            from docker.errors import NotFound
-
-            # What went wrong matters more than a failed removal (the run's launch removes
-            # what is left: runner.launch._discard_on_engine).
-            with contextlib.suppress(OperationFailed), docker_errors(f"remove {agent.name}"), \
-                    contextlib.suppress(NotFound):
-                agent.remove(force=True, v=True)
+            _drop(agent)
             raise
         return str(agent.id)
 
@@ -740,14 +746,10 @@ class DockerBackend:
             sidecar = docker.containers.prepare_model({"Id": sidecar_id,
                                                        "Name": f"/{spec.name}-net"})
             created.append(sidecar)
-            if agent_id is not None:
-                created.append(docker.containers.prepare_model({"Id": agent_id,
-                                                                "Name": f"/{spec.name}"}))
             if agent_id is None:
                 agent_id = self.create_agent(spec, sidecar.id)
-                created.append(docker.containers.prepare_model({"Id": agent_id,
-                                                                "Name": f"/{spec.name}"}))
-            agent = created[-1]
+            agent = docker.containers.prepare_model({"Id": agent_id, "Name": f"/{spec.name}"})
+            created.append(agent)
             if trees_ready is not None:
                 trees_ready()
             if sidecar_started is not None:
@@ -770,14 +772,8 @@ class DockerBackend:
             log.wait_for(READY_LINE, deadline)
         except BaseException:
             # Nobody learns the id of a sandbox that did not start: leave nothing behind.
-            from docker.errors import NotFound
-
             for container in reversed(created):
-                # (What went wrong matters more than a failed removal, as above.)
-                with contextlib.suppress(OperationFailed), \
-                        docker_errors(f"remove {container.name}"), \
-                        contextlib.suppress(NotFound):  # a claimed spare removes itself
-                    container.remove(force=True, v=True)
+                _drop(container)
             raise
         return str(agent.id)
 

@@ -24,6 +24,7 @@ in a repository makes them); else the launch goes as before.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import threading
@@ -88,7 +89,7 @@ class HeadStart:
             image = self._image_of(self._status)
             if image is None:
                 return  # to be built first: the launch starts a sidecar of its own
-            spec = _with_image(self._template, image)
+            spec = dataclasses.replace(self._template, sidecar_image=image)
             self.fingerprint = spare.fingerprint(spec)
             self.token, self.folder, spare_spec = spare.new_folder(spec)
             self._owner = spare.hold(self.folder)
@@ -107,11 +108,8 @@ class HeadStart:
 
     def _status(self, name: str) -> ImageStatus:
         found = self._engine.inspect_image(name)
-        if found is None:
-            return ImageStatus(name, False)
-        labels = (found.get("Config") or {}).get("Labels") or {}
-        return ImageStatus(name, True, str(found.get("Id") or ""),
-                           str(found.get("Created") or ""), dict(labels))
+        return ImageStatus(name, False) if found is None else \
+            ImageStatus.from_inspect(name, found)
 
     def sidecar_for(self, spec: SandboxSpec) -> str | None:
         """The id of the sidecar made ahead, when it can serve ``spec`` (the same image,
@@ -179,12 +177,6 @@ class HeadStart:
                 self.folder, f"sweep-{self.folder.name}")) is not None:
             shutil.rmtree(taken, ignore_errors=True)
         self._let_go()
-
-
-def _with_image(template: SandboxSpec, image: str) -> SandboxSpec:
-    import dataclasses
-
-    return dataclasses.replace(template, sidecar_image=image)
 
 
 def _reason(error: BaseException) -> str:

@@ -153,6 +153,14 @@ class ImageStatus:
     created: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def from_inspect(cls, name: str, found: Mapping[str, Any]) -> ImageStatus:
+        """The status of image ``name`` the engine's inspect answer ``found`` describes
+        (``GET /images/{name}/json``: ``Id``, ``Created``, ``Config.Labels``)."""
+        labels = (found.get("Config") or {}).get("Labels") or {}
+        return cls(name, True, str(found.get("Id") or ""), str(found.get("Created") or ""),
+                   dict(labels))
+
 
 class AgentInstall(Protocol):
     """How one agent's program is installed (:class:`git_iterare.agents.base.Install`).
@@ -392,8 +400,7 @@ def image_status(name: str) -> ImageStatus:
             image = client().images.get(name)
         except docker.errors.ImageNotFound:
             return ImageStatus(name, False)
-    return ImageStatus(name, True, str(image.id), str(image.attrs.get("Created", "")),
-                       dict(image.labels or {}))
+    return ImageStatus.from_inspect(name, image.attrs)
 
 
 def project_image_name(image: str, digest: str) -> str:
@@ -514,11 +521,11 @@ def _wanted_agents(status: ImageStatus, agents: Sequence[str],
     return sorted({*held, *agents})
 
 
-def _current(status: ImageStatus, agents: Sequence[str],
+def _current(status: ImageStatus, wanted: Sequence[str],
              installs: Mapping[str, AgentInstall]) -> bool:
-    """Whether ``status`` is git-iterare's own image as this version builds it for
-    ``agents``: present, from the same build context (its context-hash label)."""
-    wanted = _wanted_agents(status, agents, installs)
+    """Whether ``status`` is git-iterare's own image as this version builds it with the
+    agents ``wanted`` (:func:`_wanted_agents`): present, from the same build context (its
+    context-hash label)."""
     return status.present and status.labels.get(LABEL_CONTEXT_HASH) == context_hash(
         context_files(wanted, installs))
 
@@ -544,7 +551,9 @@ def ready_sidecar_image(config: Any, status_of: StatusOf, *,
     status = status_of(_configured_image(config))
     if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
         status = status_of(DEFAULT_IMAGE_NAME)  # a user's own image: the sidecar's is ours
-    return status.id if _current(status, agents, installs or {}) else None
+    installs = installs or {}
+    return status.id if _current(status, _wanted_agents(status, agents, installs),
+                                 installs) else None
 
 
 def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress,
@@ -553,7 +562,7 @@ def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress,
     than the one for its agents and ``agents`` (then from the base it was built from)."""
     held = [a for a in status.labels.get(LABEL_AGENTS, "").split(",") if a in installs]
     wanted = _wanted_agents(status, agents, installs)
-    if _current(status, agents, installs):
+    if _current(status, wanted, installs):
         return ImageRef(name, status.id, status.id)
     missing = [a for a in wanted if a not in held]
     why = ("missing" if not status.present
