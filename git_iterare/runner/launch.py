@@ -37,6 +37,7 @@ from git_iterare.runner.paths import state_dir
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    from git_iterare.agents import ImageAgents
     from git_iterare.agents.base import Agent, Credentials
     from git_iterare.prompt import Prompt
     from git_iterare.runner.interrupts import HeldInterrupts
@@ -171,17 +172,17 @@ def _warm_up_docker() -> _Import:
 
 
 def _head_start(repo: Repo, config: Config, request: ExecuteRequest,
-                networks: tuple[str, ...], agent: str) -> HeadStart | None:
+                networks: tuple[str, ...], held: ImageAgents, spares: int) -> HeadStart | None:
     """Start making the run's network sidecar ahead, where that can be done (see
     :mod:`git_iterare.sandbox.headstart`): not for a terminal session (which never takes
     a spare) nor with more networks; None otherwise.
 
+    ``held`` is what the image must hold (:func:`git_iterare.agents.image_agents`) and
+    ``spares`` is ``docker.spare_seconds``.
+
     Raises:
-        UserError: ``[docker] agents`` names an unknown agent (see
-            :func:`git_iterare.agents.image_agents`), ``docker.spare_seconds`` is out of
-            range, or ``.iterare`` or its ``worktrees`` is a symlink.
+        UserError: ``.iterare`` or its ``worktrees`` is a symlink.
     """
-    from git_iterare.agents import image_agents
     from git_iterare.runner import workspace as wsp
     from git_iterare.sandbox import EgressPolicy, SandboxSpec, headstart
     from git_iterare.sandbox.docker_errors import engine_facts
@@ -191,8 +192,6 @@ def _head_start(repo: Repo, config: Config, request: ExecuteRequest,
     if request.tty or networks or repo.main_work_tree is None:
         return None
     wsp.check_run_dirs(repo)  # the sidecar mounts the folders the trees go in
-    spares = spare_seconds(config)
-    held = image_agents(config, [agent])
     engine = current()
     # A run's shape, for what a sidecar shares with it: ids and names are not known yet.
     placeholder = "ahead"
@@ -351,8 +350,12 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     admitted = admit(repo, config,
                      prompt_env=[n for n in prompt.env if n not in request.env_names])
     networks = requested_networks(repo, request.networks, request.compose, env)
+    from git_iterare.agents import image_agents
+
+    held = image_agents(config, [agent.name])
+    spares = spare_seconds(config)
     # The sidecar starts now, while the rest is checked and made (sandbox.headstart).
-    head = _head_start(repo, config, request, networks, agent.name)
+    head = _head_start(repo, config, request, networks, held, spares)
     if head is not None:
         from git_iterare.runner.interrupts import uninterrupted
 
@@ -362,7 +365,6 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     # imports too can leave the interpreter's import lock taken, and both threads wait.
     imported = _warm_up_docker()
     undo.callback(imported.release, raise_pending=False)
-    from git_iterare.agents import image_agents
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.image import ensure_image
@@ -380,7 +382,6 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     from git_iterare.runner.spec import ca_bundle_path
 
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
-    spare_seconds(config)
     more_mounts = list(admitted.mounts)
     store = RunStore(repo)
     if request.reuse:
@@ -420,7 +421,7 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     check_network_on_engine(admitted.network)
     policy = with_networks(policy, networks)
     imported.release()  # raises a Ctrl-C held meanwhile
-    image = ensure_image(config, repo, progress, **image_agents(config, [agent.name])._asdict())
+    image = ensure_image(config, repo, progress, **held._asdict())
     from git_iterare.runner.ownership import origin
 
     extra = {"timeout": timeout, **budget, "env": list(secret_env), "interactive": request.tty,
@@ -576,9 +577,10 @@ def _launch_steps(repo: Repo, config: Config, store: RunStore, plan: LaunchPlan,
         if ahead:  # started, or starting: claimed once it runs
             started = pool.submit(_claim_ahead, plan.head_start, spec)
         elif claimed:  # running, and named as the run's already
-            started = pool.submit(lambda: None)
+            started = None
         else:
             started = pool.submit(sandbox.start_sidecar, sidecar)
+
         def trees_made() -> None:  # the agent's container is made during the checkout
             nonlocal creating
             creating = pool.submit(sandbox.create_agent, spec, sidecar)
