@@ -22,7 +22,15 @@ from git_iterare.sandbox.socketapi import EngineAnswer, SocketEngine
 from tests.conftest import git, iterare
 from tests.runs_helpers import prompt, record
 from tests.sandbox_fixtures import TEST_IMAGE
-from tests.test_spare_e2e import project, run, servers, spares, user_config  # noqa: F401
+from tests.test_spare_e2e import (  # noqa: F401  (project, servers: fixtures)
+    assert_trees_given_back,
+    net_prompt,
+    project,
+    run,
+    servers,
+    spares,
+    user_config,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -34,11 +42,7 @@ def _spare_folders(repo: Path) -> list[Path]:
 def test_a_run_with_none_waiting_enforces_its_own_policy_on_the_sidecar_it_started_ahead(
         project: Path, servers: tuple[str, str]) -> None:  # noqa: F811
     allowed, blocked = servers
-    prompt(project, "net",
-           f'echo "allowed: $(curl -s -m 5 http://{allowed}/ || echo refused)"\n'
-           f'curl -s -m 3 http://{blocked}/ || echo blocked-refused\n'
-           'echo "uid $(id -u)"\n'
-           "touch suid && chmod 4755 suid && mkfifo fifo\n")
+    net_prompt(project, allowed, blocked)
     # No spares: every run is the first in a while. The very first in a repository makes
     # the folders the trees live in (nothing is made before it is checked).
     user_config(f'spare_seconds = 0\n[firewall]\nallowed_cidrs = ["{allowed}/32"]\n')
@@ -48,10 +52,7 @@ def test_a_run_with_none_waiting_enforces_its_own_policy_on_the_sidecar_it_start
     assert record(project, rid)["extra"]["sidecar"] == "ahead"
     assert "allowed: allowed:80\n" in out and "blocked-refused\n" in out
     assert f"uid {os.getuid()}\n" not in out
-    worktree = Path(record(project, rid)["worktree"])
-    assert not (worktree / "fifo").exists()
-    assert (worktree / "suid").stat().st_mode & 0o7777 == 0o755
-    assert {p.stat().st_uid for p in (worktree, worktree / "suid")} == {os.getuid()}
+    assert_trees_given_back(project, rid)
     # It ended with its run: no spare container or folder is left.
     assert spares(project) == [] and _spare_folders(project) == []
 

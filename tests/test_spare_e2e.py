@@ -80,14 +80,29 @@ def run(repo: Path, name: str) -> tuple[str, str]:
     return run_id(done.stdout), done.stdout
 
 
-def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_policy(
-        project: Path, servers: tuple[str, str]) -> None:
-    allowed, blocked = servers
-    prompt(project, "net",
+def net_prompt(repo: Path, allowed: str, blocked: str) -> None:
+    """Prompt ``net``: reach the two servers, say its uid, leave a set-uid file and a FIFO
+    in the worktree (see :func:`assert_trees_given_back`)."""
+    prompt(repo, "net",
            f'echo "allowed: $(curl -s -m 5 http://{allowed}/ || echo refused)"\n'
            f'curl -s -m 3 http://{blocked}/ || echo blocked-refused\n'
            'echo "uid $(id -u)"\n'
            "touch suid && chmod 4755 suid && mkfifo fifo\n")
+
+
+def assert_trees_given_back(repo: Path, rid: str) -> None:
+    """After run ``rid`` of :func:`net_prompt`: its worktree is inert (no FIFO, no set-uid
+    bit) and the user's again."""
+    worktree = Path(record(repo, rid)["worktree"])
+    assert not (worktree / "fifo").exists()
+    assert (worktree / "suid").stat().st_mode & 0o7777 == 0o755
+    assert {p.stat().st_uid for p in (worktree, worktree / "suid")} == {os.getuid()}
+
+
+def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_policy(
+        project: Path, servers: tuple[str, str]) -> None:
+    allowed, blocked = servers
+    net_prompt(project, allowed, blocked)
     run(project, "net")
     assert spares(project) == []  # a single run leaves nothing behind
     second, out = run(project, "net")
@@ -104,10 +119,7 @@ def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_poli
     assert record(project, third)["extra"]["sidecar"] == "spare"  # claimed
     assert f"uid {os.getuid()}\n" not in out
     # At the end the claimed sidecar made the trees inert and the user's again.
-    worktree = Path(record(project, third)["worktree"])
-    assert not (worktree / "fifo").exists()
-    assert (worktree / "suid").stat().st_mode & 0o7777 == 0o755
-    assert {p.stat().st_uid for p in (worktree, worktree / "suid")} == {os.getuid()}
+    assert_trees_given_back(project, third)
     # The claimed spare ended with its run, and this run left the next one.
     assert [s for s in spares(project) if s[0] == waiting] == []
     assert [state for _, state in spares(project)] == ["running"]
