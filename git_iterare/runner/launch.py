@@ -364,7 +364,7 @@ def _execute(repo: Repo, config: Config, request: ExecuteRequest, env: Mapping[s
     # docker SDK is loaded: one that lands in the import machinery while the main thread
     # imports too can leave the interpreter's import lock taken, and both threads wait.
     imported = _warm_up_docker()
-    undo.callback(imported.release, raise_pending=False)
+    undo.callback(imported.release)  # a Ctrl-C held meanwhile wins over any error
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.image import ensure_image
