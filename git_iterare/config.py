@@ -78,6 +78,10 @@ CORE_KEYS: dict[str, Key] = {
             "0 is refused: for no practical limit use a large value."),
         Key("docker.pids", "int", 1024,
             "Maximum number of processes in a run: 16 to 4194304 (0 is refused)."),
+        Key("docker.warm", "bool", True,
+            "Start-sooner work: the next run starts in a spare network sidecar (local "
+            "engines) or a worktree checked out ahead (remote engines); false gives every "
+            "run the plain launch."),
         Key("docker.spare_seconds", "int", 600,
             "When runs follow one another: how long a locked network sidecar, started "
             "after a run, waits for the next run in the repository (which then starts "

@@ -114,8 +114,8 @@ class DindEngine:
     def client(self) -> Any:
         """A docker SDK client of the inner engine (tcp+TLS), verified against its own CA
         whatever ``REQUESTS_CA_BUNDLE`` says."""
-        from git_iterare.sandbox.docker_errors import client
         from git_iterare.sandbox.engine import TLS, Engine
+        from git_iterare.sandbox.engine_client import client
 
         certs = self.cert_path
         return client(Engine("dind-test", self.tcp_url, TLS(

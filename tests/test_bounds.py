@@ -312,7 +312,7 @@ def test_show_of_a_record_with_20000_blocked_names(repo: Path) -> None:
 
 def test_the_sandbox_gives_its_output_only_as_bounded_lines() -> None:
     """The agent's output comes as lines of at most MAX_LINE_BYTES, streamed
-    (``log_lines``); no call returns all of it at once (the product never needed one, and
+    (``output``); no call returns all of it at once (the product never needed one, and
     an agent can print without limit)."""
     from git_iterare import sandbox
     from git_iterare.sandbox.backend import Backend
@@ -320,4 +320,4 @@ def test_the_sandbox_gives_its_output_only_as_bounded_lines() -> None:
 
     for api in (sandbox, Backend, DockerBackend):
         assert not hasattr(api, "logs"), api
-        assert hasattr(api, "log_lines"), api
+        assert hasattr(api, "output"), api

@@ -16,7 +16,7 @@ from git_iterare.agents.base import Agent, Event, RunResult
 from git_iterare.errors import UserError
 from git_iterare.prompt import Prompt, parse
 from git_iterare.runner.finish import BUDGET_STOP, over_limits, stop_over_budget
-from git_iterare.runner.launch import ExecuteRequest, run_budget
+from git_iterare.runner.request import ExecuteRequest, run_budget
 from git_iterare.runs.render import spend_text
 from git_iterare.runs.store import RunStore
 from tests.conftest import iterare

@@ -16,10 +16,10 @@ import pytest
 from git_iterare import sandbox
 from git_iterare.config import Config, load
 from git_iterare.errors import UserError
-from git_iterare.runner.launch import sandbox_limits
+from git_iterare.runner.request import sandbox_limits
 from git_iterare.sandbox import cache
-from git_iterare.sandbox.docker_errors import engine_facts, remember_engine_facts
 from git_iterare.sandbox.engine import Engine
+from git_iterare.sandbox.engine_client import engine_facts, remember_engine_facts
 
 LOCAL = Engine("default", "unix:///var/run/docker.sock", None, "test")
 
@@ -102,7 +102,7 @@ def test_the_cpu_count_is_kept_between_commands(monkeypatch: pytest.MonkeyPatch)
 
 IMPORT_PROBE = """
 import sys
-from git_iterare.sandbox.docker_errors import import_docker
+from git_iterare.sandbox.engine_client import import_docker
 from git_iterare.sandbox.engine import Engine
 docker = import_docker(Engine("default", "unix:///var/run/docker.sock", None, "t"))
 print("paramiko" in sys.modules, hasattr(docker.transport, "SSHHTTPAdapter"))

@@ -316,7 +316,8 @@ def test_a_remote_engine_host_is_closed_to_its_sandboxes(home: Path, tmp_path: P
     """The engine host's address joins the sidecar's closed hosts (DNS rebinding onto it);
     a local engine closes this machine's own addresses instead."""
     from git_iterare.sandbox import EgressPolicy, Limits, SandboxSpec
-    from git_iterare.sandbox.docker_backend import _with_dns, host_addresses
+    from git_iterare.sandbox.hostnet import host_addresses
+    from git_iterare.sandbox.hostnet import with_dns as _with_dns
 
     spec = SandboxSpec(image="i", sidecar_image="i", name="n", command=("true",),
                        policy=EgressPolicy(("a.test",), dns=("192.0.2.53",),

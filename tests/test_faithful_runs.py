@@ -13,7 +13,7 @@ from git_iterare.git.merge import detached_head, merge_run
 from git_iterare.git.repo import discover
 from git_iterare.runner.finish import _outcome
 from git_iterare.runs.record import RunRecord
-from git_iterare.sandbox.docker_backend import _ran_seconds
+from git_iterare.sandbox.docker_backend import ran_seconds
 from tests.conftest import git
 from tests.runs_helpers import commit_on_branch, head_of
 
@@ -59,10 +59,12 @@ def test_container_info_carries_the_oom_flag_and_memory_limit() -> None:
 
     container = SimpleNamespace(
         id="c1", name="iterare-x",
-        attrs={"State": {"Status": "exited", "ExitCode": 137, "OOMKilled": True},
+        attrs={"State": {"Status": "exited", "ExitCode": 137, "OOMKilled": True,
+                         "StartedAt": "2026-01-01T00:00:00Z"},
                "HostConfig": {"Memory": 4 << 30}, "Config": {}})
-    info = docker_backend._info(container)
-    assert (info.oom_killed, info.memory_bytes) == (True, 4 << 30)
+    info = docker_backend.container_info(container)
+    assert (info.oom_killed, info.memory_bytes, info.exit_code) == (True, 4 << 30, 137)
+    assert info.started
 
 
 def test_a_run_stopped_at_its_limit_by_a_later_command_is_timed_out() -> None:
@@ -71,14 +73,17 @@ def test_a_run_stopped_at_its_limit_by_a_later_command_is_timed_out() -> None:
 
 
 def test_container_run_time_from_dockers_timestamps() -> None:
-    ran = _ran_seconds({"StartedAt": "2026-01-01T00:00:00.25Z",
-                        "FinishedAt": "2026-01-01T00:01:00.123456789Z"})
+    def state(**times: str) -> dict[str, object]:
+        return {"State": times}
+
+    ran = ran_seconds(state(StartedAt="2026-01-01T00:00:00.25Z",
+                            FinishedAt="2026-01-01T00:01:00.123456789Z"))
     assert ran == pytest.approx(59.873456)
-    assert _ran_seconds({"StartedAt": "2026-01-01T01:00:00+01:00",
-                         "FinishedAt": "2026-01-01T00:00:02Z"}) == 2.0
-    assert _ran_seconds({"StartedAt": "0001-01-01T00:00:00Z",
-                         "FinishedAt": "2026-01-01T00:00:02Z"}) is None
-    assert _ran_seconds({}) is None
+    assert ran_seconds(state(StartedAt="2026-01-01T01:00:00+01:00",
+                             FinishedAt="2026-01-01T00:00:02Z")) == 2.0
+    assert ran_seconds(state(StartedAt="0001-01-01T00:00:00Z",
+                             FinishedAt="2026-01-01T00:00:02Z")) is None
+    assert ran_seconds({}) is None
 
 
 def test_merge_from_a_recorded_commit_without_the_branch(repo: Path) -> None:

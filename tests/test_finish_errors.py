@@ -37,9 +37,11 @@ def ended_run(repo: Path, monkeypatch: pytest.MonkeyPatch, failure: list[Excepti
     monkeypatch.chdir(repo)
     record = make_run(repo)
     RunStore(repo).transition(record.id, RUNNING, container="c0ffee")
-    monkeypatch.setattr(sandbox, "log_lines", lambda *a, **k: iter([b"done\n"]))
+    from git_iterare.runner.placement.local import Local
+
+    monkeypatch.setattr(sandbox, "output", lambda *a, **k: iter([b"done\n"]))
     monkeypatch.setattr(sandbox, "remove", lambda *a, **k: None)
-    monkeypatch.setattr(finish_mod, "_reclaim", lambda *a, **k: None)
+    monkeypatch.setattr(Local, "give_back", lambda *a, **k: None)
     monkeypatch.setattr(finish_mod, "has_worktree", lambda *a, **k: True)
     tree = SimpleNamespace(worktree=repo, gitdir=repo, gitfile=repo)
     monkeypatch.setattr(workspace, "open_run", lambda *a, **k: tree)

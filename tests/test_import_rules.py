@@ -9,6 +9,7 @@ of type-only imports is still a circle for a reader).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,15 +19,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "git_iterare"
 #: Modules at the top of the package: the shared ground, and the peers the runner ties
 #: together. A new one belongs in a sub-package unless it is shared by several of them.
 TOP_LEVEL = {"__init__", "errors", "redaction", "limits", "boundedfs", "loglimit", "proc",
-             "ui", "settings", "config", "prompt", "scaffold", "credentials", "logrender",
-             "gcpause", "marks"}
+             "ui", "settings", "config", "prompt", "scaffold", "gcpause", "marks"}
 
 #: Layer of each top-level module or package: a module imports only from its own layer
 #: or below ("no upward arrows").
 LAYERS = {
     "git_iterare": 0, "errors": 0, "redaction": 0, "limits": 0, "boundedfs": 0,
     "loglimit": 0, "proc": 0, "ui": 0, "settings": 0, "gcpause": 0, "marks": 0,
-    "config": 1, "prompt": 1, "scaffold": 1, "credentials": 1, "logrender": 1,
+    "config": 1, "prompt": 1, "scaffold": 1,
     "git": 1, "runs": 1, "sandbox": 1, "agents": 1,
     "runner": 2,
     "cli": 3,
@@ -40,18 +40,23 @@ CLI_MAY_IMPORT = {"git_iterare", "cli", "runner", "config", "runs", "errors", "u
 #: Peers that must not know about each other (DESIGN.md: "The sandbox knows nothing about
 #: prompts, click or which agent runs; agents know nothing about Docker").
 FORBIDDEN = {
-    "sandbox": {"prompt", "agents", "runs", "git", "credentials", "logrender", "scaffold"},
+    "sandbox": {"prompt", "agents", "runs", "git", "scaffold"},
     "agents": {"sandbox"},
-    "git": {"runs", "sandbox", "agents", "prompt", "credentials", "logrender", "scaffold"},
-    "runs": {"sandbox", "git", "prompt", "credentials", "scaffold"},
+    "git": {"runs", "sandbox", "agents", "prompt", "scaffold"},
+    "runs": {"sandbox", "git", "prompt", "scaffold"},
 }
 
 #: Third-party packages only one part may use.
 THIRD_PARTY_OWNER = {"click": "cli", "docker": "sandbox"}
 
-#: Circles that another branch removes (agents2 moves logrender into agents/ and splits
-#: its types from base); each must still exist, so this list only shrinks.
+#: Circles that are known and must go; each must still exist, so this list only shrinks.
 KNOWN_CIRCLES: set[frozenset[str]] = set()
+
+#: The seams (DESIGN.md, "Engines and placements"): where a run's trees live is asked of the
+#: placement package alone, and start-sooner work is reached through one door.
+PLACEMENT = "git_iterare.runner.placement"
+WARM = "git_iterare.sandbox.warm"
+WARM_DOOR = "git_iterare.runner.warmup"
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -198,3 +203,41 @@ def test_third_party_owners(module: str) -> None:
     bad = sorted(name for name, owner in THIRD_PARTY_OWNER.items()
                  if name in EXTERNAL[module] and _part(module) != owner)
     assert not bad, f"{module} imports {bad}, which belong to {THIRD_PARTY_OWNER}"
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_placement_package_touches_engine_volumes(module: str) -> None:
+    """Engine volumes (and the porters that fill them) are a placement's business: the
+    rest of the runner asks its run's placement."""
+    if _part(module) != "runner" or _within(module, PLACEMENT):
+        return
+    assert "git_iterare.sandbox.volumes" not in GRAPH[module], module
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) == "runner"))
+def test_only_the_placement_package_asks_where_an_engine_is(module: str) -> None:
+    """Whether an engine sees this machine's files is answered once, by
+    ``placement_for``: no other room of the runner reads it."""
+    if _within(module, PLACEMENT):
+        return
+    text = MODULES[module][0].read_text(encoding="utf-8")
+    asked = r"on_this_host|shares_filesystem|startswith\(\s*[\"']unix://"
+    assert not re.search(asked, text), module
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_warm_up_door_reaches_the_warm_package(module: str) -> None:
+    if _within(module, WARM) or module == WARM_DOOR:
+        return
+    assert not [t for t in GRAPH[module] if _within(t, WARM)], module
+
+
+def test_the_seams_exist() -> None:
+    # The checks above mean nothing if the packages they guard were renamed.
+    assert {PLACEMENT, f"{PLACEMENT}.local", f"{PLACEMENT}.remote", WARM, WARM_DOOR,
+            f"{WARM}.spare", "git_iterare.sandbox.volumes"} <= set(MODULES)
+    assert any(_within(t, WARM) for t in GRAPH[WARM_DOOR])

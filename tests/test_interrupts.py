@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -92,37 +90,3 @@ def test_undoing_a_launch_is_not_cut_short_by_the_same_ctrl_c_arriving_twice() -
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_ctrl_c_waits_while_the_docker_sdk_is_imported_in_another_thread() -> None:
-    """Raised once the import ended (a Ctrl-C inside the import machinery while another
-    thread imports can leave the interpreter's import lock taken for good)."""
-    from git_iterare.runner.launch import _warm_up_docker
-
-    importing = _warm_up_docker()
-    os.kill(os.getpid(), signal.SIGINT)  # noted, not raised
-    with pytest.raises(KeyboardInterrupt):
-        importing.release()
-    assert importing.done.is_set()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def test_a_ctrl_c_held_while_the_sdk_loads_is_what_execute_reports_even_if_a_check_failed(
-        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C goes to the whole process group: a git child it killed meanwhile makes a
-    check fail ("HEAD is no commit yet"); the user pressed Ctrl-C, and that is the answer."""
-    from git_iterare.errors import UserError
-    from git_iterare.git import repo as repo_mod
-    from git_iterare.runner import launch
-    from git_iterare.runner.session import load_config
-
-    (repo / ".iterare" / "prompts").mkdir(parents=True)
-    (repo / ".iterare" / "prompts" / "p.md").write_text("---\nagent: shell\n---\ntrue\n")
-
-    def base_commit(*args: Any, **kwargs: Any) -> str:
-        os.kill(os.getpid(), signal.SIGINT)  # held: the SDK is being loaded
-        raise UserError("HEAD is no commit yet")  # what the killed git child led to
-
-    monkeypatch.setattr(launch, "_base_commit", base_commit)
-    found = repo_mod.discover(repo)
-    with pytest.raises(KeyboardInterrupt):
-        launch.execute(found, load_config(found, {}), launch.ExecuteRequest(prompt="p"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

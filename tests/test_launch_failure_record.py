@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from git_iterare import sandbox
 from git_iterare.errors import OperationFailed
 from git_iterare.git import repo as repo_mod
 from git_iterare.runner import launch
 from git_iterare.runs.store import RunStore
-from git_iterare.sandbox import remote
 from tests.runs_helpers import make_run
 
 
@@ -26,7 +26,7 @@ def test_a_kept_launch_is_recorded_and_named(repo: Path, monkeypatch: pytest.Mon
                                              exc: BaseException, status: str,
                                              error: str) -> None:
     record = make_run(repo)
-    monkeypatch.setattr(remote, "find_container", lambda name: None)  # no agent started
+    monkeypatch.setattr(sandbox, "inspect", lambda name: None)  # no agent started
     found = repo_mod.discover(repo)
     store = RunStore(found)
     launch._record_launch_failure(found, store, record.id, exc)

@@ -21,7 +21,7 @@ from git_iterare.runner.interrupts import RunGoesOn
 from git_iterare.runner.session import load_config
 from git_iterare.runs.store import RunStore
 from git_iterare.sandbox import docker_backend, engine
-from git_iterare.sandbox.docker_errors import client
+from git_iterare.sandbox.engine_client import client
 from tests.conftest import git, iterare
 from tests.engines import DindEngine
 from tests.sandbox_fixtures import sandbox_image  # noqa: F401  (fixture)
@@ -33,13 +33,13 @@ pytestmark = pytest.mark.docker
 
 def _interrupt_after_begin(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine makes the sidecar, then Ctrl-C arrives before its answer is used."""
-    real = docker_backend.DockerBackend.begin
+    real = docker_backend.create_sidecar
 
-    def begin(self: Any, spec: Any, start: bool = True) -> str:
-        real(self, spec, start)
+    def create(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(docker_backend.DockerBackend, "begin", begin)
+    monkeypatch.setattr(docker_backend, "create_sidecar", create)
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +169,7 @@ def test_cleanup_removes_what_a_launch_cut_short_left_on_the_engine(
     repo = over_tls
     (repo / ".iterare" / "prompts" / "p.md").write_text("true\n")
     _interrupt_after_begin(monkeypatch)
-    monkeypatch.setattr(launch, "_discard_on_engine", lambda record: False)
+    monkeypatch.setattr(launch, "_discard_on_engine", lambda *args: False)
     with pytest.raises(KeyboardInterrupt):
         _execute(repo, "p")
     kept = RunStore(repo_mod.discover(repo)).list()

@@ -15,18 +15,53 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from git_iterare.git import repo as repo_mod
-from git_iterare.runner import ship
+from git_iterare.runner.placement import remote as remote_placement
+from git_iterare.runner.placement import ship as shipping
+from git_iterare.runner.placement import spares
 from git_iterare.runs.record import RunRecord
-from git_iterare.sandbox import agent_ids, remote
+from git_iterare.sandbox import agent_ids
+from git_iterare.sandbox import volumes as remote
+from git_iterare.sandbox.accounts import container_file
 from git_iterare.sandbox.engine import TLS, Engine, using
+from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, WORK_PATH, VolumeTrees
 from tests.conftest import git
 from tests.engines import DindEngine, remove_leftovers
 
 pytestmark = pytest.mark.docker
+
+
+class Trees(NamedTuple):
+    """A run's volumes, and whether they are a spare worktree it took over."""
+
+    work: str
+    git: str
+    cache: str
+    spare: bool
+
+
+def _remote_trees(r: repo_mod.Repo, record: RunRecord) -> Trees:
+    work, git_volume = spares.record_volumes(record)
+    return Trees(work, git_volume, remote.cache_volume(shipping.cache_key(r)),
+                 spares.recorded_spare(record) is not None)
+
+
+def _volumes(trees: Trees) -> VolumeTrees:
+    return VolumeTrees(trees.work, trees.git, trees.cache)
+
+
+def _make_volumes(r: repo_mod.Repo, trees: Trees, labels: dict[str, str]) -> None:
+    remote_placement.make_volumes(r, _volumes(trees), labels, spare=trees.spare)
+
+
+def _ship(r: repo_mod.Repo, run_id: str, base: str, trees: Trees, image: str,
+          labels: dict[str, str], agent: tuple[int, int]) -> shipping.Shipped:
+    return shipping.ship(r, run_id, base, _volumes(trees), image, labels, agent,
+                         spare=trees.spare)
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +117,12 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
     run_id = f"ship-{uuid.uuid4().hex[:8]}"
     uid, gid = agent_ids()
-    trees = ship.remote_trees(r, RunRecord(run_id, "ship"), {})
+    trees = _remote_trees(r, RunRecord(run_id, "ship"))
     labels = {"dev.iterare.repo": str(repo), "dev.iterare.run": run_id}
     inner = dind_engine.client()
     try:
-        ship.make_volumes(r, trees, labels)
-        first = ship.ship(r, run_id, base, trees, remote_image, labels, (uid, gid))
+        _make_volumes(r, trees, labels)
+        first = _ship(r, run_id, base, trees, remote_image, labels, (uid, gid))
         assert first.objects > 0 and first.pack_bytes > 0
         volumes = {trees.work: ("/w", True), trees.git: ("/g", True)}
         with remote.Porter(remote_image, volumes, labels) as reader:
@@ -110,9 +145,9 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
             assert time.monotonic() < deadline, "the porter was left behind"
             time.sleep(0.2)
         # The same base again: nothing new for the cache.
-        trees2 = ship.remote_trees(r, RunRecord(run_id + "x", "ship"), {})
-        ship.make_volumes(r, trees2, labels)
-        again = ship.ship(r, run_id + "x", base, trees2, remote_image, labels, (uid, gid))
+        trees2 = _remote_trees(r, RunRecord(run_id + "x", "ship"))
+        _make_volumes(r, trees2, labels)
+        again = _ship(r, run_id + "x", base, trees2, remote_image, labels, (uid, gid))
         assert (again.objects, again.pack_bytes) == (0, 0)
     finally:
         remove_leftovers(inner, repo)
@@ -121,23 +156,24 @@ def test_ship_fills_the_volumes_and_the_porter_checks_out_as_the_agent(
 def _checked_out(reader: remote.Porter) -> tuple[dict[str, tarfile.TarInfo | bytes],
                                                  dict[str, tarfile.TarInfo | bytes]]:
     """The worktree and gitdir (at /w and /g in ``reader``) once the checkout is done."""
-    _wait_gone(reader, f"/g/{ship.PENDING}")
+    _wait_gone(reader, f"/g/{shipping.PENDING}")
     return _files(reader.get("/w")), _files(reader.get("/g"))
 
 
-def _agent_checkout(image: str, trees: remote.RemoteTrees, agent: tuple[int, int],
+def _agent_checkout(image: str, trees: Trees, agent: tuple[int, int],
                     labels: dict[str, str]) -> None:
-    """Run what the agent's container runs before the agent (ship.CHECKOUT), as the agent,
-    in /workspace, over ``trees``; return once it is done."""
-    volumes = {trees.cache: (remote.CACHE_PATH, True), trees.work: (remote.WORK_PATH, False),
-               trees.git: (remote.GITDIR_PATH, False)}
+    """Run what the agent's container runs before the agent (``engine-checkout agent``),
+    as the agent, in /workspace, over ``trees``; return once it is done."""
+    volumes = {trees.cache: (CACHE_PATH, True), trees.work: (WORK_PATH, False),
+               trees.git: (GITDIR_PATH, False)}
     with remote.Porter(image, volumes, labels, user=f"{agent[0]}:{agent[1]}",
-                       command=["/bin/sh", "-c", 'cd /workspace && exec /bin/sh -c "$0" x true',
-                                ship.CHECKOUT]) as porter:
+                       command=["/bin/sh", "-c", 'cd /workspace && exec /bin/sh -c "$0" '
+                                'engine-checkout agent true',
+                                container_file("engine-checkout").decode()]) as porter:
         porter.start()
     with remote.Porter(image, {trees.git: ("/g", True)}, labels) as reader:
         deadline = time.monotonic() + 60
-        while ship.DONE not in _files(reader.get("/g")):
+        while shipping.DONE not in _files(reader.get("/g")):
             assert time.monotonic() < deadline, "the agent's checkout did not end"
             time.sleep(0.2)
 
@@ -152,33 +188,33 @@ def _spare_made(r: repo_mod.Repo, base: str, image: str, labels: dict[str, str]
     """Ship a run of ``base``, then make the next run's spare; return the spare's registry
     entry, its ready mark and worktree once its maker is done."""
     run = f"spare-{uuid.uuid4().hex[:8]}"
-    trees = ship.remote_trees(r, RunRecord(run, "spare"), {})
+    trees = _remote_trees(r, RunRecord(run, "spare"))
     assert not trees.spare
-    ship.make_volumes(r, trees, labels)
-    ship.ship(r, run, base, trees, image, labels, agent_ids())
-    ship.make_spare(r, base, image, agent_ids())
-    made = json.loads(ship._spare_file(r).read_text())
+    _make_volumes(r, trees, labels)
+    _ship(r, run, base, trees, image, labels, agent_ids())
+    spares.make_spare(r, base, image, agent_ids())
+    made = json.loads(spares._spare_file(r).read_text())
     with remote.Porter(image, {made["work"]: ("/w", True), made["git"]: ("/g", True)},
                        labels) as reader:
-        _wait_gone(reader, f"/g/{ship.SPARE_MAKING}")
-        return made, _files(reader.get("/g")).get(ship.SPARE_READY), _files(reader.get("/w"))
+        _wait_gone(reader, f"/g/{shipping.SPARE_MAKING}")
+        return made, _files(reader.get("/g")).get(shipping.SPARE_READY), _files(reader.get("/w"))
 
 
 def _spare_taken_over(r: repo_mod.Repo, base: str, image: str, labels: dict[str, str]
-                      ) -> tuple[str, ship.Spare, dict[str, tarfile.TarInfo | bytes],
+                      ) -> tuple[str, spares.Spare, dict[str, tarfile.TarInfo | bytes],
                                  dict[str, tarfile.TarInfo | bytes]]:
     """Claim the spare for a run of ``base``, ship it, run the agent's checkout; return the
     run's id, the spare, and its worktree and gitdir once checked out."""
-    spare = ship.claim_spare(r)
+    spare = spares.claim_spare(r)
     assert spare is not None
-    assert ship.claim_spare(r) is None  # it is this run's alone
+    assert spares.claim_spare(r) is None  # it is this run's alone
     run = f"spare-{uuid.uuid4().hex[:8]}"
     record = RunRecord(run, "spare", extra={"spare": spare.to_json()})
-    trees = ship.remote_trees(r, record, {})
+    trees = _remote_trees(r, record)
     assert trees.spare and (trees.work, trees.git) == (spare.work, spare.git)
-    assert ship.record_volumes(record) == (spare.work, spare.git)
-    ship.make_volumes(r, trees, labels)
-    ship.ship(r, run, base, trees, image, labels, agent_ids())
+    assert spares.record_volumes(record) == (spare.work, spare.git)
+    _make_volumes(r, trees, labels)
+    _ship(r, run, base, trees, image, labels, agent_ids())
     _agent_checkout(image, trees, agent_ids(), labels)  # no porter: the agent does it
     with remote.Porter(image, {trees.work: ("/w", True), trees.git: ("/g", True)},
                        labels) as reader:
@@ -202,7 +238,7 @@ def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
     labels = {"dev.iterare.repo": str(repo)}
     inner = dind_engine.client()
     try:
-        assert ship.claim_spare(r) is None  # none made yet
+        assert spares.claim_spare(r) is None  # none made yet
         made, ready, before = _spare_made(r, first, remote_image, labels)
         # The spare is checked out at the first base, as the agent's, in its own volumes.
         assert ready == f"{first}\n".encode()
@@ -210,8 +246,8 @@ def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
         assert _tracked(before) == {*common, "keep.txt", "change.txt", "gone.txt", "tool.sh"}
         keep = before["@owner:keep.txt"]
         assert isinstance(keep, tarfile.TarInfo) and keep.uid == uid
-        ship.make_spare(r, first, remote_image, (uid, gid))  # one spare at a time
-        assert ship._spare_file(r).read_text() == json.dumps(made)
+        spares.make_spare(r, first, remote_image, (uid, gid))  # one spare at a time
+        assert spares._spare_file(r).read_text() == json.dumps(made)
 
         # The next base changes a file, deletes one, adds one and makes one executable.
         (repo / "change.txt").write_text("changed\n")
@@ -233,8 +269,8 @@ def test_a_spare_worktree_is_taken_over_and_only_the_changes_are_written(
         assert isinstance(kept, tarfile.TarInfo) and kept.mtime == keep.mtime  # not rewritten
         assert gitdir["HEAD"] == f"ref: refs/heads/iterare/{run2}\n".encode()
         assert gitdir[f"refs/heads/iterare/{run2}"] == f"{second}\n".encode()
-        assert ship.DONE in gitdir and "index" in gitdir
-        assert not {ship.NEXT, ship.SPARE_READY, ship.SPARE_MAKING} & {
+        assert shipping.DONE in gitdir and "index" in gitdir
+        assert not {shipping.NEXT, shipping.SPARE_READY, shipping.SPARE_MAKING} & {
             name.split("/")[0] for name in gitdir}
     finally:
         remove_leftovers(inner, repo)
@@ -248,7 +284,7 @@ def test_a_spare_whose_maker_died_is_emptied_and_checked_out_in_full(
     uid, gid = agent_ids()
     labels = {"dev.iterare.repo": str(repo)}
     inner = dind_engine.client()
-    key = ship.cache_key(r)
+    key = shipping.cache_key(r)
     work, gitvol = remote.spare_volumes(key, uuid.uuid4().hex[:8])
     try:
         # Half a checkout: a stray file, and the maker's mark untouched for an hour.
@@ -256,7 +292,7 @@ def test_a_spare_whose_maker_died_is_emptied_and_checked_out_in_full(
             remote.ensure_volume(name, labels)
         stale = io.BytesIO()
         with tarfile.open(fileobj=stale, mode="w") as tar:
-            for path, when in (("w/stray.txt", time.time()), (f"g/{ship.SPARE_MAKING}",
+            for path, when in (("w/stray.txt", time.time()), (f"g/{shipping.SPARE_MAKING}",
                                                               time.time() - 3600)):
                 info = tarfile.TarInfo(path)
                 info.size, info.mtime, info.uid, info.gid = 6, int(when), uid, gid
@@ -264,25 +300,25 @@ def test_a_spare_whose_maker_died_is_emptied_and_checked_out_in_full(
         with remote.Porter(remote_image, {work: ("/w", False), gitvol: ("/g", False)},
                            labels) as writer:
             writer.put("/", stale.getvalue())
-        spare = ship._spare_file(r)
+        spare = spares._spare_file(r)
         spare.parent.mkdir(parents=True, exist_ok=True)
         spare.write_text(json.dumps({"work": work, "git": gitvol, "base": base,
-                                     "config": ship._config_text(r)}))
-        claimed = ship.claim_spare(r)
+                                     "config": shipping.config_text(r)}))
+        claimed = spares.claim_spare(r)
         assert claimed is not None and claimed.work == work
         run_id = f"stale-{uuid.uuid4().hex[:8]}"
-        trees = ship.remote_trees(r, RunRecord(run_id, "stale",
-                                               extra={"spare": claimed.to_json()}), {})
-        ship.make_volumes(r, trees, labels)
+        trees = _remote_trees(r, RunRecord(run_id, "stale",
+                                           extra={"spare": claimed.to_json()}))
+        _make_volumes(r, trees, labels)
         started = time.monotonic()
-        ship.ship(r, run_id, base, trees, remote_image, labels, (uid, gid))
+        _ship(r, run_id, base, trees, remote_image, labels, (uid, gid))
         _agent_checkout(remote_image, trees, (uid, gid), labels)
         with remote.Porter(remote_image, {work: ("/w", True), gitvol: ("/g", True)},
                            labels) as reader:
             got, gitdir = _checked_out(reader)
         assert time.monotonic() - started < 30  # the dead maker was not waited for
         assert _tracked(got) == {"README.md"} and got["README.md"] == b"hello\n"
-        assert ship.DONE in gitdir and ship.SPARE_MAKING not in gitdir
+        assert shipping.DONE in gitdir and shipping.SPARE_MAKING not in gitdir
     finally:
         remove_leftovers(inner, repo)
 
@@ -291,23 +327,23 @@ def test_claim_spare_takes_a_named_spare_once_and_refuses_bad_files(repo: Path,
                                                                       hermetic_env: Path
                                                                       ) -> None:
     r = repo_mod.discover(repo)
-    key = ship.cache_key(r)
+    key = shipping.cache_key(r)
     work, gitvol = remote.spare_volumes(key, "0123abcd")
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
-    path = ship._spare_file(r)
+    path = spares._spare_file(r)
     path.parent.mkdir(parents=True)
-    good = {"work": work, "git": gitvol, "base": base, "config": ship._config_text(r)}
+    good = {"work": work, "git": gitvol, "base": base, "config": shipping.config_text(r)}
     for bad in ({**good, "work": "iterare-cache-" + key}, {**good, "git": work},
                 {**good, "base": "HEAD"}, {**good, "work": work.replace(key, "f" * 16),
                                            "git": gitvol.replace(key, "f" * 16)}):
         path.write_text(json.dumps(bad))
-        assert ship.claim_spare(r) is None
+        assert spares.claim_spare(r) is None
         assert not path.exists()  # a bad file is dropped, not tried again
     path.write_text("not json")
-    assert ship.claim_spare(r) is None
+    assert spares.claim_spare(r) is None
     path.write_text(json.dumps(good))
-    assert ship.claim_spare(r) == ship.Spare(work, gitvol, base)
-    assert ship.claim_spare(r) is None and list(path.parent.iterdir()) == []
+    assert spares.claim_spare(r) == spares.Spare(work, gitvol, base)
+    assert spares.claim_spare(r) is None and list(path.parent.iterdir()) == []
 
 
 def test_a_spare_is_checked_out_in_full_when_the_attributes_changed(
@@ -348,7 +384,7 @@ def test_cleanup_cache_removes_spares_no_run_names_and_an_unlabelled_cache(
 
     r = repo_mod.discover(repo)
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
-    key = ship.cache_key(r)
+    key = shipping.cache_key(r)
     labels = {"dev.iterare.repo": str(repo)}
     inner = dind_engine.client()
     orphan = remote.spare_volumes(key, uuid.uuid4().hex[:8])  # made over another URL, say
@@ -362,13 +398,13 @@ def test_cleanup_cache_removes_spares_no_run_names_and_an_unlabelled_cache(
                            base_commit=base, base_branch="main", agent="shell",
                            extra={"spare": {"work": taken[0], "git": taken[1], "base": base}})
         # make_spare sweeps only spares old enough that no process is still making them.
-        ship.drop_stray_spares(r, key, ship.STRAY_SPARE_AGE)
+        spares.drop_stray_spares(r, key, spares.STRAY_SPARE_AGE)
         assert set(orphan) <= {v.name for v in inner.volumes.list()}
-        removed = ship.remove_cache(r)
+        removed = remote_placement.remove_cache(r)
         assert removed == [remote.cache_volume(key)]
         left = {v.name for v in inner.volumes.list()}
         assert not set(orphan) & left and set(taken) <= left
-        assert ship.remove_cache(r) == []
+        assert remote_placement.remove_cache(r) == []
     finally:
         remove_leftovers(inner, repo)
         for name in (*taken, remote.cache_volume(key)):

@@ -33,8 +33,8 @@ def project(repo: Path) -> Path:
 
 def prepare_remote(path: Path) -> workspace.RunWorkspace:
     r = repo_mod.discover(path)
-    return workspace.prepare_run(r, RUN, "HEAD", alternates=str(r.common_dir / "objects"),
-                                 fill=False)
+    return workspace.make_run(r, RUN, "HEAD", alternates=str(r.common_dir / "objects"),
+                              on_engine=True)
 
 
 def test_remote_worktree_is_not_checked_out_and_is_marked(project: Path) -> None:

@@ -20,7 +20,8 @@ import pytest
 from git_iterare import sandbox
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox import EgressPolicy, Limits, SandboxExit, SandboxSpec, agent_ids
-from git_iterare.sandbox.docker_backend import LABEL_ROLE, LABEL_SIDECAR, SIDECAR_CAPABILITIES
+from git_iterare.sandbox.sidecar import SIDECAR_CAPABILITIES
+from git_iterare.sandbox.spec import LABEL_ROLE, LABEL_SIDECAR
 from tests.sandbox_fixtures import sandbox_image  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker]
@@ -41,11 +42,12 @@ def make_spec(sandbox_image: str, tmp_path: Path, request: pytest.FixtureRequest
         kwargs.setdefault("sidecar_image", sandbox_image)
         return SandboxSpec(image=sandbox_image, name=name, command=tuple(command),
                            policy=POLICY, out_dir=tmp_path / f"out{len(created)}",
-                           run_id=f"run-{stamp}", repo_path=str(tmp_path), **kwargs)
+                           run_id=f"run-{stamp}-{len(created)}", repo_path=str(tmp_path),
+                           **kwargs)
 
     yield make
-    for name in created:
-        sandbox.remove(name)
+    for number in range(1, len(created) + 1):
+        sandbox.remove(f"run-{stamp}-{number}", str(tmp_path))
 
 
 def _engine():
@@ -62,10 +64,10 @@ def _exists(name: str) -> bool:
 
 def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
     spec = make_spec("sh", "-c", "echo out; echo err >&2; pwd; id -u; exit 7")
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     assert sandbox.wait(cid, timeout=60) == 7
-    lines = [line.decode() for line in sandbox.attach(cid)]
-    assert b"".join(sandbox.log_lines(cid)) == "".join(lines).encode()
+    lines = [line.decode() for line in sandbox.output(cid, follow=True)]
+    assert b"".join(sandbox.output(cid)) == "".join(lines).encode()
     # The agent's output alone, as the agent's uid (no host account has it).
     assert sorted(lines) == sorted(["out\n", "err\n", "/workspace\n",
                                     f"{agent_ids()[0]}\n"])
@@ -91,20 +93,20 @@ def test_lifecycle_output_exit_code_labels(make_spec, tmp_path: Path) -> None:
          "detail": "no embedded DNS server (default bridge network)"}]
     assert list(status["timings_ms"]) == ["locked", "policy", "firewall", "self_check", "go",
                                           "trees"]
-    sandbox.remove(cid)
+    sandbox.remove(spec.run_id, spec.repo_path)
     assert sandbox.inspect(cid) is None
     assert not _exists(f"{spec.name}-net")
-    sandbox.remove(cid)  # removing twice is fine
+    sandbox.remove(spec.run_id, spec.repo_path)  # removing twice is fine
 
 
 def _agent_lines(cid: str) -> list[str]:
-    text = b"".join(sandbox.attach(cid)).decode()
+    text = b"".join(sandbox.output(cid, follow=True)).decode()
     return [line for line in text.splitlines() if not line.startswith("iterare-sandbox:")]
 
 
 def test_host_config_limits_and_privileges(make_spec) -> None:
     spec = make_spec("true", limits=Limits(cpus=1.5, memory="300m", pids=99))
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     assert sandbox.wait(cid, timeout=60) == 0
     agent = _engine().containers.get(cid).attrs
     sidecar = _engine().containers.get(f"{spec.name}-net").attrs
@@ -136,7 +138,7 @@ def test_host_config_limits_and_privileges(make_spec) -> None:
 
 def test_wait_timeout_then_stop(make_spec) -> None:
     spec = make_spec("sleep", "60")
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     started = time.monotonic()
     assert sandbox.wait(cid, timeout=1.5) is None
     assert 1.4 <= time.monotonic() - started < 10
@@ -144,7 +146,7 @@ def test_wait_timeout_then_stop(make_spec) -> None:
     # Docker's init forwards SIGTERM to the agent and exits with its status.
     assert sandbox.wait(cid, timeout=30) == 143
     assert time.monotonic() - started < 10
-    sandbox.remove(cid)  # the sidecar records refused connections as it goes
+    sandbox.remove(spec.run_id, spec.repo_path)  # the sidecar records refused connections
     refused = json.loads((spec.out_dir / "refused.json").read_text())
     assert refused == {"v": 1, "rejected_packets": {"ipv4": 0, "ipv6": 0}, "addresses": {}}
 
@@ -157,7 +159,7 @@ def test_secrets_reach_only_the_agent(make_spec, sandbox_image: str) -> None:  #
     spec = make_spec("bash", "-c", script, env={"PLAIN": "1"},
                      secret_env={"API_TOKEN": "tok-123"},
                      secret_files={".config/tool/cred.json": b'{"k": "v"}'})
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     assert sandbox.wait(cid, timeout=60) == 0
     lines = _agent_lines(cid)
     # PID 1 is Docker's init, which the agent may read: the secrets are not in its
@@ -182,7 +184,7 @@ def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Pat
     sibling.mkdir()
     (sibling / "f").write_text("x")
     os.chmod(sibling / "f", 0o4755)
-    cid = sandbox.launch(make_spec(
+    cid = sandbox.start(make_spec(
         "sh", "-c", "id -u; id -g; whoami; test -O ~ && echo owns-home; "
         "stat -c %u /workspace/kept.txt; cp /bin/sh /workspace/suid; chmod 4755 /workspace/suid; "
         "mkfifo /workspace/pipe; echo new > /workspace/new.txt",
@@ -209,9 +211,9 @@ def test_reclaim_without_the_sidecar(make_spec, tmp_path: Path,
     tree.mkdir()
     spec = make_spec("sh", "-c", "mkfifo /workspace/p; touch /workspace/f", owned=(tree,),
                      mounts=(sandbox.Mount(tree, "/workspace", False),))
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     assert sandbox.wait(cid, timeout=60) == 0
-    sandbox.remove(cid)
+    sandbox.remove(spec.run_id, spec.repo_path)
     assert (tree / "f").stat().st_uid == spec.agent_uid
     assert sandbox.reclaim(cid, [tree], os.getuid(), os.getgid(), sandbox_image) == [
         "removed special file: tree/p"]
@@ -222,15 +224,15 @@ def test_reclaim_without_the_sidecar(make_spec, tmp_path: Path,
 
 def test_name_taken_is_one_line(make_spec) -> None:
     spec = make_spec("true")
-    sandbox.launch(spec)
+    sandbox.start(spec)
     with pytest.raises(OperationFailed) as info:
-        sandbox.launch(spec)
+        sandbox.start(spec)
     assert info.value.render().startswith(f"cannot create the network sidecar of {spec.name}: "
                                           "the name is already taken (Conflict.")
 
 
 def test_a_volume_in_use_is_named_as_such(sandbox_image: str) -> None:  # noqa: F811
-    from git_iterare.sandbox import remote
+    from git_iterare.sandbox import volumes as remote
 
     name = f"itr-inuse-{os.urandom(4).hex()}"
     engine = _engine()
@@ -252,7 +254,7 @@ def test_missing_image_is_a_user_error(tmp_path: Path, sandbox_image: str) -> No
                        sidecar_image=sandbox_image, command=("true",), policy=POLICY,
                        out_dir=tmp_path)
     with pytest.raises(UserError) as info:
-        sandbox.launch(spec)
+        sandbox.start(spec)
     assert info.value.render().startswith("cannot create the sandbox itr-sandbox-noimg: "
                                           "image not found")
     assert "git iterare image build" in info.value.render()
@@ -262,7 +264,7 @@ def test_missing_image_is_a_user_error(tmp_path: Path, sandbox_image: str) -> No
 def test_missing_network_leaves_nothing_behind(make_spec) -> None:
     spec = make_spec("true", network="itr-sandbox-no-such-network")
     with pytest.raises(OperationFailed) as info:
-        sandbox.launch(spec)
+        sandbox.start(spec)
     assert info.value.render() == (f"cannot start the network sidecar of {spec.name}: "
                                    "network itr-sandbox-no-such-network not found")
     assert sandbox.inspect(spec.name) is None
@@ -273,7 +275,7 @@ def test_sidecar_failure_is_one_line_and_leaves_nothing(make_spec) -> None:
     """The sidecar's image must be git-iterare's own: one without the sidecar fails."""
     spec = make_spec("true", sidecar_image="iterare-base:bookworm")
     with pytest.raises(OperationFailed) as info:
-        sandbox.launch(spec)
+        sandbox.start(spec)
     assert "network sidecar" in info.value.render()
     assert "\n" not in info.value.render()
     assert not _exists(spec.name) and not _exists(f"{spec.name}-net")
@@ -354,16 +356,16 @@ def test_inbound_connections_are_dropped(make_spec) -> None:
 
     spec = make_spec("sh", "-c", "nc -lk 7777 & sleep 0.5; nc -z -w 2 127.0.0.1 7777 "
                      "&& echo loopback-ok; sleep 30")
-    cid = sandbox.launch(spec)
+    cid = sandbox.start(spec)
     try:
         sidecar = _engine().containers.get(f"{spec.name}-net")
         address = sidecar.attrs["NetworkSettings"]["IPAddress"]
         assert address
         deadline = time.monotonic() + 20
-        while (b"loopback-ok\n" not in sandbox.log_lines(cid)
+        while (b"loopback-ok\n" not in sandbox.output(cid)
                and time.monotonic() < deadline):
             time.sleep(0.2)
-        assert b"loopback-ok\n" in sandbox.log_lines(cid)
+        assert b"loopback-ok\n" in sandbox.output(cid)
         with pytest.raises(OSError):
             socket.create_connection((address, 7777), timeout=2).close()
     finally:
@@ -386,13 +388,13 @@ def test_volumes_of_the_image_go_with_the_sandbox(make_spec, sandbox_image: str,
         spec = make_spec("sh", "-c", "cat /run/iterare/secrets/env/VOLUME_SECRET",
                          secret_env={"VOLUME_SECRET": "kept-in-a-volume"})
         spec = dataclasses.replace(spec, image=tag)
-        cid = sandbox.launch(spec)
+        cid = sandbox.start(spec)
         assert sandbox.wait(cid, timeout=60) == 0
-        assert b"kept-in-a-volume" in b"".join(sandbox.log_lines(cid))
+        assert b"kept-in-a-volume" in b"".join(sandbox.output(cid))
         volumes = [m["Name"] for m in _engine().api.inspect_container(cid)["Mounts"]
                    if m["Type"] == "volume"]
         assert len(volumes) == 2
-        sandbox.remove(cid)
+        sandbox.remove(spec.run_id, spec.repo_path)
         for name in volumes:
             with pytest.raises(docker.errors.NotFound):
                 _engine().volumes.get(name)
@@ -430,7 +432,7 @@ def test_an_allowlist_too_long_to_hand_over_is_one_line_and_leaves_nothing(make_
     names = [f"host{i}.example{i % 50}.test" for i in range(6000)]
     spec = dataclasses.replace(make_spec("true"), policy=EgressPolicy.build(names))
     with pytest.raises(UserError) as info:
-        sandbox.launch(spec)
+        sandbox.start(spec)
     assert info.value.render().startswith(
         "the sandbox's allowlist is too long: 6000 names, ")
     assert "*.example.com" in info.value.render()

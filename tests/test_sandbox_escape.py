@@ -140,23 +140,24 @@ def escape_runs(sandbox_image: str, hostile_image: str, test_network: str,  # no
                       host_listener)
     ids: list[str] = []
     try:
-        agent_id = sandbox.launch(agent_spec)
+        agent_id = sandbox.start(agent_spec)
         ids.append(agent_id)
         code = sandbox.wait(agent_id, timeout=300)
-        agent_out = b"".join(sandbox.attach(agent_id)).decode()
+        agent_out = b"".join(sandbox.output(agent_id, follow=True)).decode()
         sidecar_out = subprocess.run(["docker", "logs", f"{agent_spec.name}-net"],
                                      capture_output=True, text=True, check=False).stderr
-        sandbox.remove(agent_id)  # the sidecar writes its refused-connection report
+        # The sidecar writes its refused-connection report.
+        sandbox.remove(agent_spec.run_id, agent_spec.repo_path)
         report = sandbox.read_egress_report(agent_spec.out_dir)
-        root_id = sandbox.launch(root_spec)
+        root_id = sandbox.start(root_spec)
         ids.append(root_id)
         # Root in the agent's container has no capabilities either (all dropped).
         root = subprocess.run(["docker", "exec", "-u", "0", root_id, "/opt/real/bash",
                                "/opt/escape/escape.sh"],
                               capture_output=True, text=True, timeout=300, check=False)
     finally:
-        for cid in ids:
-            sandbox.remove(cid)
+        for made in (agent_spec, root_spec):
+            sandbox.remove(made.run_id, made.repo_path)
     runs: dict[str, Any] = {"agent": _parse(agent_out), "root": _parse(root.stdout),
             "agent_exit": code, "agent_output": agent_out, "root_stderr": root.stderr,
             "sidecar_output": sidecar_out,
@@ -288,12 +289,12 @@ def test_nothing_gets_out_before_the_sandbox_is_ready(
             spec = dataclasses.replace(spec, policy=dataclasses.replace(
                 spec.policy, domains=(*spec.policy.domains,
                                       *(f"n{i}.early.test" for i in range(4000)))))
-            cid = sandbox.launch(spec)
+            cid = sandbox.start(spec)
             try:
                 code = sandbox.wait(cid, timeout=60)
-                lines = [line.decode() for line in sandbox.attach(cid)]
+                lines = [line.decode() for line in sandbox.output(cid, follow=True)]
             finally:
-                sandbox.remove(cid)
+                sandbox.remove(spec.run_id, spec.repo_path)
             probes = [line.split() for line in lines if line.startswith("probe ")]
             assert code == 0, lines
             assert not [p for p in probes if p[2] in ("connected", "resolved")], probes
@@ -331,12 +332,12 @@ def test_an_attached_network_opens_its_containers_but_not_the_host(
               host_repo, tmp_path / "out", ["bash", "-c", script], 1),
         policy=policy, networks=(intranet,))
     try:
-        cid = sandbox.launch(spec)
+        cid = sandbox.start(spec)
         try:
             assert sandbox.wait(cid, timeout=60) == 0
-            output = b"".join(sandbox.attach(cid)).decode()
+            output = b"".join(sandbox.output(cid, follow=True)).decode()
         finally:
-            sandbox.remove(cid)
+            sandbox.remove(spec.run_id, spec.repo_path)
     finally:
         server.close()
     assert f"open {NET['INTRANET_V4']}/80" in output, output  # a container on it

@@ -177,7 +177,7 @@ def test_spec_refuses_root_and_bad_names(tmp_path: Path) -> None:
 
 
 def test_host_dns_servers(tmp_path: Path) -> None:
-    from git_iterare.sandbox.docker_backend import host_dns_servers
+    from git_iterare.sandbox.hostnet import host_dns_servers
 
     plain = tmp_path / "resolv.conf"
     plain.write_text("# c\nnameserver 127.0.0.1\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\n"
@@ -238,7 +238,7 @@ def test_more_cpus_than_the_engine_has_is_refused() -> None:
 
 
 def test_host_addresses_from_the_kernels_tables(tmp_path: Path) -> None:
-    from git_iterare.sandbox.docker_backend import host_addresses
+    from git_iterare.sandbox.hostnet import host_addresses
 
     fib = tmp_path / "fib_trie"
     fib.write_text("Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 127.0.0.1\n        /32 host LOCAL\n"

@@ -1,5 +1,5 @@
-"""Unit tests of what a remote run brings back (git_iterare.runner.ship.extract) and of
-choosing between bind mounts and volumes; no Docker."""
+"""Unit tests of what a remote run brings back (git_iterare.runner.placement.tarball) and
+of choosing a run's placement; no Docker."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.runner import ship
+from git_iterare.runner.placement import kind_of, placement_for
+from git_iterare.runner.placement import ship as ship_code
+from git_iterare.runner.placement import tarball as ship
+from git_iterare.runner.placement.remote import Remote
 from git_iterare.sandbox.engine import Engine
-from git_iterare.sandbox.remote import shares_filesystem
 from tests.conftest import git
 
 
@@ -110,24 +112,27 @@ def test_extract_of_nothing_and_of_garbage(tmp_path: Path) -> None:
         ship.extract(iter([b"not a tar" * 200]), tmp_path)
 
 
-def test_only_a_unix_socket_shares_the_filesystem() -> None:
-    assert shares_filesystem(Engine("default", "unix:///var/run/docker.sock"))
-    assert shares_filesystem(Engine("podman", "unix:///run/podman/podman.sock"))
-    assert not shares_filesystem(Engine("default", "ssh://me@box"))
-    assert not shares_filesystem(Engine("box", "tcp://box:2376"))
+def test_only_a_unix_socket_gets_the_local_placement() -> None:
+    assert placement_for(Engine("default", "unix:///var/run/docker.sock")).kind == "local"
+    assert placement_for(Engine("podman", "unix:///run/podman/podman.sock")).kind == "local"
+    assert placement_for(Engine("default", "ssh://me@box")).kind == "remote"
+    assert placement_for(Engine("box", "tcp://box:2376")).kind == "remote"
 
 
-def test_is_remote_reads_the_recorded_engine() -> None:
+def test_a_records_placement_is_its_field_or_for_older_records_its_engine() -> None:
     from git_iterare.runs.record import RunRecord
 
-    def record(extra: dict[str, object]) -> RunRecord:
+    def record(extra: dict[str, object], placement: str | None = None) -> RunRecord:
         return RunRecord(id="r-1", name="r", prompt_name="p", base_commit="0" * 40,
-                         agent="shell", status="running", extra=extra)
+                         agent="shell", status="running", extra=extra, placement=placement)
 
-    assert ship.is_remote(record({"engine": {"name": "default", "url": "ssh://box"}}))
-    assert not ship.is_remote(record({"engine": {"name": "default",
-                                                 "url": "unix:///var/run/docker.sock"}}))
-    assert not ship.is_remote(record({}))  # older records ran locally
+    assert kind_of(record({}, "remote")) == "remote"
+    assert kind_of(record({"engine": {"url": "ssh://box"}}, "local")) == "local"
+    assert kind_of(record({"engine": {"name": "default", "url": "ssh://box"}})) == "remote"
+    assert kind_of(record({"engine": {"name": "default",
+                                      "url": "unix:///var/run/docker.sock"}})) == "local"
+    assert kind_of(record({})) == "local"  # older records ran locally
+    assert kind_of(record({}, "no such")) == "local"
 
 
 def test_host_mounts_are_refused_for_a_remote_engine(repo: Path) -> None:
@@ -136,17 +141,17 @@ def test_host_mounts_are_refused_for_a_remote_engine(repo: Path) -> None:
 
     here = discover(repo)
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
-    ship.check_request(here, base, [])
+    Remote().check(here, base, [])
     with pytest.raises(UserError, match=r"the mount of /srv/data cannot be used"):
-        ship.check_request(here, base, [Mount(Path("/srv/data"), "/data")])
+        Remote().check(here, base, [Mount(Path("/srv/data"), "/data")])
 
 
 def test_cache_key_is_made_once(repo: Path) -> None:
     from git_iterare.git.repo import discover
 
     here = discover(repo)
-    key = ship.cache_key(here)
-    assert len(key) == 16 and key == ship.cache_key(here)
+    key = ship_code.cache_key(here)
+    assert len(key) == 16 and key == ship_code.cache_key(here)
     assert (here.common_dir / "iterare" / "cache-id").read_text() == key + "\n"
 
 
@@ -154,13 +159,13 @@ def test_the_agents_files_and_a_remote_runs_files_go_in_one_archive(tmp_path: Pa
     """One put into the agent's container (each is a round trip to a remote engine): its
     accounts and start script, and the run's files (the prompt), root's and readable."""
     from git_iterare.sandbox import EgressPolicy, Limits, SandboxSpec
-    from git_iterare.sandbox.docker_backend import agent_files
-    from git_iterare.sandbox.remote import RemoteTrees
+    from git_iterare.sandbox.accounts import agent_files
+    from git_iterare.sandbox.spec import VolumeTrees
 
     spec = SandboxSpec(image="i", sidecar_image="i", name="n", command=("true",),
                        policy=EgressPolicy(), out_dir=tmp_path,
                        limits=Limits(cpus=1.0, memory="64m", pids=16),
-                       remote=RemoteTrees("w", "g", "c", {"/run/iterare/prompt.md": b"do it\n"}))
+                       volumes=VolumeTrees("w", "g", "c", {"/run/iterare/prompt.md": b"do it\n"}))
     data = agent_files(spec, b"root:x:0:0::/root:/bin/sh\n", b"root:x:0:\n")
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}

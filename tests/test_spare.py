@@ -1,7 +1,7 @@
-"""Spare network sidecars (git_iterare.sandbox.spare) without an engine: which spare a run
-may claim, that only one run gets it, what the claim hands over, and when a run leaves one.
-The engine's side (a real spare claimed, its policy enforced, its end) is in
-test_spare_e2e.py."""
+"""Spare network sidecars (git_iterare.sandbox.warm.spare) without an engine: which spare a
+run may take, that only one run gets it, that its trees become the run's, what the claim
+hands over, and when a run leaves one. The engine's side (a real spare claimed, its policy
+enforced, its end) is in test_spare_e2e.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from git_iterare.sandbox import EgressPolicy, SandboxSpec, spare
+from git_iterare.sandbox import EgressPolicy, SandboxSpec, VolumeTrees
+from git_iterare.sandbox.hostnet import with_dns
+from git_iterare.sandbox.sidecar import policy_lines
+from git_iterare.sandbox.warm import spare
 from tests.conftest import iterare
 
 
@@ -27,12 +30,25 @@ def _spec(root: Path, run_id: str = "r-1", **changes: object) -> SandboxSpec:
     return SandboxSpec(**fields)
 
 
+def claim(spec: SandboxSpec, rename: object = None) -> str | None:
+    """Take a spare for ``spec``'s run and give it the run, as a launch does; its
+    container, or None."""
+    taken = spare.take(spec)
+    if taken is None:
+        return None
+    spare.give(spec, taken, rename if callable(rename) else lambda container: None)
+    return taken.container
+
+
 def _waiting(root: Path, spec: SandboxSpec, token: str = "aaaa", container: str = "c1",
              left: float = 600.0) -> Path:
     """A spare folder as :func:`spare.make` leaves it, for sandboxes like ``spec``."""
     folder = root / f"spare-{token}"
     (folder / "out").mkdir(parents=True)
     (folder / "signal").mkdir()
+    for tree in spare.placeholders(spec, token):  # its own trees, which it mounts
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        tree.mkdir(exist_ok=True)
     (folder / "spare.json").write_text(json.dumps({
         "v": spare.SPARE_FORMAT, "container": container,
         "fingerprint": spare.fingerprint(spec), "expires": time.time() + left}))
@@ -60,16 +76,37 @@ def test_a_claim_hands_over_policy_trees_and_ids_and_the_folders(tmp_path: Path,
     (folder / "out" / "from-the-spare").write_text("x")
     spec.out_dir.mkdir(parents=True)  # the launch makes it, empty, before the claim
 
-    assert spare.claim(spec, lambda: ("v 1\ndomain a.test\n", "0/r-1 1/r-1")) == "c1"
+    mounted = spare.placeholders(spec, "aaaa")
+    inodes = [os.stat(p).st_ino for p in mounted]
+
+    assert claim(spec) == "c1"
 
     assert running == ["c1"]
     assert not folder.exists() and not list(root.glob("claim-*"))
+    # The run's trees are the folders the spare mounts (the same inodes), renamed.
+    assert [os.stat(t).st_ino for t in spec.owned] == inodes
+    assert not any(p.exists() for p in mounted)
     assert (spec.out_dir / "from-the-spare").read_text() == "x"  # the sidecar's own out/
-    claim = spec.out_dir.with_name("signal") / "claim"
-    assert (claim / "policy").read_text() == "v 1\ndomain a.test\n"
-    assert (claim / "trees").read_text() == "0/r-1 1/r-1"
-    assert (claim / "agent").read_text() == f"{spec.agent_uid} {spec.agent_gid}\n"
-    assert not claim.with_name("claim.new").exists()
+    handed = spec.out_dir.with_name("signal") / "claim"
+    assert (handed / "policy").read_text() == policy_lines(with_dns(spec))
+    assert (handed / "trees").read_text() == "0/.spare-aaaa 1/.spare-aaaa"
+    assert (handed / "agent").read_text() == f"{spec.agent_uid} {spec.agent_gid}\n"
+    assert not handed.with_name("claim.new").exists()
+
+
+def test_a_spare_mounts_its_own_trees_and_nothing_beside_them(tmp_path: Path) -> None:
+    from git_iterare.sandbox.sidecar import sidecar_config
+
+    root = tmp_path / "state"
+    spec = _spec(root)
+    for tree in spec.owned:
+        tree.mkdir(parents=True)
+    token, _folder, spare_spec = spare.new_folder(spec)
+    config = sidecar_config(spare_spec, spare.environment(60), labels={})
+    trees = [m["Source"] for m in config["HostConfig"]["Mounts"]
+             if m["Target"].startswith("/trees/")]
+    assert trees == [str(p.resolve()) for p in spare.placeholders(spec, token)]
+    assert all(p.is_dir() for p in spare.placeholders(spec, token))
 
 
 @pytest.mark.parametrize("change", [
@@ -83,7 +120,7 @@ def test_a_spare_made_for_other_settings_is_not_claimed(tmp_path: Path, running:
                                                         change: dict) -> None:
     root = tmp_path / "state"
     folder = _waiting(root, _spec(root))
-    assert spare.claim(_spec(root, **change), lambda: ("v 1\n", "")) is None
+    assert claim(_spec(root, **change)) is None
     assert folder.exists() and running == []
 
 
@@ -99,8 +136,8 @@ def test_no_spare_serves_a_remote_engine_or_extra_networks(tmp_path: Path,
     root = tmp_path / "state"
     spec = _spec(root)
     _waiting(root, spec)
-    assert spare.claim(_spec(root, networks=("db",)), lambda: ("v 1\n", "")) is None
-    assert spare.claim(_spec(root, remote=object()), lambda: ("v 1\n", "")) is None
+    assert claim(_spec(root, networks=("db",))) is None
+    assert claim(_spec(root, volumes=VolumeTrees("w", "g", "c"))) is None
     assert running == []
 
 
@@ -108,7 +145,7 @@ def test_a_spare_about_to_give_up_is_not_claimed(tmp_path: Path, running: list[s
     root = tmp_path / "state"
     spec = _spec(root)
     _waiting(root, spec, left=spare.CLAIM_MARGIN - 1)
-    assert spare.claim(spec, lambda: ("v 1\n", "")) is None and running == []
+    assert claim(spec) is None and running == []
 
 
 @pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"v": 99}', b" " * 5000])
@@ -118,7 +155,7 @@ def test_a_bad_spare_json_is_skipped(tmp_path: Path, running: list[str],
     spec = _spec(root)
     folder = _waiting(root, spec)
     (folder / "spare.json").write_bytes(content)
-    assert spare.claim(spec, lambda: ("v 1\n", "")) is None and running == []
+    assert claim(spec) is None and running == []
 
 
 def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
@@ -128,7 +165,7 @@ def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
     _waiting(root, spec, token="aaaa", container="gone")
     _waiting(root, spec, token="bbbb", container="alive")
     monkeypatch.setattr(spare, "_running_spare", lambda cid, token: cid == "alive")
-    assert spare.claim(spec, lambda: ("v 1\n", "")) == "alive"
+    assert claim(spec) == "alive"
     assert not list(root.glob("spare-*")) and not list(root.glob("claim-*"))
 
 
@@ -141,9 +178,22 @@ def test_a_run_folder_with_content_stops_the_claim(tmp_path: Path, running: list
     (spec.out_dir / "status.json").write_text("{}")
     removed: list[str] = []
     monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
-    assert spare.claim(spec, lambda: ("v 1\n", "")) is None
+    taken = spare.take(spec)
+    assert taken is not None
+    with pytest.raises(OSError):
+        spare.give(spec, taken, lambda container: None)
+    spare.drop(taken)
     assert removed == ["aaaa"]  # taken, unusable: not left waiting for nobody
     assert (spec.out_dir / "status.json").read_text() == "{}"
+
+
+def test_a_run_whose_trees_exist_takes_no_spare(tmp_path: Path, running: list[str]) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    folder = _waiting(root, spec)
+    spec.owned[0].mkdir(parents=True)
+    assert spare.take(spec) is None
+    assert folder.exists() and running == []
 
 
 def test_of_runs_claiming_at_once_one_gets_the_spare(tmp_path: Path,
@@ -156,7 +206,8 @@ def test_of_runs_claiming_at_once_one_gets_the_spare(tmp_path: Path,
     def claim(run_id: str) -> None:
         spec = _spec(root, run_id=run_id)
         barrier.wait()
-        got[run_id] = spare.claim(spec, lambda: ("v 1\n", ""))
+        taken = spare.take(spec)
+        got[run_id] = taken.container if taken is not None else None
 
     threads = [threading.Thread(target=claim, args=(f"r-{n}",)) for n in range(8)]
     for thread in threads:
@@ -223,8 +274,9 @@ def test_a_new_spare_sweeps_those_nobody_will_claim(tmp_path: Path,
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the engine refused")
 
+    monkeypatch.setattr("git_iterare.sandbox.sidecar.create_sidecar", refuse)
     with pytest.raises(RuntimeError):
-        spare.make(spec, 600, refuse)
+        spare.make(spec, 600)
     assert sorted(removed) == ["cut", "gone", "old"]
     assert sorted(p.name for p in root.iterdir()) == ["spare-new"]  # its own went too
 
@@ -273,7 +325,7 @@ def test_a_claim_cut_short_by_ctrl_c_removes_the_spare(tmp_path: Path,
     monkeypatch.setattr(spare, "_running_spare", interrupted)
     monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
     with pytest.raises(KeyboardInterrupt):
-        spare.claim(spec, lambda: ("v 1\n", ""))
+        spare.take(spec)
     assert removed == ["aaaa"]  # the run never learnt its id: nothing would remove it
     assert list(root.iterdir()) == []
 
@@ -311,6 +363,6 @@ def test_a_claimed_spare_is_renamed_while_its_claim_folder_still_says_so(
     def rename(container_id: str) -> None:
         seen.append((container_id, sorted(p.name for p in root.glob("claim-*"))))
 
-    assert spare.claim(spec, lambda: ("", ""), rename) == "c1"
+    assert claim(spec, rename) == "c1"
     assert seen == [("c1", ["claim-r-1-spare-aaaa"])]
     assert list(root.glob("claim-*")) == []

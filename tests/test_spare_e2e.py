@@ -1,4 +1,4 @@
-"""Spare network sidecars for real (git_iterare.sandbox.spare): runs that follow one another
+"""Spare network sidecars for real (git_iterare.sandbox.warm.spare): runs that follow one another
 on Docker's default bridge leave a locked sidecar for the next, which claims it and gets its
 own policy enforced and its trees made inert and given back at the end; an unclaimed spare
 ends itself; cleanup removes a waiting one; a run on a network of the user's leaves none."""
@@ -195,7 +195,7 @@ def test_ctrl_c_while_a_spare_is_claimed_removes_it(project: Path,
     from git_iterare.git import repo as repo_mod
     from git_iterare.runner import launch
     from git_iterare.runner.session import load_config
-    from git_iterare.sandbox import spare
+    from git_iterare.sandbox.warm import spare
 
     prompt(project, "one", "echo one\n")
     run(project, "one")

@@ -6,7 +6,7 @@ import json
 import stat
 from pathlib import Path
 
-from git_iterare.sandbox.trust import (
+from git_iterare.sandbox.approvals import (
     DOCKERFILE,
     MAX_APPROVAL_BYTES,
     TrustRequest,
@@ -118,7 +118,7 @@ def test_unapproved_names_each_changed_item(tmp_path: Path) -> None:
 
 
 def test_exact_values_not_equal_ones() -> None:
-    from git_iterare.sandbox.trust import Approval
+    from git_iterare.sandbox.approvals import Approval
 
     approval = Approval("/r", TrustRequest.build({"docker.cpus": 1}), "")
     assert unapproved(TrustRequest.build({"docker.cpus": 1.0}), approval) == ["docker.cpus"]

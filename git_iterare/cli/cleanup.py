@@ -32,8 +32,8 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
     if cache:
         if merged or run:
             raise UserError("give --cache alone, without a RUN or --merged")
+        from git_iterare.runner.placement.remote import remove_cache
         from git_iterare.runner.session import engine_label
-        from git_iterare.runner.ship import remove_cache
 
         app().config  # noqa: B018 -- its [docker] context chooses the engine
         removed = remove_cache(repo)
@@ -57,8 +57,8 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
     names = sanitize_line(", ".join(r.id for r in records))
     if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
         raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
-    from git_iterare.runner.manage import remove_spares
     from git_iterare.runner.ownership import ran_elsewhere
+    from git_iterare.runner.warmup import remove_spares
     from git_iterare.runs.status import CLEANED
 
     try:

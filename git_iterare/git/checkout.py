@@ -230,7 +230,7 @@ def populate(common_dir: Path, worktree: Path, base: str, index_file: Path,
 
 def engine_map(common_dir: Path, base: str) -> CheckoutMap:
     """The checkout map of ``base`` as git without filter programs writes it (a remote
-    engine's checkout: :mod:`git_iterare.runner.ship`): every file's ``raw`` is its blob
+    engine's checkout: :mod:`git_iterare.runner.placement.ship`): every file's ``raw`` is its blob
     id, so at finish a file still holding exactly its blob's bytes is recorded as that
     blob, and any other is cleaned as on a local run. Gitlinks are listed as submodules.
 

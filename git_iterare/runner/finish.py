@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare import ui
@@ -274,19 +273,20 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 
     vanished = info is None
     exit_code = None if info is None else info.exit_code
-    # The sandbox to reclaim and remove: when the agent's container vanished, its sidecar
-    # may be left, found by name -- unless that name is now another container's.
-    sandbox_name: str | None = info.id if info is not None else f"iterare-{record.id}"
-    if info is None and record.container and \
-            sandbox.inspect(f"iterare-{record.id}") is not None:
-        sandbox_name = None
+    from git_iterare.sandbox.spec import sandbox_name
+
+    # The sandbox the trees are given back in: when the agent's container vanished, its
+    # sidecar may be left, found by name -- unless that name is now another container's.
+    given_in: str | None = info.id if info is not None else sandbox_name(record.id)
+    if info is None and record.container and sandbox.inspect(sandbox_name(record.id)) is not None:
+        given_in = None
     log = b""
     agent = get_agent(record.agent or "shell")
     register_run_secrets(repo, record, agent)  # redacted from every record write below
     if info is not None:
         # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
         # agent decides how much it prints.
-        log = _redact(repo, record, agent, capped(sandbox.log_lines(info.id)))
+        log = _redact(repo, record, agent, capped(sandbox.output(info.id)))
         store.set_log(record.id, log)
     events = (agent.parse_line(line) for line in _split_lines(log))
     result = agent.summarize(events, exit_code=exit_code)
@@ -294,10 +294,10 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                              None if info is None else info.ran_seconds,
                              oom_killed=info is not None and info.oom_killed,
                              memory_bytes=None if info is None else info.memory_bytes)
-    from git_iterare.runner import ship
+    from git_iterare.runner.placement import placement_of
 
-    remote = ship.is_remote(record)
-    if remote and not vanished and ship.sandbox_died(record):
+    placement = placement_of(record)
+    if not vanished and placement.ended_by_engine(record):
         from git_iterare.runs.status import LOST
 
         status, error = LOST, ("the Docker engine ended the sandbox (it restarted, or the "
@@ -305,11 +305,11 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     if error and error.startswith(BUDGET_STOP):
         store.update(record.id, lambda r: r.replace(extra={**r.extra, "stop_reason": "budget"}),
                      f"{record.id} stopped at its budget")
-    if remote and record.base_commit and has_worktree(repo, record):
-        # Its trees come back through the engine's API. When that fails (the connection
-        # dropped), the run stays active: whichever command comes next fetches them.
-        for note in ship.fetch_results(repo, record, open_run(repo, record.id,
-                                                              record.base_commit)):
+    if record.base_commit and has_worktree(repo, record):
+        # Where the sandbox did not work on the host's trees, they come back now. When that
+        # fails (the connection dropped), the run stays active: the next command does it.
+        for note in placement.fetch(repo, record, open_run(repo, record.id,
+                                                           record.base_commit)):
             ui.warn(f"run {record.id}: {note}")
     head = None
     changes = None
@@ -321,9 +321,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
             ws = open_run(repo, record.id, record.base_commit,
                           included=tuple(p for p in record.extra.get("workspace_mounts") or ()
                                          if isinstance(p, str)))
-            if not remote:  # a remote run's trees were fetched above
-                _reclaim(record, sandbox_name, (ws.worktree, ws.gitdir, ws.gitfile,
-                                                state_dir(repo, record.id) / "out"))
+            placement.give_back(repo, record, ws, given_in)
             work = finish_run(
                 repo, ws,
                 trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
@@ -357,10 +355,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
                                  "agent": record.agent, "status": status})
     try:
-        if sandbox_name:
-            sandbox.remove(sandbox_name)
-        if remote:
-            ship.drop_volumes(record)
+        sandbox.remove(record.id, str(repo.main_work_tree))
+        if placement.clear(record):
             # Nothing of it is left there: cleanup need not reach that engine again.
             record = store.update(record.id, lambda r: r.replace(
                 extra={**r.extra, ENGINE_CLEARED: True}), f"{record.id} engine cleared")
@@ -410,41 +406,6 @@ def _unfinished(store: RunStore, record: RunRecord, status: str, error: str | No
     return FAILED, (f"{error + '; ' if error else ''}its work could not be committed "
                     f"({reason}); it is kept in .iterare/worktrees/{record.id}, and "
                     f"`git iterare finish {record.id}` commits it")
-
-
-def _reclaim(record: RunRecord, sandbox_name: str | None, trees: tuple[Path, ...],
-             out_dir: Path | None = None) -> None:
-    """Give the run's trees (and the sidecar's ``out_dir``) back to the user (set-uid bits
-    and special files stripped), in the sandbox's sidecar when it is up (else in a
-    container of its own); warn about what was removed."""
-    import os
-
-    from git_iterare import sandbox
-    from git_iterare.ui import sanitize_line as sanitize
-
-    image = record.extra.get("sidecar_image") or ""
-    notes = sandbox.reclaim(sandbox_name or f"iterare-{record.id}-gone", trees, os.getuid(),
-                            os.getgid(), image, out_dir)
-    for note in notes:
-        ui.warn(f"run {record.id}: {sanitize(note)}")
-
-
-def reclaim_if_foreign(record: RunRecord, trees: tuple[Path, ...], out_dir: Path,
-                       sandbox_name: str | None = None) -> None:
-    """Give a run's trees and the sidecar's ``out_dir`` back (see :func:`_reclaim`; in the
-    sidecar ``sandbox_name`` names while it is up) when one of them is not the user's:
-    an interrupted launch, or a process killed meanwhile, can leave the trees with the
-    agent's uid, which the sidecar gives them before the agent starts, and ``out_dir``
-    with root. Unprivileged, the user could then neither commit nor remove them."""
-    import os
-
-    for path in (*trees, out_dir):
-        try:
-            if os.lstat(path).st_uid != os.getuid():
-                _reclaim(record, sandbox_name, trees, out_dir)
-                return
-        except FileNotFoundError:
-            continue
 
 
 def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> None:
@@ -524,7 +485,7 @@ def _check_budget(repo: Repo, record: RunRecord) -> None:
     if info is None or info.state not in LIVE_STATES:
         return
     with using(engine_of(record)):
-        log = capped(sandbox.log_lines(info.id))
+        log = capped(sandbox.output(info.id))
         events = [agent.parse_line(line) for line in _split_lines(log)]
         stop_over_budget(repo, record, agent, events, info.id)
 
@@ -618,10 +579,9 @@ def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | Non
         head = record.head
         if not unfinished and head and not unfinished_work(repo, ws, head):
             return record, None
-        from git_iterare.runner.ship import is_remote
+        from git_iterare.runner.placement import placement_of
 
-        if not is_remote(record):  # a remote run's trees were fetched when it ended
-            _reclaim(record, None, (ws.worktree, ws.gitdir, ws.gitfile))
+        placement_of(record).give_back(repo, record, ws)
         try:
             work = finish_run(
                 repo, ws,

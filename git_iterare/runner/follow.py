@@ -148,7 +148,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
 
             try:
                 with using(engine_of(record)):
-                    lines: Iterable[str] = _decode(sandbox.log_lines(info.id, follow=follow))
+                    lines: Iterable[str] = _decode(sandbox.output(info.id, follow=follow))
                     if follow:
                         lines = _watch_budget(repo, record, agent, info.id, lines)
                     _render(lines, agent, verbosity, raw, emit, events)

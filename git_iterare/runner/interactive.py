@@ -166,20 +166,20 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         requested_networks,
         with_networks,
     )
-    from git_iterare.runner.launch import passthrough_env, sandbox_limits
+    from git_iterare.runner.placement import placement_for
+    from git_iterare.runner.request import passthrough_env, sandbox_limits
     from git_iterare.runner.spec import sandbox_spec
+    from git_iterare.sandbox.engine import current
     from git_iterare.sandbox.image import ensure_image
-    from git_iterare.sandbox.remote import shares_filesystem
 
     top = repo.work_tree
     if top is None:
         raise UserError("interactive needs a worktree; this repository is bare")
-    if not shares_filesystem():  # the session would mount this checkout: the engine lacks it
-        from git_iterare.sandbox.engine import current
-
-        raise UserError(f"a session on your checkout needs a local Docker engine; "
-                        f"{current().label} is remote and sees none of this machine's files",
-                        hint="use `git iterare interactive --worktree`, which ships a copy")
+    try:  # the session would mount this checkout
+        placement_for(current()).check_host_folder("a session on your checkout")
+    except UserError as exc:
+        raise UserError(exc.message, hint="use `git iterare interactive --worktree`, which "
+                                          "ships a copy") from None
     admitted = admit(repo, config)
     networks = requested_networks(repo, request.networks, request.compose, os.environ)
     uid, gid = os.getuid(), os.getgid()
@@ -223,7 +223,7 @@ def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
     again): ``detached_status`` is returned then unless it exited with a status."""
     from git_iterare import sandbox
 
-    container = sandbox.launch(spec)
+    container = sandbox.start(spec)
     try:
         code = _attach(container)
         if code is None:
@@ -236,7 +236,7 @@ def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
                 sandbox.reclaim(container, spec.owned, os.getuid(), os.getgid(),
                                 spec.sidecar_image)
         finally:
-            sandbox.remove(container)
+            sandbox.remove(spec.run_id, spec.repo_path)
             shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -260,16 +260,16 @@ def login_launcher(repo: Repo | None, config: Config, agent: Agent,
     def launch(argv: Sequence[str], home: Path) -> int:
         import secrets
 
-        from git_iterare.sandbox.remote import shares_filesystem
+        from git_iterare.runner.placement import placement_for
+        from git_iterare.sandbox.engine import current
 
-        if not shares_filesystem():  # the login writes into a folder of this machine
-            from git_iterare.sandbox.engine import current
-
-            raise UserError(f"logging in inside the sandbox needs a local Docker engine; "
-                            f"{current().label} is remote and sees none of this machine's "
-                            f"files", hint="log in against a local engine (`git iterare --context "
-                            "default credentials ...` with DOCKER_HOST and DOCKER_CONTEXT "
-                            "unset), or give the agent its API key variable")
+        try:  # the login writes into a folder of this machine
+            placement_for(current()).check_host_folder("logging in inside the sandbox")
+        except UserError as exc:
+            raise UserError(exc.message, hint="log in against a local engine (`git iterare "
+                            "--context default credentials ...` with DOCKER_HOST and "
+                            "DOCKER_CONTEXT unset), or give the agent its API key "
+                            "variable") from None
         network = checked_network(config)
         require_approval(repo, config)
         check_network_on_engine(network)

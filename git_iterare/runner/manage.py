@@ -123,15 +123,14 @@ def diff(repo: Repo, record: RunRecord, git_args: list[str]) -> int:
     from git_iterare.runs.status import ACTIVE
 
     record = settle(repo, record)
-    from git_iterare.runner.ship import is_remote
-
-    if record.status in ACTIVE and record.container and is_remote(record):
+    if record.status in ACTIVE and record.container:
         from git_iterare.runner.ownership import is_local
-        from git_iterare.runner.ship import live_tree
+        from git_iterare.runner.placement import placement_of
 
-        if is_local(repo, record):  # the agent's work so far, from its engine
-            return diff_run(repo, _base_commit(record, "diff"), live_tree(repo, record),
-                            git_args)
+        # The agent's work so far, where its placement can show it.
+        live = placement_of(record).live_tree(repo, record) if is_local(repo, record) else None
+        if live is not None:
+            return diff_run(repo, _base_commit(record, "diff"), live, git_args)
     if record.status in ACTIVE:
         raise OperationFailed(f"run {record.id} is still {record.status}",
                               hint=f"its diff is ready when it ends: `git iterare log -f "
@@ -312,18 +311,13 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     from git_iterare.runs import legacy
 
     merged = merge_holds(repo, record)
-    from git_iterare.runner.ship import is_remote
+    from git_iterare.runner.placement import placement_of
 
-    if not legacy.is_legacy(record) and not is_remote(record):
+    placement = placement_of(record)
+    if not legacy.is_legacy(record):
         # What a launch cut short left the agent's uid or root's (the sidecar's output),
         # with or without a worktree: unprivileged, the user could not remove it.
-        from git_iterare.runner.finish import reclaim_if_foreign
-        from git_iterare.runner.workspace import gitdir_path, worktree_path
-
-        gitdir = gitdir_path(repo, record.id)
-        reclaim_if_foreign(record, (worktree_path(repo, record.id), gitdir,
-                                    gitdir.with_name(record.id + ".gitfile")),
-                           state_dir(repo, record.id) / "out")
+        placement.release(repo, record)
     if legacy.is_legacy(record):  # iterare's worktree (workspaces/<name>) and branch
         legacy.cleanup(repo, record, force=force or merged)
     elif record.base_commit and has_worktree(repo, record):
@@ -340,49 +334,17 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         # though their content is merged: the merged status is the proof.
         cleanup_run(repo, ws, force=force, merged=merged)
     from git_iterare.runner.finish import ENGINE_CLEARED
-    from git_iterare.runner.ownership import container_of, engine_of
-    from git_iterare.runner.ship import drop_volumes, is_remote
+    from git_iterare.runner.ownership import engine_of
     from git_iterare.sandbox.engine import using
 
-    if not (record.extra or {}).get(ENGINE_CLEARED):
-        info = container_of(repo, record)
-        if info is not None:
-            with using(engine_of(record)):
-                sandbox.remove(info.id)
-        if not record.started and not record.container:
-            _remove_launch_leftovers(repo, record)
-        if is_remote(record):  # volumes a finish could not remove (normally none)
-            with using(engine_of(record)):
-                drop_volumes(record)
+    if not legacy.is_legacy(record) and not (record.extra or {}).get(ENGINE_CLEARED):
+        with using(engine_of(record)):
+            if record.container or not record.started:  # or what a launch cut short left
+                sandbox.remove(record.id, str(repo.main_work_tree))
+            placement.clear(record)  # what its placement keeps there
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
 
-
-
-def remove_spares(repo: Repo) -> int:
-    """Remove the spare sidecars waiting for the repository's next run
-    (:mod:`git_iterare.sandbox.spare`); return how many. Asks the engine only when a
-    spare's folder exists."""
-    from git_iterare.runner.paths import state_root
-    from git_iterare.sandbox.spare import remove_all
-
-    return remove_all(state_root(repo), str(repo.main_work_tree))
-
-
-def _remove_launch_leftovers(repo: Repo, record: RunRecord) -> None:
-    """Remove the containers a launch cut short (kill -9) may have left of ``record``'s
-    run (its sidecar, porters; found by its run and repository labels). An engine that
-    cannot be asked is only warned about: the rest of the cleanup goes on."""
-    from git_iterare.runner.ownership import engine_of
-    from git_iterare.sandbox import remote
-    from git_iterare.sandbox.engine import using
-
-    try:
-        with using(engine_of(record)):
-            for container in remote.run_containers(record.id, str(repo.main_work_tree)):
-                remote.remove_container(container)
-    except OperationFailed as exc:
-        ui.warn(f"run {record.id}: could not look for containers its launch left: {exc}")
 
 
 def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:

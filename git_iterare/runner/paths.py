@@ -13,7 +13,7 @@ from git_iterare.git.repo import Repo
 
 def state_root(repo: Repo) -> Path:
     """The folder of the runs' state folders (and of spare sidecars' folders:
-    :mod:`git_iterare.sandbox.spare`)."""
+    :mod:`git_iterare.sandbox.warm.spare`)."""
     return repo.common_dir / "iterare" / "state"
 
 

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, Credentials
     from git_iterare.sandbox.image import ImageRef
     from git_iterare.sandbox.policy import EgressPolicy
-    from git_iterare.sandbox.remote import RemoteTrees
-    from git_iterare.sandbox.spec import Limits, Mount, SandboxSpec
+    from git_iterare.sandbox.spec import Limits, Mount, SandboxSpec, VolumeTrees
 
 
 def ca_bundle_path(config: Config) -> Path | None:
@@ -48,7 +47,7 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
                  secret_env: Mapping[str, str] | None = None, owned: Sequence[Path] = (),
                  limits: Limits | None = None, networks: Sequence[str] = (),
                  tty: bool = False, workdir: str = CONTAINER_WORKTREE,
-                 remote: RemoteTrees | None = None) -> SandboxSpec:
+                 volumes: VolumeTrees | None = None) -> SandboxSpec:
     """The spec of one sandbox.
 
     Args:
@@ -70,8 +69,8 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
         networks: more Docker networks the sidecar joins.
         tty: a terminal, and stdin kept open.
         workdir: the agent's working directory (the run's worktree as mounted).
-        remote: the run's volumes on an engine that shares no filesystem with this host
-            (:func:`git_iterare.runner.ship.remote_trees`), or None for bind mounts.
+        volumes: the run's trees in its engine's volumes (a remote placement's), or None
+            for host trees (``owned``, bind mounts).
 
     Raises:
         UserError: ``docker.ca_bundle`` names no file; an invalid spec (see
@@ -80,8 +79,10 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
     from git_iterare.sandbox.spec import Limits, SandboxSpec
 
     uid, gid = agent_ids
+    from git_iterare.sandbox.spec import sandbox_name
+
     return SandboxSpec(
-        image=image.name, sidecar_image=image.sidecar, name=f"iterare-{session}",
+        image=image.name, sidecar_image=image.sidecar, name=sandbox_name(session),
         command=tuple(command), policy=policy, out_dir=out_dir, run_id=session,
         repo_path=str(repo.main_work_tree) if repo is not None else "",
         env=agent.environment(config),
@@ -90,4 +91,4 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
         mounts=tuple(mounts), owned=tuple(owned), limits=limits or Limits(),
         network=config["docker.network"], networks=tuple(networks), agent_uid=uid,
         agent_gid=gid, tty=tty, stdin=tty, ca_bundle=ca_bundle_path(config), workdir=workdir,
-        remote=remote)
+        volumes=volumes)

@@ -13,7 +13,7 @@ defaults acts only once the user approved its exact content:
 * the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
   flags are the user's own).
 
-Approvals are kept by :class:`git_iterare.sandbox.trust.TrustStore` in the user's config
+Approvals are kept by :class:`git_iterare.sandbox.approvals.TrustStore` in the user's config
 directory (``<config dir>/trust``), keyed by the main worktree's path.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from git_iterare.config import DEFAULT_IMAGE, Config, global_config_dir
 from git_iterare.errors import UserError
 from git_iterare.git.repo import Repo
-from git_iterare.sandbox.trust import (
+from git_iterare.sandbox.approvals import (
     DOCKERFILE,
     Approval,
     TrustRequest,

@@ -32,8 +32,9 @@ import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -323,9 +324,31 @@ def run_excludes(repo: Repo, included: Sequence[str]) -> bytes:
 
 
 def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
-                alternates: str = CONTAINER_OBJECTS, fill: bool = True,
-                made: Callable[[], object] | None = None) -> RunWorkspace:
-    """Create branch, worktree and run gitdir for a new run.
+                alternates: str = CONTAINER_OBJECTS) -> RunWorkspace:
+    """Create branch, worktree and run gitdir for a new run and check its base out
+    (:func:`make_run`, then :func:`fill_run`).
+
+    Raises:
+        as :func:`make_run` and :func:`fill_run` (what was made is removed).
+    """
+    ws = make_run(repo, run_id, base, agent_uid, alternates=alternates)
+    try:
+        fill_run(repo, ws)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _remove_run_files(repo, ws)
+            _delete_branch(repo, ws, ws.base_commit)
+        raise
+    return ws
+
+
+def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
+             alternates: str = CONTAINER_OBJECTS, on_engine: bool = False) -> RunWorkspace:
+    """Create branch, worktree and run gitdir for a new run; the worktree stays empty
+    until :func:`fill_run` (or, ``on_engine``, for good: the engine checks it out).
+
+    The worktree and run gitdir may exist already as empty folders, and the gitfile as
+    an empty file (made ahead for the run's sandbox, which mounts them).
 
     Args:
         repo: the user's repository (any of its worktrees).
@@ -334,22 +357,19 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         agent_uid: uid for the agent; see :func:`agent_ids`.
         alternates: path of the main object store as git inside the run gitdir will see
             it; the container path in production, the host objects dir in tests.
-        fill: check the base out into the worktree. False for a run on a remote engine,
-            which checks it out there (:mod:`git_iterare.runner.ship`): the worktree stays
-            empty, marked so (:func:`on_engine_path`), with a checkout map of what the
-            engine writes (:func:`git_iterare.git.checkout.engine_map`), until its files
-            come back (:func:`fill_worktree` when they cannot).
-        made: called once the worktree, run gitdir and gitfile exist, before the
-            checkout fills the worktree (the agent's container can be made meanwhile:
-            Docker wants a mount's source to exist). What it raises is raised, after
-            everything made so far is removed.
+        on_engine: a run on an engine that sees none of this machine's files, which
+            checks the base out itself (:mod:`git_iterare.runner.placement.remote`): the
+            worktree is marked so (:func:`on_engine_path`), with a checkout map of what
+            the engine writes (:func:`git_iterare.git.checkout.engine_map`), until its
+            files come back (:func:`fill_worktree` when they cannot).
 
     Returns:
         The workspace.
 
     Raises:
         UserError: bad run id, base not a commit, bare repository, bad ``.iterare/include``.
-        OperationFailed: the branch, worktree or run gitdir exists already.
+        OperationFailed: the branch exists already, or the worktree, run gitdir or gitfile
+            holds something.
         ExternalError: ``git worktree add`` failed.
     """
     validate_run_id(run_id)
@@ -364,7 +384,7 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         raise OperationFailed(f"branch {branch} exists already",
                               hint=f"choose another run id or `git iterare cleanup {run_id}`")
     for path in (worktree, gitdir, gitfile):
-        if os.path.lexists(path):
+        if not _absent_or_empty(path):
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
     check_run_dirs(repo)
@@ -390,26 +410,47 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
             raise OperationFailed(f"git worktree add did not register {worktree}")
         _not_sparse(admin)
         _write_run_gitdir(repo, ws, alternates)
-        if fill:
+        if on_engine:
+            on_engine_path(ws).write_text("the worktree's files are on the Docker engine\n")
+            checkout.write_map(checkout_map_path(ws),
+                               checkout.engine_map(repo.common_dir, base_commit))
+        else:
             # Marked until the checkout is complete: a process killed meanwhile (its agent
             # never started) leaves a worktree that is not the base, which finishing must
             # not commit as the deletion of every file not checked out yet.
             on_engine_path(ws).write_text("the worktree's checkout did not complete\n")
-        else:
-            on_engine_path(ws).write_text("the worktree's files are on the Docker engine\n")
-            checkout.write_map(checkout_map_path(ws),
-                               checkout.engine_map(repo.common_dir, base_commit))
-        if made is not None:
-            made()
-        if fill:
-            _fill(repo, ws, admin)
-            on_engine_path(ws).unlink()
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
             _remove_run_files(repo, ws)
             _delete_branch(repo, ws, base_commit)
         raise
     return ws
+
+
+def fill_run(repo: Repo, ws: RunWorkspace) -> None:
+    """Check the base of a run :func:`make_run` made out into its (empty) worktree.
+
+    Raises:
+        OperationFailed: the worktree is not registered with git.
+        ExternalError: git (or a filter of the user's) failed.
+    """
+    admin = worktree_admin_dir(repo, ws.worktree)
+    if admin is None:
+        raise OperationFailed(f"{ws.worktree} is not a registered worktree any more")
+    _fill(repo, ws, admin)
+    on_engine_path(ws).unlink()
+
+
+def _absent_or_empty(path: Path) -> bool:
+    """Whether nothing is at ``path``, or an empty folder or empty regular file (not a
+    symlink)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if stat.S_ISDIR(found.st_mode):
+        return not any(os.scandir(path))
+    return stat.S_ISREG(found.st_mode) and found.st_size == 0
 
 
 def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:

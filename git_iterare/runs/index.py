@@ -33,14 +33,14 @@ if TYPE_CHECKING:
 
     from git_iterare.runs.record import RunRecord
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: Keys of ``run.json`` stored positionally in the cache (arrays decode much faster than
 #: objects); any other key of a record is kept in a per-entry object.
 #: (Spelled out so listing needs not import the record module; a test checks it.)
 CACHE_KEYS = ["v", "id", "name", "status", "prompt_name", "prompt_path", "base_commit",
               "base_branch", "branch", "agent", "image", "image_digest", "policy", "exit_code",
               "created", "started", "finished", "cost_usd", "tokens", "turns", "error",
-              "container", "worktree", "head", "egress", "changes", "extra"]
+              "container", "placement", "worktree", "head", "egress", "changes", "extra"]
 
 
 class Entry:

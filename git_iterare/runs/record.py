@@ -61,7 +61,8 @@ class RunRecord:
 
     Timestamps are ISO 8601 UTC strings; ``cost_usd`` is US dollars; ``tokens`` maps a
     kind (``input``, ``output``, ...) to a count; ``changes`` is ``{"files", "insertions",
-    "deletions"}`` of ``base_commit..head``, stored when the head is set.
+    "deletions"}`` of ``base_commit..head``, stored when the head is set; ``placement``
+    is where its trees live (``local``, ``remote``: :mod:`git_iterare.runner.placement`).
     """
 
     id: str
@@ -85,6 +86,7 @@ class RunRecord:
     turns: int | None = None
     error: str | None = None
     container: str | None = None
+    placement: str | None = None
     worktree: str | None = None
     head: str | None = None
     egress: dict[str, Any] | None = None

@@ -90,6 +90,13 @@ class Engine:
         return f"{self.url} (context {self.name})"
 
     @property
+    def on_this_host(self) -> bool:
+        """True for a ``unix://`` socket (Docker's default socket, Podman's, a context
+        naming a local socket): the engine runs on this machine, sees its files and shares
+        its network; False for ``ssh://`` and ``tcp://`` engines, which see nothing of it."""
+        return self.url.startswith("unix://")
+
+    @property
     def is_default_socket(self) -> bool:
         """True for the local default socket (the engine runs share files with)."""
         return self.url == DEFAULT_URL

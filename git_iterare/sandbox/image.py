@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.sandbox.docker_errors import client, docker_errors
+from git_iterare.sandbox.docker_errors import docker_errors
+from git_iterare.sandbox.engine_client import client
 
 DEFAULT_BASE_IMAGE = "node:20-bookworm-slim"
 #: Where git-iterare keeps its own image when ``docker.image`` names someone else's.

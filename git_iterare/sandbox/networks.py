@@ -111,7 +111,8 @@ def compose_owner_dirs(name: str) -> tuple[str, ...] | None:
     """
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"inspect the network {name}"):
         try:
@@ -141,7 +142,8 @@ def network_names(name: str) -> tuple[str, ...]:
 
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     label = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
                        r"(\.[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*$")
@@ -229,7 +231,8 @@ def _ipam_configs(name: str) -> list[dict[str, Any]]:
     """
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"inspect the network {name}"):
         try:

@@ -273,7 +273,8 @@ def engine_network_driver(name: str) -> str | None:
     """
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"inspect the network {name}"):
         try:

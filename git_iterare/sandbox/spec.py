@@ -9,7 +9,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from git_iterare.errors import UserError
 from git_iterare.sandbox.policy import EgressPolicy
@@ -23,10 +22,25 @@ LABEL_ROLE = "dev.iterare.role"
 #: On the agent's container: the id of its sidecar.
 LABEL_SIDECAR = "dev.iterare.sidecar"
 
+def sandbox_name(run_id: str) -> str:
+    """The name of a run's agent container, ``iterare-<run id>``; its sidecar's is that
+    with ``-net``."""
+    return f"iterare-{run_id}"
+
+
 #: Paths inside the sidecar (see ``container/sidecar``).
 OUT_PATH = "/run/iterare/out"
 TREES_PATH = "/trees"
 SIDECAR = "/usr/local/sbin/iterare-sidecar"
+#: Where the sidecar sees the last file put into trees in engine volumes (below
+#: :data:`TREES_PATH`): once it is there, the trees are complete (its ``ITERARE_TREES_READY``).
+SHIPPED = "iterare-shipped"
+SIDECAR_TREES_READY = f"0/run/{SHIPPED}"
+#: Where the agent's container sees trees in engine volumes: the worktree, the run's
+#: gitdir and the repository's object cache (read-only).
+WORK_PATH = "/workspace"
+GITDIR_PATH = "/git/run"
+CACHE_PATH = "/git/cache"
 #: Paths inside the agent's container, put there by git-iterare before it starts.
 SECRETS_PATH = "/run/iterare/secrets"
 CA_PATH = "/run/iterare/ca.pem"
@@ -165,6 +179,26 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class VolumeTrees:
+    """A sandbox's trees in named volumes of its engine, for an engine that sees none of
+    the client's files.
+
+    Attributes:
+        work: the worktree's volume (:data:`WORK_PATH`).
+        git: the run gitdir's volume (:data:`GITDIR_PATH`); the last file put into it is
+            :data:`SHIPPED`, after which the sidecar gives both to the agent.
+        cache: the repository's object cache volume (:data:`CACHE_PATH`, read-only).
+        files: absolute path in the agent's container -> content, put there (root, 0644)
+            before it starts (the prompt).
+    """
+
+    work: str
+    git: str
+    cache: str
+    files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """Everything needed to start one sandbox.
 
@@ -204,10 +238,10 @@ class SandboxSpec:
         tty: allocate a terminal.
         stdin: keep stdin open (interactive sessions).
         ca_bundle: host path of a PEM bundle mounted for TLS-intercepting proxies.
-        remote: on an engine that shares no filesystem with the client, the run's trees
-            as volumes (:class:`git_iterare.sandbox.remote.RemoteTrees`): then ``mounts``
-            and ``owned`` are not used and nothing of the client is mounted; None for a
-            local engine.
+        volumes: on an engine that sees none of the client's files, the run's trees in
+            its volumes: then ``mounts`` and ``owned`` are not used and nothing of the
+            client is mounted; None when the trees are host folders (``owned``, bind
+            mounts).
     """
 
     image: str
@@ -233,7 +267,7 @@ class SandboxSpec:
     tty: bool = False
     stdin: bool = False
     ca_bundle: Path | None = None
-    remote: Any = None
+    volumes: VolumeTrees | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -278,6 +312,7 @@ class ContainerInfo:
             exited, else None.
         oom_killed: the kernel killed a process of it for exceeding its memory limit.
         memory_bytes: its memory limit in bytes, None when unlimited or unknown.
+        started: the engine started it at some time (False for one only created).
     """
 
     id: str
@@ -289,3 +324,4 @@ class ContainerInfo:
     ran_seconds: float | None = None
     oom_killed: bool = False
     memory_bytes: int | None = None
+    started: bool = True

@@ -6,10 +6,17 @@ sidecar's network namespace. When runs follow one another in a repository, the r
 launched leaves a *spare*: a sidecar from git-iterare's own image with everything that does
 not depend on the run (engine, image, Docker's default bridge, the folders the run trees
 live in, its limits), which locks its namespace at once (nothing in or out) and waits, knowing no
-policy, trees or agent ids, for a run to claim it (container/sidecar, step 0b). The next
-run claims it instead of starting a sidecar of its own: it takes over the spare's host
-folders (``out`` and ``signal``) as its own and puts its policy, trees and agent ids into
-the signal folder, from where the sidecar goes on exactly as one started for that run.
+policy or agent ids, for a run to claim it (container/sidecar, step 0b). The next run
+claims it instead of starting a sidecar of its own, in two steps: :func:`take`, before
+the run's trees exist, renames the spare's empty trees to the run's (the spare mounts
+those, and nothing beside them), then :func:`give` hands it the run's host folders
+(``out`` and ``signal``), policy, tree names and agent ids, from where the sidecar goes on
+exactly as one started for that run.
+
+A spare's trees are placeholders beside the runs' trees, named like them with
+``.spare-<token>`` for the run id (an empty worktree and run gitdir folder, an empty
+gitfile): a run that takes the spare renames them to its own paths, which keeps the
+folders the sidecar has mounted.
 
 Trust: a spare runs only git-iterare's image and code, is never joined by an agent
 before it is claimed, and learns its policy from the host process of the run that claims
@@ -35,10 +42,10 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from git_iterare import marks
 from git_iterare.errors import IterareError
 from git_iterare.sandbox.spec import (
     LABEL_REPO,
@@ -76,7 +83,7 @@ def usable(spec: SandboxSpec) -> bool:
     mounts) and Docker's default bridge, no ``docker.network`` or ``--docker-network``
     (a spare waiting on a user's network would stop ``docker compose down`` from
     removing it)."""
-    return spec.remote is None and not spec.network and not spec.networks
+    return spec.volumes is None and not spec.network and not spec.networks
 
 
 def spare_root(spec: SandboxSpec) -> Path:
@@ -133,28 +140,7 @@ def _spares(root: Path) -> Iterator[tuple[Path, dict[str, Any] | None]]:
         yield folder, _read_info(folder)
 
 
-#: In a spare folder a run made for itself (git_iterare.sandbox.headstart): the file its
-#: process holds an exclusive ``flock`` on until it claims or drops it (the kernel lets go
-#: when the process dies), so sweeps and ``cleanup`` leave a folder in use alone.
-OWNER = "owner"
-
-
-def hold(folder: Path) -> int:
-    """Mark ``folder`` as in use by this process (:data:`OWNER`); return the descriptor
-    that holds it (close it to let go).
-
-    Raises:
-        OSError: the file cannot be made or locked.
-    """
-    return marks.hold(folder / OWNER, wait=False)
-
-
-def held(folder: Path) -> bool:
-    """Whether a live process holds ``folder`` (:func:`hold`)."""
-    return bool(marks.held(folder / OWNER))
-
-
-def take(folder: Path, as_name: str) -> Path | None:
+def take_folder(folder: Path, as_name: str) -> Path | None:
     """Rename the spare ``folder`` to ``as_name`` beside it (only one caller can); the new
     path, or None when another caller took it first."""
     taken = folder.with_name(as_name)
@@ -173,85 +159,186 @@ def waiting(spec: SandboxSpec) -> bool:
                for _folder, info in _spares(spare_root(spec)))
 
 
-def claim(spec: SandboxSpec, hand_over: Callable[[], tuple[str, str]],
-          rename: Callable[[str], None] = lambda container_id: None) -> str | None:
-    """Claim a waiting spare for ``spec``'s run; return its container id, or None.
+def placeholders(spec: SandboxSpec, token: str) -> list[Path]:
+    """The placeholder trees of spare ``token`` for runs like ``spec``: its trees
+    (``spec.owned``) named with ``.spare-<token>`` for the run id."""
+    return [Path(tree).with_name(Path(tree).name.replace(spec.run_id, f".{PREFIX}{token}", 1))
+            for tree in spec.owned]
 
-    The run's ``spec.out_dir`` (absent or empty) and signal folder become the spare's;
-    what ``hand_over`` returns once a spare is taken, the sidecar's policy text and
-    ``ITERARE_TREES`` (made only then: with no spare waiting the caller's own sidecar
-    needs them, made anew), and the agent's ids go into ``signal/claim``; ``rename``
-    then gives its container the run's name (while its ``claim-*`` folder still says it
-    is being claimed: no sweep takes it for an orphan). A spare whose container is gone
-    or not running is dropped and the next one tried. Never raises for a spare that
-    cannot serve: the caller then starts a sidecar of its own; what ``hand_over`` raises
-    (a policy too long) is raised, the spare removed.
+
+@dataclass(frozen=True)
+class Taken:
+    """A spare taken for a run (:func:`take`): give it its run (:func:`give`) or drop it
+    (:func:`drop`).
+
+    Attributes:
+        container: its container's id.
+        token: its token.
+        folder: its folder, renamed (``claim-<run>-spare-<token>``).
+        trees: its sidecar's names of the trees it mounts (``ITERARE_TREES``), now the
+            run's.
     """
-    if not usable(spec):
+
+    container: str
+    token: str
+    folder: Path
+    trees: str
+
+
+def take(spec: SandboxSpec) -> Taken | None:
+    """Take a waiting spare for ``spec``'s run before its trees exist: its placeholder
+    trees are renamed to the run's (``spec.owned``), so the run's trees are the folders
+    its sidecar mounts. None when no spare can serve.
+
+    A spare whose container is gone or not running is dropped and the next one tried.
+    Never raises for a spare that cannot serve: the caller then starts a sidecar of its
+    own.
+    """
+    from git_iterare.sandbox.sidecar import tree_mounts
+
+    if not usable(spec) or any(os.path.lexists(t) for t in spec.owned):
         return None
     root, wanted, now = spare_root(spec), fingerprint(spec), time.time()
     for folder, info in _spares(root):
         if info is None or info["fingerprint"] != wanted \
                 or info["expires"] - CLAIM_MARGIN < now:
             continue
-        taken = take(folder, f"claim-{spec.run_id}-{folder.name}")
+        taken = take_folder(folder, f"claim-{spec.run_id}-{folder.name}")
         if taken is None:
             continue
         token = folder.name[len(PREFIX):]
+        mine = placeholders(spec, token)
         try:
-            if not _running_spare(info["container"], token):
-                continue
-            give(spec, taken, hand_over)
-            rename(str(info["container"]))
-            return str(info["container"])
+            if _running_spare(info["container"], token):
+                for placeholder, tree in zip(mine, spec.owned, strict=True):
+                    os.rename(placeholder, tree)
+                return Taken(str(info["container"]), token, taken, tree_mounts(mine)[1])
         except OSError:
             _remove_spare_container(token)
-        except BaseException:  # Ctrl-C meanwhile: the caller never learns its id
+        except BaseException:  # Ctrl-C meanwhile: the caller never learns of it
             _remove_spare_container(token)
-            raise
-        finally:
+            _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
+            raise
+        _remove_placeholders(taken)
+        shutil.rmtree(taken, ignore_errors=True)
     return None
 
 
-def give(spec: SandboxSpec, taken: Path, hand_over: Callable[[], tuple[str, str]]) -> None:
-    """Give the spare whose folder was ``taken`` (renamed by its claimant; its sidecar
-    started) to ``spec``'s run: its ``out`` and ``signal`` folders become the run's, and
-    what ``hand_over`` returns (policy text, ``ITERARE_TREES``) and the agent's ids go
-    into ``signal/claim``, all at once.
+def start(spec: SandboxSpec, fill: Callable[[], object], taken: Taken) -> str | None:
+    """Start ``spec``'s sandbox in the spare ``taken`` for it: given its run
+    (:func:`give`), then the agent's container made in its namespace and started
+    (:meth:`git_iterare.sandbox.docker_backend.DockerBackend.start_in`); return the agent's
+    container id, or None when the run's folders hold something (the spare is dropped:
+    the caller starts a sandbox of its own).
+
+    Raises:
+        as :meth:`~git_iterare.sandbox.docker_backend.DockerBackend.start` (the spare is
+        removed).
+    """
+    from git_iterare.sandbox.docker_backend import DockerBackend
+    from git_iterare.sandbox.engine_client import client
+
+    try:
+        give(spec, taken, lambda container: _rename(container, f"{spec.name}-net"))
+    except OSError:
+        drop(taken)
+        return None
+    except BaseException:
+        drop(taken)
+        raise
+    sidecar = client().containers.prepare_model({"Id": taken.container,
+                                                 "Name": f"/{spec.name}-net"})
+    return DockerBackend().start_in(spec, fill, sidecar)
+
+
+def _rename(container_id: str, name: str) -> None:
+    """Give a claimed spare its run's sidecar name; best effort."""
+    import docker.errors
+
+    from git_iterare.sandbox.engine_client import client
+
+    with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
+        client().api.rename(container_id, name)
+
+
+def give(spec: SandboxSpec, taken: Taken, rename: Callable[[str], None]) -> None:
+    """Give the spare ``taken`` for ``spec``'s run its run: its ``out`` and ``signal``
+    folders become the run's, and the run's policy text (its DNS servers and host
+    addresses completed), tree names and agent ids go into ``signal/claim``, all at once;
+    ``rename`` then gives its container the run's name (while its ``claim-*`` folder still
+    says it is being claimed: no sweep takes it for an orphan).
 
     Raises:
         OSError: a folder cannot be moved or written (the run's own folders hold
             something).
-        whatever ``hand_over`` raises.
+        UserError: the policy is too long to hand over.
     """
-    for mine, spares in ((spec.out_dir, taken / "out"), (spec.signal_dir(), taken / "signal")):
+    from git_iterare.sandbox.hostnet import with_dns
+    from git_iterare.sandbox.sidecar import policy_lines
+
+    for mine, spares in ((spec.out_dir, taken.folder / "out"),
+                         (spec.signal_dir(), taken.folder / "signal")):
         with contextlib.suppress(FileNotFoundError):
             mine.rmdir()  # made empty by the caller; anything in it stops the claim
         mine.parent.mkdir(parents=True, exist_ok=True)
         os.rename(spares, mine)
-    policy, trees = hand_over()
+    policy = policy_lines(with_dns(spec))
     hand = spec.signal_dir() / "claim.new"
     hand.mkdir(mode=0o700)
     (hand / "policy").write_text(policy, encoding="utf-8")
-    (hand / "trees").write_text(trees, encoding="utf-8")
+    (hand / "trees").write_text(taken.trees, encoding="utf-8")
     (hand / "agent").write_text(f"{spec.agent_uid} {spec.agent_gid}\n")
     os.rename(hand, hand.with_name("claim"))  # the sidecar sees all three at once
+    rename(taken.container)
+    shutil.rmtree(taken.folder, ignore_errors=True)
+
+
+def drop(taken: Taken) -> None:
+    """Remove the spare ``taken`` that its run did not use; best effort."""
+    _remove_spare_container(taken.token)
+    shutil.rmtree(taken.folder, ignore_errors=True)
 
 
 def new_folder(spec: SandboxSpec) -> tuple[str, Path, SandboxSpec]:
     """A new spare's token, its folder (made, 0700, without ``spare.json``: nobody claims
-    it yet) and the spec its sidecar is made from (:func:`labels`, :func:`environment`).
+    it yet), its placeholder trees (made empty, like ``spec``'s trees) and the spec its
+    sidecar is made from (:func:`labels`, :func:`environment`).
 
     Raises:
-        OSError: the folder cannot be made.
+        OSError: the folder or a placeholder cannot be made.
     """
     token = secrets.token_hex(6)
     folder = spare_root(spec) / f"{PREFIX}{token}"
     folder.mkdir(mode=0o700, parents=True)
-    spare_spec = dataclasses.replace(spec, out_dir=folder / "out",
+    trees = placeholders(spec, token)
+    (folder / "trees").write_text("".join(f"{t}\n" for t in trees), encoding="utf-8")
+    for tree, like in zip(trees, spec.owned, strict=True):
+        if Path(like).is_dir():
+            tree.mkdir()
+        else:
+            tree.touch(exist_ok=False)
+    spare_spec = dataclasses.replace(spec, out_dir=folder / "out", owned=tuple(trees),
                                      name=f"iterare-{PREFIX}{token}", run_id="")
     return token, folder, spare_spec
+
+
+def _remove_placeholders(folder: Path) -> None:
+    """Remove the placeholder trees a spare's folder names (``trees``), where they are
+    still empty: a spare nobody took."""
+    try:
+        listed = (folder / "trees").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    for line in listed:
+        path = Path(line)
+        if not path.name.startswith(f".{PREFIX}"):
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                path.unlink()
 
 
 def labels(spec: SandboxSpec, token: str) -> dict[str, str]:
@@ -289,6 +376,7 @@ def _sweep_leftovers(root: Path) -> None:
         except OSError:
             continue
         _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1])
+        _remove_placeholders(Path(entry.path))
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
@@ -296,7 +384,7 @@ def _running_spare(container_id: str, token: str) -> bool:
     """Whether ``container_id`` runs and is the spare ``token`` (else it is removed)."""
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client
+    from git_iterare.sandbox.engine_client import client
 
     try:
         state = client().api.inspect_container(container_id)
@@ -315,7 +403,7 @@ def _remove_container(container_id: str) -> None:
     """Remove a spare's container; best effort (auto-remove takes one that exited)."""
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client
+    from git_iterare.sandbox.engine_client import client
 
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
         client().api.remove_container(container_id, force=True, v=True)
@@ -331,7 +419,7 @@ def _remove_spare_container(token: str) -> bool:
     whether there was one. Best effort."""
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client
+    from git_iterare.sandbox.engine_client import client
 
     try:
         state = client().api.inspect_container(container_name(token))
@@ -359,10 +447,10 @@ def wanted(spec: SandboxSpec, seconds: int, claimed: bool) -> bool:
     return claimed or recent
 
 
-def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) -> str | None:
-    """Start a spare sidecar that sandboxes like ``spec`` can claim for ``seconds``;
-    return its container id, or None when one is waiting already. ``create_sidecar`` is
-    :func:`git_iterare.sandbox.docker_backend.create_sidecar`, which makes any sidecar.
+def make(spec: SandboxSpec, seconds: int) -> str | None:
+    """Start a spare sidecar that sandboxes like ``spec`` (a run's just started: its
+    trees exist) can claim for ``seconds``; return its container id, or None when one is
+    waiting already.
 
     Also sweeps spare folders that gave up, and spare containers of this repository that
     never started (a ``make`` cut short).
@@ -372,6 +460,7 @@ def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) ->
         OSError: the folder cannot be made.
     """
     from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.sidecar import create_sidecar
 
     root, wanted_print, now = spare_root(spec), fingerprint(spec), time.time()
     for folder, info in list(_spares(root)):
@@ -385,14 +474,14 @@ def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) ->
                 info["expires"] + SWEEP_AFTER < now or info["fingerprint"] != wanted_print
         except OSError:  # another process took it meanwhile
             continue
-        if stale and not held(folder) \
-                and (taken := take(folder, f"sweep-{folder.name}")) is not None:
+        if stale and (taken := take_folder(folder, f"sweep-{folder.name}")) is not None:
             _remove_spare_container(folder.name[len(PREFIX):])
+            _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
     _sweep_leftovers(root)
-    token, folder, spare_spec = new_folder(spec)
     container = None
+    token, folder, spare_spec = new_folder(spec)
     try:
         container = create_sidecar(spare_spec, environment(seconds), name=container_name(token),
                                    auto_remove=True, labels=labels(spec, token))
@@ -405,6 +494,7 @@ def make(spec: SandboxSpec, seconds: int, create_sidecar: Callable[..., Any]) ->
     except BaseException:
         if container is not None:
             _remove_container(container.id)
+        _remove_placeholders(folder)
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return str(container.id)
@@ -416,7 +506,7 @@ def _sweep_unstarted(repo_path: str) -> None:
     and a claimed one is a run's sidecar, never left merely created)."""
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client
+    from git_iterare.sandbox.engine_client import client
 
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
         for found in client().api.containers(all=True, filters={
@@ -429,17 +519,15 @@ def remove_all(root: Path, repo_path: str) -> int:
     """Remove every spare waiting in ``root`` (folders, and their containers, found by
     name and checked by label), and the spare containers of the repository at
     ``repo_path`` whose folder is gone (nobody can claim them); return how many
-    containers were removed. Spares already claimed are runs' sidecars and stay, and so
-    does one a run being launched made for itself (:func:`held`)."""
+    containers were removed. Spares already claimed are runs' sidecars and stay."""
     _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
-        if held(folder):
-            continue  # a run made it for itself and is being launched
-        taken = take(folder, f"sweep-{folder.name}")
+        taken = take_folder(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
         removed += _remove_spare_container(folder.name[len(PREFIX):])
+        _remove_placeholders(taken)
         shutil.rmtree(taken, ignore_errors=True)
     return removed + _remove_orphans(root, repo_path)
 
@@ -450,7 +538,7 @@ def _remove_orphans(root: Path, repo_path: str) -> int:
     names as its sidecar is a run's, whatever its name (its renaming failed)."""
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client
+    from git_iterare.sandbox.engine_client import client
 
     try:
         names = {e.name for e in os.scandir(root)}

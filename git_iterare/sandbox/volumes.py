@@ -1,24 +1,21 @@
-"""Sandboxes on an engine that shares no filesystem with the client.
+"""Named volumes of an engine, and the containers that carry files into and out of them.
 
-A local engine (a ``unix://`` socket: Docker's default socket, Podman's) sees the
-client's files, and a run's trees are bind mounts. Any other engine (``ssh://``,
-``tcp://``, a context naming one) sees nothing of the client: :func:`shares_filesystem`
-decides which, in one place. On such an engine a run's trees live in named volumes:
+Where an engine sees none of the client's files (``ssh://``, ``tcp://``), a run's trees
+live in its volumes (see :mod:`git_iterare.runner.placement.remote`):
 
 * ``iterare-<id>-work``: the worktree, at ``/workspace`` in the agent's container;
 * ``iterare-<id>-git``: the run's gitdir, at ``/git/run``;
-* ``iterare-cache-<key>``: the repository's object cache (:data:`CACHE_PATH`,
-  read-only for the agent), shared by the runs of one repository on that engine:
-  ``objects/`` (packs; the run gitdir's alternates point there) and ``have/<commit>``
-  (an empty file per commit whose objects the cache holds);
+* ``iterare-cache-<key>``: the repository's object cache (read-only for the agent),
+  shared by the runs of one repository on that engine: ``objects/`` (packs; the run
+  gitdir's alternates point there) and ``have/<commit>`` (an empty file per commit whose
+  objects the cache holds);
 * ``iterare-spare-<key>-<8 hex>-work`` and ``-git``: a *spare* worktree and gitdir of
   the repository, checked out ahead of its next run, which takes them over as its own
-  (:func:`spare_volumes`; see :mod:`git_iterare.runner.ship`).
+  (:func:`spare_volumes`).
 
 Files go in and out through the Engine API (``put_archive``/``get_archive``) of a
 *porter*: a container from git-iterare's own image that mounts the volumes and is never
-started (:class:`Porter`). Nothing here knows about git; :mod:`git_iterare.runner.ship`
-decides what to put and reads what comes back.
+started, or runs one command (:class:`Porter`). Nothing here knows about git.
 """
 
 from __future__ import annotations
@@ -26,16 +23,9 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO
 
-from git_iterare.sandbox.engine import Engine, current
-
-#: Where the agent's container sees the repository's object cache (read-only).
-CACHE_PATH = "/git/cache"
-#: The worktree and the run's gitdir in the agent's container.
-WORK_PATH = "/workspace"
-GITDIR_PATH = "/git/run"
+from git_iterare.sandbox.dockertypes import Container
 
 #: Label on every volume git-iterare makes: ``work``, ``git`` or ``cache``.
 LABEL_VOLUME = "dev.iterare.volume"
@@ -45,27 +35,6 @@ LABEL_CACHE = "dev.iterare.cache"
 #: :data:`LABEL_CACHE`: once a run takes them over they hold its work, which removing the
 #: cache must never remove.)
 LABEL_SPARE = "dev.iterare.spare"
-
-
-class ContainerHandle(Protocol):
-    """A container as the docker SDK gives it, as far as the runner handles one: it passes
-    it back to the functions here."""
-
-    @property
-    def id(self) -> str:
-        """The container's id."""
-
-    @property
-    def labels(self) -> dict[str, str]:
-        """Its labels."""
-
-
-def shares_filesystem(engine: Engine | None = None) -> bool:
-    """Whether ``engine`` (the current one when None) sees the client's files: True for
-    a ``unix://`` socket (Docker's default socket, Podman's, a context naming a local
-    socket), False for ``ssh://`` and ``tcp://`` engines."""
-    engine = engine if engine is not None else current()
-    return engine.url.startswith("unix://")
 
 
 def run_volumes(run_id: str) -> tuple[str, str]:
@@ -89,61 +58,14 @@ def cache_volume(key: str) -> str:
     return f"iterare-cache-{key}"
 
 
-@dataclass(frozen=True)
-class RemoteTrees:
-    """A run's trees on an engine that shares no filesystem with the client.
-
-    Attributes:
-        work: the worktree's volume (``/workspace``).
-        git: the run gitdir's volume (``/git/run``).
-        cache: the repository's object cache volume (``/git/cache``, read-only).
-        files: absolute path in the agent's container -> content, put there (root, 0644)
-            before it starts (the prompt).
-        spare: True when ``work`` and ``git`` are a spare worktree the run took over
-            (checked out ahead, maybe still being checked out), False for new, empty ones.
-    """
-
-    work: str
-    git: str
-    cache: str
-    files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
-    spare: bool = False
-
-
-#: The last file put into a remote run's gitdir: its trees are all there. The sidecar gives
-#: them to the agent once it sees it (:data:`SIDECAR_TREES_READY`).
-SHIPPED = "iterare-shipped"
-#: Where the sidecar sees :data:`SHIPPED` (below ``/trees``; its ``ITERARE_TREES_READY``).
-SIDECAR_TREES_READY = f"0/run/{SHIPPED}"
-
-
-def sidecar_mounts(trees: RemoteTrees) -> tuple[list[Any], str]:
-    """The sidecar's mounts of a remote run's trees and its ``ITERARE_TREES``: the
-    worktree and gitdir volumes at ``/trees/0/workspace`` and ``/trees/0/run`` (the
-    sidecar gives them to the agent before it starts, once :data:`SHIPPED` is there)."""
-    from docker.types import Mount
-
-    return ([Mount("/trees/0/workspace", trees.work, type="volume"),
-             Mount("/trees/0/run", trees.git, type="volume")], "0/workspace 0/run")
-
-
-def agent_mounts(trees: RemoteTrees) -> list[Any]:
-    """The agent's mounts of a remote run: worktree and gitdir volumes read-write, the
-    object cache read-only. No bind mount."""
-    from docker.types import Mount
-
-    return [Mount(WORK_PATH, trees.work, type="volume"),
-            Mount(GITDIR_PATH, trees.git, type="volume"),
-            Mount(CACHE_PATH, trees.cache, type="volume", read_only=True)]
-
-
 def ensure_volume(name: str, labels: Mapping[str, str]) -> None:
     """Make volume ``name`` with ``labels`` unless it exists.
 
     Raises:
         OperationFailed: the engine refused or cannot be reached.
     """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"make the volume {name}"):
         client().volumes.create(name, labels=dict(labels))
@@ -157,7 +79,8 @@ def volume_exists(name: str) -> bool:
     """
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"look for the volume {name}"):
         try:
@@ -174,9 +97,15 @@ def remove_volumes_and_users(names: Sequence[str]) -> list[str]:
     Raises:
         OperationFailed: the engine refused or cannot be reached.
     """
+    import docker.errors
+
+    from git_iterare.sandbox.docker_errors import docker_errors
+
     for name in names:
         for container in containers_using(name):
-            remove_container(container)
+            with docker_errors(f"remove {container.name}"), \
+                    contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True, v=True)
     return remove_volumes(names)
 
 
@@ -190,7 +119,8 @@ def remove_volumes(names: Sequence[str]) -> list[str]:
 
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     removed = []
     for name in names:
@@ -238,13 +168,14 @@ class Porter:
         self.labels = dict(labels or {})
         self.command = list(command) if command is not None else None
         self.user = user
-        self.container: Any = None
+        self.container: Container | None = None
         self.started = False
 
     def __enter__(self) -> Porter:
         from docker.types import Mount
 
-        from git_iterare.sandbox.docker_errors import client, docker_errors
+        from git_iterare.sandbox.docker_errors import docker_errors
+        from git_iterare.sandbox.engine_client import client
 
         # no_copy: an empty volume is not filled from the image's folder at that path.
         mounts = [Mount(path, name, type="volume", read_only=ro, no_copy=True)
@@ -280,8 +211,14 @@ class Porter:
         from git_iterare.sandbox.docker_errors import docker_errors
 
         with docker_errors("start the checkout on the Docker engine"):
-            self.container.start()
+            self.made.start()
         self.started = True
+
+    @property
+    def made(self) -> Container:
+        """Its container (inside the ``with`` block)."""
+        assert self.container is not None, "a Porter is used inside its with block"
+        return self.container
 
     def put(self, path: str, archive: bytes | IO[bytes]) -> None:
         """Unpack the tar ``archive`` (bytes or a file open for reading) at ``path``
@@ -290,15 +227,15 @@ class Porter:
         Raises:
             OperationFailed: the engine refused.
         """
-        put_archive(self.container, path, archive)
+        put_archive(self.made, path, archive)
 
     def get(self, path: str) -> Iterator[bytes]:
         """The tar of ``path`` (a folder comes with its own name as first component), as
         chunks; nothing when it does not exist."""
-        return get_archive(self.container, path)
+        return get_archive(self.made, path)
 
 
-def put_archive(container: Any, path: str, archive: bytes | IO[bytes]) -> None:
+def put_archive(container: Container, path: str, archive: bytes | IO[bytes]) -> None:
     """``put_archive`` of ``container`` (a tar as bytes or a file open for reading) with
     the engine's errors as ours.
 
@@ -313,7 +250,7 @@ def put_archive(container: Any, path: str, archive: bytes | IO[bytes]) -> None:
             raise OperationFailed(f"the Docker engine did not take the files for {path}")
 
 
-def get_archive(container: Any, path: str) -> Iterator[bytes]:
+def get_archive(container: Container, path: str) -> Iterator[bytes]:
     """The tar of ``path`` in ``container`` (created, running or exited), streamed in
     chunks; nothing when the path does not exist. Errors while streaming (a connection
     that drops) are ours too.
@@ -333,14 +270,7 @@ def get_archive(container: Any, path: str) -> Iterator[bytes]:
         yield from stream
 
 
-def never_started(container: Any) -> bool:
-    """Whether ``container`` (as :func:`find_container` gives it) was never started: its
-    engine reports no start time (Docker's zero time)."""
-    started = str(((container.attrs or {}).get("State") or {}).get("StartedAt") or "")
-    return started == "" or started.startswith("0001-01-01")
-
-
-def find_container(name: str) -> Any:
+def find_container(name: str) -> Container | None:
     """The container ``name`` (or id) on the current engine, or None.
 
     Raises:
@@ -348,7 +278,8 @@ def find_container(name: str) -> Any:
     """
     import docker.errors
 
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"find {name}"):
         try:
@@ -357,51 +288,20 @@ def find_container(name: str) -> Any:
             return None
 
 
-def containers_using(volume: str) -> list[Any]:
+def containers_using(volume: str) -> list[Container]:
     """The containers (running or not) that mount ``volume`` on the current engine.
 
     Raises:
         OperationFailed: the engine cannot be reached.
     """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"list the containers using {volume}"):
         return list(client().containers.list(all=True, filters={"volume": volume}))
 
 
-def run_containers(run_id: str, repo_path: str) -> list[Any]:
-    """The containers (running or not) labelled as run ``run_id``'s of the repository at
-    ``repo_path`` (:data:`git_iterare.sandbox.spec.LABEL_RUN`, ``LABEL_REPO``) on the
-    current engine: its sidecar, agent and porters.
-
-    Raises:
-        OperationFailed: the engine cannot be reached.
-    """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
-    from git_iterare.sandbox.spec import LABEL_REPO, LABEL_RUN
-
-    with docker_errors(f"list the containers of run {run_id}"):
-        return list(client().containers.list(all=True, filters={
-            "label": [f"{LABEL_RUN}={run_id}", f"{LABEL_REPO}={repo_path}"]}))
-
-
-def remove_container(container: Any) -> None:
-    """Remove ``container`` (a docker SDK container), running or not, with its anonymous
-    volumes; one already gone is fine.
-
-    Raises:
-        OperationFailed: the engine refused or cannot be reached.
-    """
-    import docker.errors
-
-    from git_iterare.sandbox.docker_errors import docker_errors
-
-    with docker_errors(f"remove {container.name}"), \
-            contextlib.suppress(docker.errors.NotFound):
-        container.remove(force=True, v=True)
-
-
-def exec_in(container: Any, argv: Sequence[str]) -> tuple[int, bytes]:
+def exec_in(container: Container, argv: Sequence[str]) -> tuple[int, bytes]:
     """Run ``argv`` as root in a running ``container``; its status and output.
 
     Raises:
@@ -421,7 +321,8 @@ def cache_volumes(key: str | None = None) -> list[str]:
     Raises:
         OperationFailed: the engine cannot be reached.
     """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     label = f"{LABEL_CACHE}={key}" if key else LABEL_CACHE
     with docker_errors("list the object caches"):
@@ -441,7 +342,8 @@ def spare_volumes_made(key: str) -> dict[str, str]:
     Raises:
         OperationFailed: the engine cannot be reached.
     """
-    from git_iterare.sandbox.docker_errors import client, docker_errors
+    from git_iterare.sandbox.docker_errors import docker_errors
+    from git_iterare.sandbox.engine_client import client
 
     with docker_errors("list the spare worktrees"):
         found = client().volumes.list(filters={"label": f"{LABEL_SPARE}={key}"})

@@ -1,0 +1,342 @@
+"""The ``remote`` placement: an engine that sees none of this machine's files
+(``ssh://``, ``tcp://``).
+
+The run's branch, worktree and gitdir are made on the host as for a local run (the user's
+view of the run, and what the importer imports from), but the worktree stays empty until
+the run ends (:func:`git_iterare.runner.workspace.make_run` with ``on_engine``). The
+engine gets what it needs in the run's volumes (:mod:`git_iterare.sandbox.volumes`),
+through the Engine API only: the objects, the run gitdir and the include files in one
+archive, the base checked out there (:mod:`.ship`); the prompt is a file put into the
+agent's container before it starts.
+
+Results come out when the run ends (:meth:`Remote.collect`, by whichever command notices
+first): the worktree and the run gitdir as archives, unpacked into the host's (so far
+empty) worktree and run gitdir without trusting them (:func:`.tarball.extract`), then
+imported and committed by the same code as a local run's. ``git iterare diff RUN`` of a
+live run unpacks the worktree into a scratch folder and diffs a snapshot of it
+(:meth:`Remote.live_tree`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from git_iterare import boundedfs
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.git.repo import Repo
+from git_iterare.runner.placement.base import PlacementKind, RunTrees
+from git_iterare.runner.placement.ship import cache_key, checkout_command, ship, tmp_root
+from git_iterare.runner.placement.spares import record_volumes, recorded_spare
+from git_iterare.runner.placement.tarball import (
+    MAX_OUT_FILE_BYTES,
+    extract,
+    members,
+    replace_contents,
+    write_new,
+)
+from git_iterare.sandbox.spec import (
+    GITDIR_PATH,
+    LABEL_REPO,
+    LABEL_RUN,
+    OUT_PATH,
+    SIDECAR,
+    WORK_PATH,
+    VolumeTrees,
+    sandbox_name,
+)
+
+if TYPE_CHECKING:
+    from git_iterare.runner.workspace import RunWorkspace
+    from git_iterare.runs.record import RunRecord
+    from git_iterare.sandbox.dockertypes import Container
+    from git_iterare.sandbox.spec import Mount
+
+
+def _labels(repo: Repo, record: RunRecord) -> dict[str, str]:
+    """The labels of a run's volumes and porters: its run and repository."""
+    return {LABEL_RUN: record.id, LABEL_REPO: str(repo.main_work_tree)}
+
+
+class Remote:
+    """Trees in engine volumes, shipped in and fetched out through the Engine API."""
+
+    @property
+    def kind(self) -> PlacementKind:
+        return "remote"
+
+    def check(self, repo: Repo, base: str, mounts: Sequence[Mount]) -> None:
+        """Refuse what a run on a remote engine cannot do yet: mounts of host paths
+        (``[mounts] volumes``), and a base with initialized submodules (their objects are
+        not shipped, so their files would be missing there and their deletion committed
+        at the end).
+
+        Raises:
+            UserError: naming the first mount or submodule.
+        """
+        for mount in mounts:
+            raise UserError(f"the mount of {mount.host_path} cannot be used: the Docker "
+                            "engine is remote and sees none of this machine's files",
+                            hint="drop it from [mounts] volumes, or use a local Docker engine")
+        from git_iterare.git.checkout import submodules
+
+        for sub in submodules(repo.common_dir, base):
+            if sub.gitdir is not None:
+                raise UserError(f"submodule {sub.path} is initialized here, and runs on a "
+                                "remote Docker engine cannot have submodules yet",
+                                hint="use a local Docker engine for this repository")
+
+    def check_host_folder(self, what: str) -> None:
+        """Refuse: a remote engine sees none of this machine's folders.
+
+        Raises:
+            UserError: always, naming ``what`` and the engine.
+        """
+        from git_iterare.sandbox.engine import current
+
+        raise UserError(f"{what} needs a local Docker engine; {current().label} is remote "
+                        "and sees none of this machine's files")
+
+    def make(self, repo: Repo, record: RunRecord, files: dict[str, bytes]) -> RunTrees:
+        """The run's branch, worktree and gitdir on the host (empty: the engine checks the
+        base out), and its volumes on the engine (a spare worktree's when its record names
+        one); :attr:`RunTrees.fill` ships the run's code in (its ``facts`` then hold
+        ``shipped``, what crossed the wire).
+
+        Raises:
+            as :func:`git_iterare.runner.workspace.make_run`; OperationFailed: the engine
+                refused.
+        """
+        from git_iterare.runner import workspace as wsp
+        from git_iterare.sandbox import volumes as engine
+
+        base = str(record.base_commit)
+        spare = recorded_spare(record) is not None
+        work, git = record_volumes(record)
+        key = cache_key(repo)
+        trees = VolumeTrees(work=work, git=git, cache=engine.cache_volume(key), files=files)
+        workspace = wsp.make_run(repo, record.id, base, on_engine=True)
+        labels = _labels(repo, record)
+        make_volumes(repo, trees, labels, spare=spare)
+        facts: dict[str, object] = {}
+        image = str((record.extra or {}).get("sidecar_image") or "")
+        ids = (workspace.agent_uid, workspace.agent_gid)
+
+        def fill() -> None:
+            shipped = ship(repo, record.id, base, trees, image, labels, ids, spare=spare)
+            facts["shipped"] = shipped.to_json()
+
+        return RunTrees(workspace=workspace, fill=fill, volumes=trees,
+                        wrapper=tuple(checkout_command("agent")), facts=facts)
+
+    def release(self, repo: Repo, record: RunRecord) -> None:
+        """Nothing: the host's copies of a remote run's trees are always the user's."""
+
+    def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
+        """Bring the run's trees back: its worktree and gitdir on the engine replace the
+        host's copies (:func:`.tarball.extract`), and the sidecar's output lands in the
+        run's state folder. Call with the run's lock held, on the run's engine.
+
+        Returns:
+            Notes for the user (special files left out; trees that are gone).
+
+        Raises:
+            OperationFailed: the engine cannot be reached or refused; a bad archive.
+        """
+        from git_iterare.runner.workspace import (
+            fill_worktree,
+            on_engine_path,
+            worktree_on_engine,
+        )
+
+        _fetch_out(repo, record)
+        agent = _agent_container(record)
+        if agent is not None and not _started(agent):
+            # Its trees on the engine may be empty (the checkout runs beside the launch):
+            # the base is the run's result, checked out here if it was not.
+            if worktree_on_engine(workspace):
+                fill_worktree(repo, workspace)
+            return ["its agent never started; its base is kept"]
+        with _source(record) as source:
+            if source is None:
+                if worktree_on_engine(workspace):  # the host's copy was never filled
+                    fill_worktree(repo, workspace)
+                return ["its files on the Docker engine are gone; what the host has is kept"]
+            from git_iterare.sandbox.volumes import get_archive
+
+            container, work_path, git_path = source
+            notes = []
+            for host, path, skip in ((Path(workspace.worktree), work_path, (".git",)),
+                                     (Path(workspace.gitdir), git_path, ())):
+                scratch = Path(tempfile.mkdtemp(prefix=f".{record.id}.fetch-",
+                                                dir=host.parent))
+                try:
+                    notes += extract(get_archive(container, path), scratch, skip_top=skip)
+                    replace_contents(host, scratch, keep=skip)
+                finally:
+                    if scratch.exists():
+                        boundedfs.remove_tree(scratch)
+            on_engine_path(workspace).unlink(missing_ok=True)
+        return notes[:100]
+
+    def give_back(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
+                  sandbox: str | None = None) -> None:
+        """Nothing: its trees came back as the user's, inert (:meth:`fetch`)."""
+
+    def ended_by_engine(self, record: RunRecord) -> bool:
+        """Whether the run's network sidecar, which only git-iterare removes, is not
+        running: the engine restarted, or the sandbox was killed there."""
+        from git_iterare.sandbox.volumes import find_container
+
+        sidecar = find_container(f"{sandbox_name(record.id)}-net")
+        return sidecar is None or sidecar.status != "running"
+
+    def clear(self, record: RunRecord) -> bool:
+        """Remove the run's volumes, and whatever still mounts them (porters, or a
+        sidecar a launch cut short left).
+
+        Raises:
+            OperationFailed: the engine refused or cannot be reached.
+        """
+        from git_iterare.sandbox.volumes import remove_volumes_and_users
+
+        remove_volumes_and_users(record_volumes(record))
+        return True
+
+    def live_tree(self, repo: Repo, record: RunRecord) -> str | None:
+        """The tree of the live run's worktree as it is now: fetched into a scratch
+        folder and snapshot as its end would commit it (the host's copy is left as it
+        is).
+
+        Raises:
+            OperationFailed: the run's files are gone, or the engine cannot be reached.
+        """
+        from git_iterare.git import checkout, safegit
+        from git_iterare.runner.ownership import engine_of
+        from git_iterare.runner.workspace import checkout_map_path, open_run
+        from git_iterare.sandbox.engine import using
+        from git_iterare.sandbox.volumes import get_archive
+
+        ws = open_run(repo, record.id, str(record.base_commit))
+        scratch = Path(tempfile.mkdtemp(prefix=f"live-{record.id}-", dir=tmp_root(repo)))
+        try:
+            with using(engine_of(record)), _source(record) as source:
+                if source is None:
+                    raise OperationFailed(f"run {record.id}'s files on the Docker engine are "
+                                          "gone")
+                extract(get_archive(source[0], source[1]), scratch, skip_top=(".git",))
+            plan = checkout.plan_snapshot(repo.common_dir, scratch, ws.base_commit,
+                                          checkout_map_path(ws), ws.ref, commit=False)
+            with safegit.safe_git(repo.common_dir, scratch, attributes=plan.attributes,
+                                  filters=plan.filter_text) as view:
+                return str(view.snapshot(ws.base_commit, drop=ws.included,
+                                         drop_blobs=ws.included_blobs,
+                                         unchanged=plan.unchanged, gitlinks=plan.gitlinks))
+        finally:
+            boundedfs.remove_tree(scratch)
+
+
+def make_volumes(repo: Repo, trees: VolumeTrees, labels: Mapping[str, str], *,
+                 spare: bool = False) -> None:
+    """Make a new run's volumes (and the repository's object cache when it has none)
+    before any container names them (the engine would make them unlabelled); a spare's
+    (``spare``) exist already.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached.
+    """
+    from git_iterare.sandbox import volumes as engine
+
+    engine.ensure_volume(trees.cache, {engine.LABEL_VOLUME: "cache",
+                                       engine.LABEL_CACHE: cache_key(repo),
+                                       LABEL_REPO: str(repo.main_work_tree)})
+    if not spare:
+        engine.ensure_volume(trees.work, {**labels, engine.LABEL_VOLUME: "work"})
+        engine.ensure_volume(trees.git, {**labels, engine.LABEL_VOLUME: "git"})
+
+
+def _started(container: Container) -> bool:
+    """Whether the engine ever started ``container``."""
+    from git_iterare.sandbox.docker_backend import container_info
+
+    return container_info(container).started
+
+
+def _agent_container(record: RunRecord) -> Container | None:
+    """The run's agent container on its engine when it is this run's (labels), or None."""
+    from git_iterare.sandbox.volumes import find_container
+
+    for name in filter(None, (record.container, sandbox_name(record.id))):
+        found = find_container(name)
+        if found is not None and (found.labels or {}).get(LABEL_RUN) == record.id:
+            return found
+    return None
+
+
+@contextlib.contextmanager
+def _source(record: RunRecord) -> Iterator[tuple[Container, str, str] | None]:
+    """Where the run's trees can be read: (container, worktree path, gitdir path) -- the
+    agent's container, else a porter over the run's volumes; None when both are gone."""
+    from git_iterare.sandbox import volumes as engine
+
+    agent = _agent_container(record)
+    if agent is not None:
+        yield agent, WORK_PATH, GITDIR_PATH
+        return
+    work, git = record_volumes(record)
+    if not (engine.volume_exists(work) and engine.volume_exists(git)):
+        yield None
+        return
+    image = str((record.extra or {}).get("sidecar_image") or "")
+    with engine.Porter(image, {work: ("/work", True), git: ("/git", True)},
+                       {LABEL_RUN: record.id}) as porter:
+        yield porter.made, "/work", "/git"
+
+
+def _fetch_out(repo: Repo, record: RunRecord) -> None:
+    """The sidecar's output (status, DNS log, refused connections) into the run's state
+    folder, after asking a running sidecar for its report."""
+    from git_iterare.runner.paths import state_dir
+    from git_iterare.sandbox.volumes import exec_in, find_container, get_archive
+
+    sidecar = find_container(f"{sandbox_name(record.id)}-net")
+    if sidecar is None or (sidecar.labels or {}).get(LABEL_RUN) != record.id:
+        return
+    if sidecar.status == "running":
+        exec_in(sidecar, [SIDECAR, "report"])
+    out = state_dir(repo, record.id) / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    for member, tar in members(get_archive(sidecar, OUT_PATH)):
+        name = member.name.rsplit("/", 1)[-1]
+        if (member.isfile() and member.size <= MAX_OUT_FILE_BYTES
+                and re.fullmatch(r"[a-z]+\.(json|log)", name)):
+            target = out / name
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            write_new(target, tar.extractfile(member), 0o644)
+
+
+def remove_cache(repo: Repo) -> list[str]:
+    """``git iterare cleanup --cache``: remove this repository's object cache on the
+    current engine, and its spare worktrees there. Runs still using the cache keep it
+    (the engine refuses), which is an error.
+
+    Returns:
+        The names of the volumes removed (none when there was no cache).
+
+    Raises:
+        OperationFailed: the engine refused (a run uses it) or cannot be reached.
+    """
+    from git_iterare.runner.placement.ship import known_cache_key
+    from git_iterare.runner.placement.spares import drop_all
+    from git_iterare.sandbox.volumes import cache_volumes, remove_volumes
+
+    key = known_cache_key(repo)
+    if key is None:
+        return []
+    drop_all(repo, key)  # a spare's maker reads the cache
+    return remove_volumes(cache_volumes(key))

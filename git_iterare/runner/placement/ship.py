@@ -1,0 +1,344 @@
+"""A run's code onto an engine that sees none of the client's files, in one archive.
+
+* **Objects** go into the repository's object cache on the engine, once: the cache lists
+  the commits it holds (``have/<commit>``), and a run ships a pack of the objects
+  reachable from its base and not from any of those (``git pack-objects --revs``), so a
+  run's start costs in proportion to what changed since the last one. The cache is keyed
+  by a random id of this repository (:func:`cache_key`), so no other repository's runs
+  see its objects.
+* **The run gitdir** (HEAD, branch, config, exclude; alternates naming the cache) and the
+  ``.iterare/include`` files go into the run's volumes. The base is checked out there
+  from the cache, so the worktree's content never crosses the wire: by a porter from
+  git-iterare's own image, as the agent's uid, with no capabilities and no network,
+  started as soon as the files are in, so the checkout goes on while the sandbox starts;
+  the agent's container waits for it, and does it itself when it failed
+  (``container/engine-checkout``, :func:`checkout_command`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import secrets
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from git_iterare.git.repo import Repo
+from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
+
+#: The marker files of ``container/engine-checkout`` in the run gitdir: while PENDING is
+#: there a porter checks the base out; GO, the last file :func:`ship` puts, starts it;
+#: DONE once the base is checked out. NEXT holds the run gitdir's files while the run
+#: takes a spare worktree over; SPARE_MAKING is there while a spare's maker checks out
+#: (touched every second: older than SPARE_STALE seconds means its maker died), and
+#: SPARE_READY once its checkout is complete (the commit).
+PENDING = "iterare-checkout"
+GO = "iterare-checkout-go"
+DONE = "iterare-checked-out"
+NEXT = "iterare-next"
+SPARE_MAKING = "iterare-spare-making"
+SPARE_READY = "iterare-spare-ready"
+SPARE_STALE = 10
+
+if TYPE_CHECKING:
+    from git_iterare.sandbox.volumes import Porter
+
+#: Most commits named as already in the cache when packing (the most recent ones).
+MAX_HAVES = 256
+_KEY = re.compile(r"^[0-9a-f]{16}$")
+
+
+def cache_key(repo: Repo) -> str:
+    """This repository's object cache key (16 hex digits), made on first use and kept in
+    ``<common dir>/iterare/cache-id``."""
+    known = known_cache_key(repo)
+    if known is not None:
+        return known
+    path = repo.common_dir / "iterare" / "cache-id"
+    key = secrets.token_hex(8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"cache-id.{os.getpid()}.tmp")
+    tmp.write_text(key + "\n")
+    try:
+        os.link(tmp, path)  # first writer wins
+    except FileExistsError:
+        tmp.unlink()
+        return cache_key(repo)
+    tmp.unlink()
+    return key
+
+
+def known_cache_key(repo: Repo) -> str | None:
+    """This repository's object cache key when it has one (:func:`cache_key` made it),
+    else None."""
+    try:
+        key = (repo.common_dir / "iterare" / "cache-id").read_text().strip()
+    except OSError:
+        return None
+    return key if _KEY.fullmatch(key) else None
+
+
+def config_text(repo: Repo) -> str:
+    """The run gitdir's ``config`` (line endings from the repository's config)."""
+    from git_iterare.git import safegit
+    from git_iterare.runner.workspace import RUN_GITDIR_CONFIG
+
+    return RUN_GITDIR_CONFIG + safegit.line_ending_config(repo.common_dir)
+
+
+def checkout_command(mode: str, *command: str) -> list[str]:
+    """The argv of ``container/engine-checkout`` in ``mode`` (``agent`` with the agent's
+    ``command``, ``porter``, ``spare``): the script is passed as ``sh -c``'s text, so an
+    image needs nothing of git-iterare's."""
+    from git_iterare.sandbox.accounts import container_file
+
+    script = container_file("engine-checkout").decode("utf-8")
+    return ["/bin/sh", "-c", script, "engine-checkout", mode, *command]
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """What :func:`ship` sent.
+
+    Attributes:
+        pack_bytes: bytes of objects sent to the cache (pack and index); 0 when the cache
+            had the base already.
+        objects: objects in that pack.
+        file_bytes: bytes of the other files (gitdir, includes) sent.
+    """
+
+    pack_bytes: int
+    objects: int
+    file_bytes: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"pack_bytes": self.pack_bytes, "objects": self.objects,
+                "file_bytes": self.file_bytes}
+
+
+def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
+    """Those of ``ids`` that are commits in this repository."""
+    from git_iterare.git.repo import common_git
+
+    if not ids:
+        return []
+    out = common_git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+                     input="".join(i + "\n" for i in ids)).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1] == "commit"]
+
+
+def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
+    """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
+    newest first."""
+    from git_iterare.runner.placement.tarball import members
+    from git_iterare.runner.workspace import HEX40
+
+    found: list[tuple[float, str]] = []
+    for member, _ in members(porter.get(f"{cache}/have")):
+        name = member.name.rsplit("/", 1)[-1]
+        if member.isfile() and HEX40.fullmatch(name):
+            found.append((member.mtime, name))
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, Path, int]:
+    """Write a pack (and its index) of the objects reachable from ``base`` and not from
+    ``haves`` into ``folder``; return (pack, index, number of objects)."""
+    from git_iterare.git.repo import common_git
+
+    text = base + "\n" + "".join(f"^{h}\n" for h in haves)
+    name = common_git(repo, "pack-objects", "--revs", "-q", str(folder / "pack"),
+                      input=text).stdout.strip()
+    pack, index = folder / f"pack-{name}.pack", folder / f"pack-{name}.idx"
+    count = 0
+    with index.open("rb") as handle:  # version 2 index: fan-out table's last entry
+        head = handle.read(8 + 256 * 4)
+        if head[:4] == b"\xfftOc" and len(head) == 1032:
+            count = int.from_bytes(head[-4:], "big")
+    return pack, index, count
+
+
+def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
+         labels: Mapping[str, str], agent: tuple[int, int], *, spare: bool = False
+         ) -> Shipped:
+    """Put what a new run needs on the engine: the objects of its base into the
+    repository's cache (only those the cache lacks), the run gitdir and the
+    ``.iterare/include`` files into its volumes, all in one archive; then start the
+    checkout of the base there (``engine-checkout porter``), which goes on while the
+    sandbox starts (the agent's container waits for it), unless the run took a spare
+    worktree over (``spare``: the agent's container brings it to the base itself,
+    ``engine-checkout agent``). Needs nothing of the run's host worktree.
+
+    Args:
+        repo: the repository.
+        run_id: the run.
+        base: hex id of its base commit.
+        trees: the run's volumes.
+        image: git-iterare's own image on the engine (for the porter container).
+        labels: labels of the run's volumes (run and repository).
+        agent: the agent's uid and gid (the run's trees are made its own).
+        spare: ``trees`` are a spare worktree the run took over.
+
+    Returns:
+        What was sent.
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached; git failed.
+    """
+    from git_iterare.sandbox import volumes as engine
+
+    # The porter sees the trees where the agent's container does, so the run gitdir's
+    # alternates and the worktree's .git file hold for both.
+    volumes = {trees.cache: (CACHE_PATH, False), trees.work: (WORK_PATH, False),
+               trees.git: (GITDIR_PATH, False)}
+    pack_bytes = objects = 0
+    git_tar = gitdir_archive(repo, run_id, base, config_text(repo))
+    work_tar = worktree_archive()
+    scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=tmp_root(repo)))
+    # The checkout's porter reads the cache only (it runs as the agent's uid). A spare
+    # needs none: the agent's container writes the few files that differ (engine-checkout), which
+    # costs less than starting one more container.
+    reading = {**volumes, trees.cache: (CACHE_PATH, True)}
+    checkout = None if spare else engine.Porter(
+        image, reading, labels, user=f"{agent[0]}:{agent[1]}",
+        command=checkout_command("porter"))
+    try:
+        # The files go in through a porter that is never started (root's, for the cache);
+        # the checkout's porter starts once they are all there (GO). (Starting it while
+        # they go in, from another thread, needs one more ssh session at once than an
+        # ssh:// engine's sshd allows by default.)
+        with engine.Porter(image, volumes, labels) as porter, \
+                checkout if checkout is not None else contextlib.nullcontext():
+            archive = scratch / "ship.tar"
+            # One archive into all three volumes: each put_archive costs the engine a mount
+            # of the container's filesystem.
+            cache = CACHE_PATH.strip("/")
+            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                haves = _cache_haves(porter, CACHE_PATH)
+                if base not in haves:
+                    known = _local_commits(repo, haves[:MAX_HAVES])
+                    pack, index, objects = _pack(repo, base, known, scratch)
+                    pack_bytes = pack.stat().st_size + index.stat().st_size
+                    for folder in ("objects", "objects/pack", "objects/info", "have"):
+                        add_dir(tar, f"{cache}/{folder}")
+                    # The pack before its index: readers find packs by their index.
+                    tar.add(pack, f"{cache}/objects/pack/{pack.name}")
+                    tar.add(index, f"{cache}/objects/pack/{index.name}")
+                    add_file(tar, f"{cache}/have/{base}", b"")
+                # The trees (their top folders too) are the agent's, for the checkout. A
+                # spare's gitdir is still its maker's: the run's files wait beside it.
+                run = GITDIR_PATH.strip("/")
+                for top, data in ((run, git_tar), (WORK_PATH.strip("/"), work_tar)):
+                    add_dir(tar, top, owner=agent)
+                    if top == run and spare:
+                        top = f"{run}/{NEXT}"
+                        add_dir(tar, top, owner=agent)
+                    copy_members(tar, data, top, owner=agent)
+                if checkout is not None:
+                    add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
+                    add_file(tar, f"{run}/{GO}", b"", owner=agent)
+                add_file(tar, f"{run}/{SHIPPED}", b"")  # last: all is there
+            with archive.open("rb") as handle:
+                porter.put("/", handle)
+            if checkout is not None:
+                checkout.start()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Shipped(pack_bytes=pack_bytes, objects=objects,
+                   file_bytes=len(git_tar) + len(work_tar))
+
+
+def copy_members(tar: tarfile.TarFile, data: bytes, prefix: str,
+                  owner: tuple[int, int] = (0, 0)) -> None:
+    """Add the members of the tar ``data`` to ``tar`` below ``prefix``, owned by
+    ``owner`` (uid, gid)."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as source:
+        for member in source.getmembers():
+            content = source.extractfile(member) if member.isfile() else None
+            member.name = f"{prefix}/{member.name}"
+            member.uid, member.gid = owner
+            tar.addfile(member, content)
+
+
+def tmp_root(repo: Repo) -> Path:
+    """``<common dir>/iterare/tmp``, made: scratch space on the repository's disk."""
+    root = repo.common_dir / "iterare" / "tmp"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755,
+             owner: tuple[int, int] = (0, 0)) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, mode
+    info.uid, info.gid = owner
+    tar.addfile(info)
+
+
+def add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644,
+              owner: tuple[int, int] = (0, 0)) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+    info.uid, info.gid = owner
+    tar.addfile(info, io.BytesIO(data))
+
+
+def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> bytes:
+    """The run gitdir as the agent's container needs it (as
+    :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch,
+    ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
+    files of the main worktree put aside (copied over the checkout by ``engine-checkout``).
+    With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
+    from git_iterare.runner.workspace import include_paths, run_excludes
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in ("objects", "objects/pack", "objects/info", "refs", "refs/heads",
+                       "refs/heads/iterare", "refs/tags", "info"):
+            add_dir(tar, folder)
+        if run_id is None:
+            add_file(tar, "HEAD", f"{base}\n".encode())
+        else:
+            ref = f"refs/heads/iterare/{run_id}"
+            add_file(tar, "HEAD", f"ref: {ref}\n".encode())
+            add_file(tar, ref, f"{base}\n".encode())
+        add_file(tar, "config", config.encode())
+        add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
+        included = include_paths(repo, base) if run_id is not None else ()
+        excludes = run_excludes(repo, included)
+        if excludes:
+            add_file(tar, "info/exclude", excludes)
+        if included:
+            add_dir(tar, "iterare-include")
+            made = {"iterare-include"}
+            for rel in included:
+                parts = rel.split("/")
+                for depth in range(1, len(parts)):
+                    folder = "iterare-include/" + "/".join(parts[:depth])
+                    if folder not in made:
+                        made.add(folder)
+                        add_dir(tar, folder)
+                source = Path(repo.main_work_tree or ".") / rel
+                if source.is_file() and not source.is_symlink():
+                    mode = 0o755 if os.stat(source).st_mode & 0o111 else 0o644
+                    add_file(tar, f"iterare-include/{rel}", source.read_bytes(), mode)
+    return buffer.getvalue()
+
+
+def worktree_archive() -> bytes:
+    """The worktree's start on the engine: its ``.git`` file naming the run gitdir."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        add_file(tar, ".git", f"gitdir: {GITDIR_PATH}\n".encode())
+    return buffer.getvalue()
+
+

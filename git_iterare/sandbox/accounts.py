@@ -1,0 +1,150 @@
+"""What is put into the agent's container before it starts: its account, home, secrets
+and start script, as one archive (``put_archive`` at ``/``).
+
+Nothing of it is written on the host, and nothing the agent may read is another uid's:
+its home directory and secret files are its own (0700, 0600), its secret variables are
+files it alone reads (0400), the rest is root's and read-only to it.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from importlib import resources
+from pathlib import Path
+
+from git_iterare.sandbox.dockertypes import Container
+from git_iterare.sandbox.spec import AGENT_HOME, AGENT_START, CA_PATH, SECRETS_PATH, SandboxSpec
+
+
+class _Tar:
+    """A tar archive built in memory, for ``put_archive`` (entries keep their owners)."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+        # Closed by data(), when the archive is complete.
+        self.tar = tarfile.open(fileobj=self.buffer, mode="w",  # noqa: SIM115
+                                format=tarfile.PAX_FORMAT)
+        self.dirs: set[str] = set()
+
+    def dir(self, path: str, uid: int, gid: int, mode: int) -> None:
+        if path in self.dirs:
+            return
+        self.dirs.add(path)
+        info = tarfile.TarInfo(path.strip("/"))
+        info.type, info.uid, info.gid, info.mode = tarfile.DIRTYPE, uid, gid, mode
+        self.tar.addfile(info)
+
+    def file(self, path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+        info = tarfile.TarInfo(path.strip("/"))
+        info.size, info.uid, info.gid, info.mode = len(data), uid, gid, mode
+        self.tar.addfile(info, io.BytesIO(data))
+
+    def data(self) -> bytes:
+        self.tar.close()
+        return self.buffer.getvalue()
+
+
+def container_file(name: str) -> bytes:
+    """A file of ``container/`` as shipped in the package (``agent-start``, ``sidecar``)."""
+    return (resources.files("git_iterare") / "data" / "container" / name).read_bytes()
+
+
+def _read_file(container: Container, path: str, limit: int = 1 << 20) -> bytes:
+    """A regular file of a created container (b"" when missing), at most ``limit`` bytes."""
+    import docker.errors
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return b""
+    raw = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile() or member.size > limit:
+            return b""
+        handle = tar.extractfile(member)
+        return handle.read() if handle else b""
+
+
+def image_accounts(container: Container, image: str) -> tuple[bytes, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of the image a created container runs, read
+    once per image id and kept in the user's cache (an image's files never change;
+    reading them costs two engine calls per run)."""
+    from git_iterare.sandbox import cache
+
+    image_id = str(container.attrs.get("Image") or image)
+    kept = cache.read("accounts", image_id)
+    if kept is not None and isinstance(kept.get("passwd"), str) \
+            and isinstance(kept.get("group"), str):
+        return kept["passwd"].encode(), kept["group"].encode()
+    passwd, group = _read_file(container, "/etc/passwd"), _read_file(container, "/etc/group")
+    cache.write("accounts", image_id, {"passwd": passwd.decode("utf-8", "replace"),
+                                       "group": group.decode("utf-8", "replace")})
+    return passwd, group
+
+
+def _accounts(passwd: bytes, group: bytes, uid: int, gid: int) -> tuple[bytes, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of the image with the agent as ``agent``.
+
+    Programs ask who they are (Node's ``os.userInfo()`` fails without an entry); earlier
+    ``agent`` entries and entries with the agent's numbers are replaced.
+    """
+    def keep(text: bytes, number: int) -> list[str]:
+        lines = []
+        for line in text.decode("utf-8", "replace").splitlines():
+            fields = line.split(":")
+            if line and fields[0] != "agent" and (len(fields) < 3 or fields[2] != str(number)):
+                lines.append(line)
+        return lines
+
+    users = [*keep(passwd, uid), f"agent:x:{uid}:{gid}:git-iterare agent:{AGENT_HOME}:/bin/sh"]
+    groups = [*keep(group, gid), f"agent:x:{gid}:"]
+    return ("\n".join(users) + "\n").encode(), ("\n".join(groups) + "\n").encode()
+
+
+def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
+    """The archive put into the agent's container at ``/`` before it starts.
+
+    Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
+    (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
+    secret variables as files ``/run/iterare/secrets/env/NAME`` (0400, in a 0500 dir), and
+    the CA bundle (0644) when the spec names one, and on a remote engine the run's files
+    (``spec.volumes.files``: root's, 0644). Everything the agent may read is owned by its
+    uid; nothing is written on the host.
+
+    Raises:
+        OSError: the CA bundle cannot be read.
+    """
+    uid, gid = spec.agent_uid, spec.agent_gid
+    tar = _Tar()
+    users, groups = _accounts(passwd, group, uid, gid)
+    tar.dir("etc", 0, 0, 0o755)
+    tar.file("etc/passwd", users, 0, 0, 0o644)
+    tar.file("etc/group", groups, 0, 0, 0o644)
+    tar.dir("home", 0, 0, 0o755)
+    tar.dir(AGENT_HOME, uid, gid, 0o700)
+    for rel, content in sorted(spec.secret_files.items()):
+        parts = Path(rel).parts
+        for depth in range(1, len(parts)):
+            tar.dir(f"{AGENT_HOME}/{'/'.join(parts[:depth])}", uid, gid, 0o700)
+        tar.file(f"{AGENT_HOME}/{rel}", content, uid, gid, 0o600)
+    tar.dir("run", 0, 0, 0o755)
+    tar.dir("run/iterare", 0, 0, 0o755)
+    tar.file(AGENT_START, container_file("agent-start"), 0, 0, 0o755)
+    if spec.secret_env:
+        tar.dir(SECRETS_PATH, uid, gid, 0o500)
+        tar.dir(f"{SECRETS_PATH}/env", uid, gid, 0o500)
+        for name, value in sorted(spec.secret_env.items()):
+            tar.file(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400)
+    if spec.ca_bundle is not None:
+        tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
+    if spec.volumes is not None:  # what an engine of volumes cannot mount (the prompt): root's
+        for path, data in sorted(spec.volumes.files.items()):
+            steps = path.strip("/").split("/")
+            for depth in range(1, len(steps)):
+                tar.dir("/".join(steps[:depth]), 0, 0, 0o755)
+            tar.file(path, data, 0, 0, 0o644)
+    return tar.data()
+
+
