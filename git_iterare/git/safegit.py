@@ -30,7 +30,9 @@ is dirty) it uses a *scratch gitdir* made here, never the run gitdir and never d
 Nested repositories (a directory below the top holding a ``.git`` entry) are excluded:
 their files stay in the worktree but are not committed; callers report them. Their
 ``.git`` is renamed (:func:`disable_nested_repos`), since git would otherwise read their
-agent-written config when it meets them as submodules.
+agent-written config when it meets them as submodules. Names git refuses to record (a
+``.GIT`` directory, ``git~1``, a symlinked ``.gitmodules``: :mod:`~git_iterare.git.pathnames`)
+are excluded the same way, since one of them fails the whole ``git add``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ SCRATCH_CONFIG = """\
 \tuntrackedCache = false
 \tsplitIndex = false
 \tsparseCheckout = false
+\tprotectNTFS = true
 \tattributesFile = /dev/null
 \texcludesFile = /dev/null
 [submodule]
@@ -97,6 +100,9 @@ def line_ending_config(common_dir: Path) -> str:
 
 #: What a nested repository's ``.git`` is renamed to (see :func:`disable_nested_repos`).
 DISABLED_GIT = ".git.disabled-by-iterare"
+
+#: How a :class:`Skipped` reason for a name git refuses begins (the rule follows).
+REFUSED_REASON = "a name git refuses to commit"
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,9 @@ def scan_worktree(worktree: Path) -> TreeScan:
     """Walk ``worktree`` (iteratively, symlinks not followed) for what git must not take.
 
     Finds nested repositories (a directory below the top holding ``.git`` or
-    :data:`DISABLED_GIT`; not entered), FIFOs, sockets and devices, files larger than
+    :data:`DISABLED_GIT`; not entered), names git refuses to commit (any case of ``.git``
+    and its other aliases, see :mod:`git_iterare.git.pathnames`; directories not entered),
+    FIFOs, sockets and devices, files larger than
     :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, directories deeper than
     :data:`~git_iterare.limits.MAX_TREE_DEPTH` and paths longer than
     :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read.
@@ -152,6 +160,7 @@ def scan_worktree(worktree: Path) -> TreeScan:
             need excluding.
     """
     from git_iterare import limits as lim
+    from git_iterare.git.pathnames import gitmodules_dir, refused_name
 
     nested: list[str] = []
     skipped: list[Skipped] = []
@@ -171,9 +180,10 @@ def scan_worktree(worktree: Path) -> TreeScan:
     top = os.fspath(worktree)
     # Paths are opened from the top: the whole path must fit in PATH_MAX (4096).
     max_path = min(lim.MAX_PATH_BYTES, 4095 - len(os.fsencode(top)) - 1)
-    stack: list[tuple[str, str, int]] = [(top, "", 0)]  # (path, relative path, depth)
+    # (path, relative path, depth, below a directory git refuses symlinks under)
+    stack: list[tuple[str, str, int, bool]] = [(top, "", 0, False)]
     while stack:
-        here, rel_here, depth = stack.pop()
+        here, rel_here, depth, in_modules = stack.pop()
         try:
             with os.scandir(here) as it:
                 entries = list(it)
@@ -191,13 +201,19 @@ def scan_worktree(worktree: Path) -> TreeScan:
                 mode = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if len(os.fsencode(rel)) > max_path:
+            refused = refused_name(os.fsencode(entry.name),
+                                   symlink=stat.S_ISLNK(mode.st_mode),
+                                   below_gitmodules=in_modules)
+            if refused:  # git add would fail as a whole
+                skip(rel, f"{REFUSED_REASON}: {refused}", True)
+            elif len(os.fsencode(rel)) > max_path:
                 skip(rel, f"path longer than MAX_PATH_BYTES ({max_path} bytes)", True)
             elif stat.S_ISDIR(mode.st_mode):
                 if depth + 1 > lim.MAX_TREE_DEPTH:
                     skip(rel, f"deeper than MAX_TREE_DEPTH ({lim.MAX_TREE_DEPTH})", True)
                 else:
-                    stack.append((entry.path, rel, depth + 1))
+                    stack.append((entry.path, rel, depth + 1,
+                                  in_modules or gitmodules_dir(os.fsencode(entry.name))))
             elif stat.S_ISREG(mode.st_mode):
                 if mode.st_size > lim.MAX_OBJECT_BYTES:
                     skip(rel, f"larger than MAX_OBJECT_BYTES ({lim.MAX_OBJECT_BYTES} bytes)",

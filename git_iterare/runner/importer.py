@@ -87,9 +87,9 @@ class FinishResult:
             :data:`NESTED_REASON`; see :class:`~git_iterare.git.safegit.Skipped`).
         rejected_head: why the run gitdir's branch was not imported (a symlinked or
             symbolic ref, a corrupt object, history not descending from the base or
-            diverged), or None. The worktree is committed all the same, so its files are
-            not lost; the rejected commits stay in the run gitdir until cleanup (which
-            then needs ``force``).
+            diverged, a commit holding a path git refuses), or None. The worktree is
+            committed all the same, so its files are not lost; the rejected commits stay
+            in the run gitdir until cleanup (which then needs ``force``).
         notes: one-line warnings about what was imported in an unusual way (the agent
             committed on another branch or a detached HEAD: those commits were imported
             onto ``iterare/<id>``, or could not be and their files were committed).
@@ -501,6 +501,33 @@ def _moved_head(ws: RunWorkspace) -> tuple[str | None, str]:
     raise OperationFailed(f"the run's HEAD does not hold a commit id (got {value[:60]!r})")
 
 
+def _check_paths(repo: Repo, head: str) -> None:
+    """Refuse ``head`` when a commit of it that no ref of the repository reaches (the
+    agent's) holds a path git refuses to record (``..``, any case of ``.git`` and its
+    other aliases: :mod:`git_iterare.git.pathnames`): git cannot check it out, and a
+    remote checking what it receives refuses it.
+
+    Raises:
+        OperationFailed: naming the commit and the path, or there are more commits than
+            :data:`~git_iterare.limits.MAX_IMPORT_COMMITS` to check.
+    """
+    from git_iterare.git import pathnames
+
+    listed = common_git(repo, "rev-list", f"--max-count={lim.MAX_IMPORT_COMMITS + 1}",
+                        head, "--not", "--all").stdout.split()
+    if len(listed) > lim.MAX_IMPORT_COMMITS:
+        raise OperationFailed(f"the run's head has more than {lim.MAX_IMPORT_COMMITS} new "
+                              "commits (MAX_IMPORT_COMMITS); refusing to import")
+    try:
+        found = pathnames.first_refused(repo.common_dir / "objects", listed)
+    except KeyError as exc:
+        raise OperationFailed(f"object {exc} of the run's commits is missing") from None
+    if found:
+        commit, path, reason = found
+        raise OperationFailed(f"its commit {commit[:12]} holds a path git refuses: "
+                              f"{pathnames.shown(path)} ({reason})")
+
+
 def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str | None]:
     """Import the commits of a HEAD the agent moved off ``ws.ref`` when they descend from ``tip``.
 
@@ -512,6 +539,7 @@ def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str
         if moved is None or moved == tip:
             return 0, tip, None
         imported = copy_objects(ws.gitdir, moved, repo.common_dir)
+        _check_paths(repo, moved)
     except OperationFailed as exc:
         return 0, tip, (f"the agent moved its HEAD off {ws.branch}; its commits there were "
                         f"not imported ({exc.message}); its files were committed instead")
@@ -536,7 +564,7 @@ def _import_head(repo: Repo, ws: RunWorkspace, current: str
 
     Raises:
         OperationFailed: the ref or an object is odd, the head does not descend from the
-            base, or it diverged from ``current``.
+            base, it diverged from ``current``, or a commit holds a path git refuses.
     """
     if not ws.gitdir.is_dir():
         return 0, current, None
@@ -547,6 +575,7 @@ def _import_head(repo: Repo, ws: RunWorkspace, current: str
         if not is_ancestor(repo, ws.base_commit, run_head):
             raise OperationFailed(f"the run's head {run_head[:12]} does not descend from "
                                   f"its base {ws.base_commit[:12]}; not importing it")
+        _check_paths(repo, run_head)
         if is_ancestor(repo, current, run_head):
             tip = run_head
         elif not is_ancestor(repo, run_head, current):
