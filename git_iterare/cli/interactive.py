@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from git_iterare import ui
 from git_iterare.cli.context import app, docker_network_options, project_option
+
+if TYPE_CHECKING:
+    from git_iterare.runner.interactive import SessionEnd
 
 
 @click.command("interactive")
@@ -41,5 +46,38 @@ def command(worktree: bool, run_name: str | None, branch: str | None, reuse: str
     request = InteractiveRequest(worktree=worktree, name=run_name, branch=branch,
                                  reuse=reuse, env_names=env_names, shell=shell,
                                  networks=networks, compose=compose)
-    sys.exit(interactive(ctx.repo, ctx.config, request,
-                         progress=ui.progress))
+    end_session(interactive(ctx.repo, ctx.config, request, progress=ui.progress))
+
+
+def end_session(end: SessionEnd) -> None:
+    """Say how a terminal session ended and what to do next (on stderr, as ``execute -f``
+    does), then exit with the session's status."""
+    import sys
+
+    from git_iterare.cli.log import ended_line
+    from git_iterare.runs.status import ACTIVE
+
+    record = end.record
+    if record is None:
+        line = ("\ndetached; a session on your checkout cannot be attached again, so it was "
+                "ended (`git iterare interactive --worktree` makes one that goes on)"
+                if end.detached else
+                f"session ended (exit status {end.status}); its changes are in your "
+                "checkout, not committed (`git status`)")
+    else:
+        rid = ui.sanitize_line(record.id)
+        if end.detached:
+            # after the line the terminal was on (a prompt, say)
+            line = (f"\ndetached; run {rid} goes on (`git iterare attach {rid}` attaches it "
+                    f"again, `git iterare stop {rid}` ends it)")
+        elif record.status in ACTIVE:  # not finished here (the engine could not tell)
+            line = f"run {rid} is {record.status} (`git iterare log -f {rid}` follows it)"
+        else:
+            line = ended_line(record)
+            if record.head and (record.changes or {}).get("files"):
+                line += (f"; its work is on {ui.sanitize_line(record.branch or '')} "
+                         f"(`git iterare diff {rid}`, then `git iterare merge {rid}`)")
+            elif record.head:
+                line += "; it changed nothing"
+    click.echo(line, err=True)
+    sys.exit(end.status)

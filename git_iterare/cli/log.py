@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -13,7 +14,6 @@ from git_iterare.errors import ExitCode
 def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True) -> None:
     """Print a run's log (following it when asked); exit 0 if it succeeded, 1 if it failed
     and 0 while it is still running. Ctrl-C stops following, not the run (exit 130)."""
-    from git_iterare import ui
     from git_iterare.runner.follow import show_log
     from git_iterare.runs.status import ACTIVE, SUCCEEDED
 
@@ -32,14 +32,23 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
     if record.status in ACTIVE:
         return
     if follow and not raw:
-        color = "green" if record.status in (SUCCEEDED, "merged") else "red"
-        status = ui.paint(ui.sanitize_line(record.status), color, stream=sys.stderr)
-        line = f"run {ui.sanitize_line(record.id)} {status}"
-        if record.error:
-            line += f": {ui.sanitize_line(record.error)}"
-        click.echo(line, err=True)
+        click.echo(ended_line(record), err=True)
     if record.status not in (SUCCEEDED, "merged", "cleaned"):
         sys.exit(ExitCode.FAILED)
+
+
+def ended_line(record: Any) -> str:
+    """``run ID STATUS[: ERROR]`` for a run that ended (the status colored for stderr),
+    as ``execute -f`` and ``log -f`` print it last."""
+    from git_iterare import ui
+    from git_iterare.runs.status import SUCCEEDED
+
+    color = "green" if record.status in (SUCCEEDED, "merged") else "red"
+    status = ui.paint(ui.sanitize_line(record.status), color, stream=sys.stderr)
+    line = f"run {ui.sanitize_line(record.id)} {status}"
+    if record.error:
+        line += f": {ui.sanitize_line(record.error)}"
+    return line
 
 
 def interrupted_line(run_id: str, stopped: str) -> str:

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("stop", "Stop a running run, keeping its work"),
     "finish": ("finish", "Commit the work a run left on disk when committing it failed"),
     "interactive": ("interactive", "Open a terminal session with the agent in the sandbox"),
+    "attach": ("attach", "Connect your terminal again to a detached terminal session"),
     "list": ("list", "List runs: status, agent, age, cost, changes"),
     "show": ("show", "Show a run: its record, prompt, log summary and changes"),
     "push": ("push", "Share run records and notes with a remote"),

@@ -1,9 +1,11 @@
 """``interactive``: a terminal session with the agent, or a shell, in the sandbox.
 
 With ``worktree`` the session is a run like any other (its own branch, worktree and
-record) and is finished the same way when it ends. Without it the sandbox works on the
-current worktree directly, with its ``.git`` hidden behind an empty read-only mount (the
-agent never sees the repository's metadata; commit its changes yourself afterwards).
+record) and is finished the same way when it ends; detached, it goes on, and :func:`attach`
+connects a terminal to it again. Without it the sandbox works on the current worktree
+directly, with its ``.git`` hidden behind an empty read-only mount (the agent never sees
+the repository's metadata; commit its changes yourself afterwards); nothing could find
+such a session again, so detaching ends it.
 
 The terminal is attached with ``docker attach`` (the Docker CLI), which handles raw mode,
 window size and detaching (Ctrl-P Ctrl-Q) better than anything we would write.
@@ -25,6 +27,7 @@ from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent
+    from git_iterare.runs.record import RunRecord
     from git_iterare.sandbox import SandboxSpec
 
 
@@ -51,6 +54,23 @@ class InteractiveRequest:
     shell: bool = False
     networks: tuple[str, ...] = ()
     compose: bool = False
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a terminal session ended (:func:`interactive`, :func:`attach`).
+
+    Attributes:
+        status: the exit status of the agent or shell (0 when detached from a run).
+        detached: the user detached (Ctrl-P Ctrl-Q): a run goes on; a session on the
+            checkout was ended.
+        record: the session's run afterwards (finished when the session ended), or None
+            for a session on the checkout.
+    """
+
+    status: int
+    detached: bool = False
+    record: RunRecord | None = None
 
 
 #: Starts ``session.shell`` ($1) when the image has it, else bash (or sh) with a warning
@@ -121,8 +141,8 @@ def _attach(container: str) -> int | None:
 
 
 def interactive(repo: Repo, config: Config, request: InteractiveRequest,
-                progress: Callable[[str], None] = lambda line: None) -> int:
-    """Run a terminal session and return its exit status.
+                progress: Callable[[str], None] = lambda line: None) -> SessionEnd:
+    """Run a terminal session; return how it ended.
 
     Raises:
         UserError: bad options, no credentials, no interactive mode for the agent.
@@ -130,7 +150,6 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
     """
     command = _command(config, request.shell)
     if request.worktree:
-        from git_iterare.runner.finish import finish
         from git_iterare.runner.launch import ExecuteRequest, execute
 
         record = execute(repo, config, ExecuteRequest(
@@ -138,24 +157,97 @@ def interactive(repo: Repo, config: Config, request: InteractiveRequest,
             agent="shell" if request.shell else None, branch=request.branch,
             name=request.name, tty=True, command=command, networks=request.networks,
             compose=request.compose), progress=progress)
-        progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
-        try:
-            code = _attach(record.container or f"iterare-{record.id}")
-        except OperationFailed as exc:
-            raise OperationFailed(exc.message, hint=f"{exc.hint}; `git iterare stop "
-                                                    f"{record.id}` ends the run") from None
-        if code is None:
-            progress(f"detached; run {record.id} goes on (`git iterare stop {record.id}` "
-                     f"ends it)")
-            return 0
-        finish(repo, record.id, wait=True)
-        return code
+        return _attach_run(repo, record, progress)
     return _session_on_current_tree(repo, config, request, command, progress)
+
+
+def _attach_run(repo: Repo, record: RunRecord, progress: Callable[[str], None]
+                ) -> SessionEnd:
+    """Connect the terminal to a terminal run's sandbox; finish the run when it ends."""
+    from git_iterare.runner.finish import finish
+
+    progress(f"run {record.id}: attaching (Ctrl-P Ctrl-Q detaches)")
+    try:
+        code = _attach(record.container or f"iterare-{record.id}")
+    except OperationFailed as exc:
+        raise OperationFailed(exc.message, hint=f"{exc.hint}; `git iterare stop "
+                                                f"{record.id}` ends the run") from None
+    if code is None:
+        return SessionEnd(0, detached=True, record=record)
+    return SessionEnd(code, record=finish(repo, record.id, wait=True))
+
+
+def attach(repo: Repo, run: str | None,
+           progress: Callable[[str], None] = lambda line: None) -> SessionEnd:
+    """``git iterare attach``: connect the terminal again to a terminal run that was
+    detached (``interactive --worktree``), and finish it when it ends.
+
+    Args:
+        repo: the repository.
+        run: what names the run (as for every command taking RUN); None: the only
+            terminal run of this repository still live.
+        progress: receives progress lines.
+
+    Raises:
+        UserError: the run is no terminal session; or, without ``run``, several are live.
+        OperationFailed: no such run, or none live; it has ended, runs on another machine,
+            is still being launched, or Docker failed.
+    """
+    from git_iterare.runner.manage import settle
+    from git_iterare.runner.ownership import container_of, engine_of, is_local
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.engine import using
+
+    store = RunStore(repo)
+    record = settle(repo, store.resolve(run)) if run is not None else _only_session(repo)
+    if not record.extra.get("interactive"):
+        raise UserError(f"run {record.id} is no terminal session",
+                        hint=f"follow its log with `git iterare log -f {record.id}`")
+    if record.status not in ACTIVE:
+        raise OperationFailed(f"run {record.id} has ended ({record.status})",
+                              hint=f"see `git iterare show {record.id}`")
+    if not is_local(repo, record):
+        raise OperationFailed(f"run {record.id} runs on another machine or repository",
+                              hint="attach to it where it was started")
+    if container_of(repo, record) is None:  # its execute has not launched it yet
+        raise OperationFailed(f"run {record.id} is still being launched",
+                              hint="try again in a moment")
+    with using(engine_of(record)):
+        return _attach_run(repo, record, progress)
+
+
+def _only_session(repo: Repo) -> RunRecord:
+    """The one terminal run of ``repo`` (started here) that is still live, after
+    finishing those whose sandbox ended unobserved.
+
+    Raises:
+        OperationFailed: there is none. UserError: there are several.
+    """
+    from git_iterare.runner.manage import settle
+    from git_iterare.runner.ownership import is_local
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    live = []
+    for record in RunStore(repo).list(statuses=ACTIVE):
+        if record.extra.get("interactive") and is_local(repo, record):
+            record = settle(repo, record)
+            if record.status in ACTIVE:
+                live.append(record)
+    if not live:
+        raise OperationFailed("no terminal session is running",
+                              hint="start one with `git iterare interactive --worktree`")
+    if len(live) > 1:
+        raise UserError(f"{len(live)} terminal sessions are running: "
+                        + ", ".join(sorted(r.id for r in live)),
+                        hint="name one: `git iterare attach RUN`")
+    return live[0]
 
 
 def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveRequest,
                              command: tuple[str, ...],
-                             progress: Callable[[str], None]) -> int:
+                             progress: Callable[[str], None]) -> SessionEnd:
     import secrets
 
     from git_iterare import sandbox
@@ -214,13 +306,15 @@ def _session_on_current_tree(repo: Repo, config: Config, request: InteractiveReq
         agent_ids=(uid, gid), credentials=credentials,
         secret_env=passthrough_env(request.env_names, os.environ), limits=limits,
         networks=networks, tty=True)
-    return _throwaway_session(spec, scratch, detached_status=0)
+    code, detached = _throwaway_session(spec, scratch, detached_status=0)
+    return SessionEnd(code, detached=detached)
 
 
-def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int) -> int:
+def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
+                       ) -> tuple[int, bool]:
     """Launch a sandbox that is no run, attach the terminal, and remove it afterwards
-    with ``scratch``; return its exit status. Detaching ends it (nothing could find it
-    again): ``detached_status`` is returned then unless it exited with a status."""
+    with ``scratch``; return its exit status and whether the user detached. Detaching
+    ends it (nothing could find it again): its status is then ``detached_status``."""
     from git_iterare import sandbox
 
     container = sandbox.start(spec)
@@ -228,8 +322,9 @@ def _throwaway_session(spec: SandboxSpec, scratch: Path, *, detached_status: int
         code = _attach(container)
         if code is None:
             sandbox.stop(container)
-            code = sandbox.wait(container) or detached_status
-        return code
+            sandbox.wait(container)
+            return detached_status, True
+        return code, False
     finally:
         try:
             if spec.owned:
@@ -287,6 +382,6 @@ def login_launcher(repo: Repo | None, config: Config, agent: Agent,
             policy=policy, out_dir=out_dir, mounts=(sandbox.Mount(home, "/home/agent", False),),
             agent_ids=(uid, gid), owned=(home,), tty=True, workdir="/home/agent")
         # Detached, a login nobody sees cannot finish: that is a failure.
-        return _throwaway_session(spec, out_dir, detached_status=1)
+        return _throwaway_session(spec, out_dir, detached_status=1)[0]
 
     return launch
