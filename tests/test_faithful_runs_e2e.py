@@ -97,15 +97,26 @@ def test_runs_commit_without_any_identity_of_the_user(project: Path, hermetic_en
     assert (project / "work.txt").read_text() == "work\n"
 
 
-def test_a_commit_that_fails_fails_the_run_and_finish_commits_it_later(project: Path) -> None:
-    prompt(project, "locked", "echo kept > kept.txt\nsleep 4\n")
-    started = iterare("execute", "locked", cwd=project)
+def ended_with_branch_locked(project: Path, name: str, body: str
+                             ) -> tuple[str, Path, dict]:
+    """Run prompt ``name`` (``body``, which must last a few seconds) while another git
+    process holds the lock of the run's branch, so its automatic commit fails.
+
+    Returns:
+        (run id, the lock file, the run's record once it ended).
+    """
+    prompt(project, name, body)
+    started = iterare("execute", name, cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
-    # Another git process holds the lock of the run's branch when the run ends.
     lock = project / ".git" / "refs" / "heads" / "iterare" / f"{rid}.lock"
     lock.write_text("")
-    rec = wait_status(project, rid, {"succeeded", "failed"})
+    return rid, lock, wait_status(project, rid, {"succeeded", "failed"})
+
+
+def test_a_commit_that_fails_fails_the_run_and_finish_commits_it_later(project: Path) -> None:
+    rid, lock, rec = ended_with_branch_locked(project, "locked",
+                                              "echo kept > kept.txt\nsleep 4\n")
     assert (rec["status"], rec["exit_code"], rec["head"]) == ("failed", 0, None)
     assert "its work could not be committed" in rec["error"]
     assert rec["error"].endswith(f"it is kept in .iterare/worktrees/{rid}, and "

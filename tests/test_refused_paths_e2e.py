@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, iterare
+from tests.test_faithful_runs_e2e import ended_with_branch_locked
 from tests.test_runs_e2e import (
     branch_files,
     project,  # noqa: F401  (the fixture)
     prompt,
     record,
     run_id,
-    wait_status,
 )
 from tests.test_trust_boundary_e2e import as_user, user, user_repo  # noqa: F401
 
@@ -79,13 +79,7 @@ def test_paths_git_refuses_are_left_out_and_the_rest_is_committed(project: Path 
 def test_finish_commits_such_a_run_whose_commit_failed(project: Path) -> None:  # noqa: F811
     """`git iterare finish` of a run whose automatic commit failed (another git process
     held its branch's lock) takes the same paths out."""
-    prompt(project, "later", WRITES_REFUSED + "sleep 4\n")
-    started = iterare("execute", "later", cwd=project)
-    assert started.returncode == 0, started.stderr
-    rid = run_id(started.stdout)
-    lock = project / ".git" / "refs" / "heads" / "iterare" / f"{rid}.lock"
-    lock.write_text("")
-    rec = wait_status(project, rid, {"succeeded", "failed"})
+    rid, lock, rec = ended_with_branch_locked(project, "later", WRITES_REFUSED + "sleep 4\n")
     assert rec["extra"]["unfinished"]["outcome"] == "succeeded"
     lock.unlink()
     done = iterare("finish", rid, cwd=project)
