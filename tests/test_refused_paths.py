@@ -50,10 +50,14 @@ def test_worktree_names_git_refuses_are_left_out_and_named(repo: Path) -> None:
     (ws.worktree / ".gitmodules" / "sub" / "link").symlink_to("../x")
     (ws.worktree / ".gitmodules" / "sub" / "file").write_text("kept\n")
     (ws.worktree / "fine-link").symlink_to("README.md")
+    (ws.worktree / "win\\.git").write_text("a separator on Windows\n")
+    (ws.worktree / "[x]*.git ").mkdir()  # glob and exclude-file syntax in the name
+    (ws.worktree / "[x]*.git " / "f").write_text("f\n")
     result = finish(repo, ws)
     assert result.autocommitted and result.rejected_head is None
     assert tree_of(repo, result.head) == {
         ".gitmodules/sub/file": "100644 kept\n", "README.md": "100644 hello\n",
+        "[x]*.git /f": "100644 f\n",
         "fine-link": "120000 README.md", "src/ok.txt": "100644 ok\n"}
     assert [(s.path, s.reason) for s in result.skipped] == [
         (".GIT", "a name git refuses to commit: .git in any case"),
@@ -62,7 +66,8 @@ def test_worktree_names_git_refuses_are_left_out_and_named(repo: Path) -> None:
         (HFS_GIT, "a name git refuses to commit: what macOS reads as .git"),
         ("git~1", "a name git refuses to commit: what Windows reads as .git"),
         ("src/.GITMODULES", "a name git refuses to commit: a symlinked .gitmodules"),
-        ("src/.Git", "a name git refuses to commit: .git in any case")]
+        ("src/.Git", "a name git refuses to commit: .git in any case"),
+        ("win\\.git", "a name git refuses to commit: what Windows reads as .git")]
     assert (ws.worktree / ".GIT" / "hooks" / "post-checkout").is_file()  # kept on disk
     # The host's view of the run worktree is clean but for what was left out.
     assert finish(repo, ws).autocommitted is False
