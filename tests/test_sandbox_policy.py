@@ -136,6 +136,34 @@ def test_parse_dns_log_counts() -> None:
     assert parse_dns_log(LOG) == ({"allowed.test": 2}, {"blocked.test": 2})
 
 
+#: Lines the resolver wrote for names the agent chose (dnsmasq 2.90, seen in the sidecar's
+#: image): spaces pass as they are, control characters become ``<name unprintable>``.
+HOSTILE_LOG = """\
+Dec  2 00:53:04 dnsmasq[9]: 1 127.0.0.1/32999 query[A] api.anthropic.com evil.test from 127.0.0.1
+Dec  2 00:53:04 dnsmasq[9]: 1 127.0.0.1/32999 config api.anthropic.com evil.test is NXDOMAIN
+Dec  2 00:53:04 dnsmasq[9]: 2 127.0.0.1/34088 query[A] allowed.test from x from 127.0.0.1
+Dec  2 00:53:04 dnsmasq[9]: 2 127.0.0.1/34088 config allowed.test from x is NXDOMAIN
+Dec  2 00:53:04 dnsmasq[9]: 3 127.0.0.1/47455 query[A] <name unprintable> from 127.0.0.1
+Dec  2 00:53:04 dnsmasq[9]: 3 127.0.0.1/47455 config <name unprintable> is NXDOMAIN
+Dec  2 00:53:05 dnsmasq[9]: 4 127.0.0.1/34133 query[A] sub is x.allowed.test from 127.0.0.1
+Dec  2 00:53:05 dnsmasq[9]: 4 127.0.0.1/34133 forwarded sub is x.allowed.test to 127.0.0.2
+Dec  2 00:53:05 dnsmasq[9]: 4 127.0.0.1/34133 reply sub is x.allowed.test is 10.0.0.3
+Dec  2 00:53:05 dnsmasq[9]: 5 127.0.0.1/34134 query[A] unanswered.test from 127.0.0.1
+Dec  2 00:53:05 dnsmasq[9]: 6 127.0.0.1/34135 query[A] other.test from 127.0.0.1
+Dec  2 00:53:05 dnsmasq[9]: 6 127.0.0.1/34135 forwarded allowed.test to 127.0.0.2
+"""
+
+
+def test_names_holding_spaces_count_as_the_name_asked_for() -> None:
+    # The whole name is the one blocked, never the allowed name it starts with; a query
+    # counts as allowed only from a line saying it was forwarded or answered, and only one
+    # naming that query (not another name on its serial).
+    assert parse_dns_log(HOSTILE_LOG) == (
+        {"sub is x.allowed.test": 1},
+        {"api.anthropic.com evil.test": 1, "allowed.test from x": 1,
+         "<name unprintable>": 1})
+
+
 def test_read_egress_report(tmp_path: Path) -> None:
     (tmp_path / "dns.log").write_text(LOG)
     (tmp_path / "refused.json").write_text(

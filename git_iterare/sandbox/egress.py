@@ -1,9 +1,10 @@
 """What a sandbox tried to reach: read from the files its entrypoint leaves in the output dir.
 
 * ``dns.log`` -- dnsmasq's query log (``log-queries=extra``): lines such as
-  ``<date> dnsmasq[22]: 7 127.0.0.1/41234 query[A] example.org from 127.0.0.1`` and, for a
-  name outside the allowlist, ``... 7 127.0.0.1/41234 config example.org is NXDOMAIN``
-  (the leading number ties a query to its answer).
+  ``<date> dnsmasq[22]: 7 127.0.0.1/41234 query[A] example.org from 127.0.0.1``, then
+  ``... 7 127.0.0.1/41234 forwarded example.org to 10.0.0.2`` (or ``reply``/``cached ...
+  is ADDRESS``) and, for a name outside the allowlist, ``... 7 127.0.0.1/41234 config
+  example.org is NXDOMAIN`` (the leading number ties a query to its answer).
 * ``refused.json`` -- ``{"v": 1, "rejected_packets": {"ipv4": N, "ipv6": N},
   "addresses": {"10.0.0.7": N, ...}}``: packets the firewall's REJECT rules refused while
   the agent ran, and per destination address the packets refused (from the kernel's
@@ -32,7 +33,17 @@ from git_iterare.errors import OperationFailed
 #: The name the entrypoint's self-check looks up; not the agent's doing.
 SELF_CHECK_NAME = "iterare-selfcheck.invalid"
 
-_LINE = re.compile(r"dnsmasq\[\d+\]: (\d+) \S+ (\S+) (\S+)(?: (.*))?$")
+#: A query-log line: its serial, the client, and what dnsmasq says of the query. The name
+#: inside ``what`` can hold any byte but a dot within a label (dnsmasq writes
+#: ``<name unprintable>`` for names with control characters, but spaces pass as they are),
+#: so it is cut out by the words around it, never by white space.
+_LINE = re.compile(r"dnsmasq\[\d+\]: (\d+) \S+ (.*)$")
+#: What a query line says: ``query[TYPE] NAME from CLIENT``.
+_QUERY = re.compile(r"query\[[^\]]*\] (.*) from \S+$")
+#: The words after the name on a line that says the query was forwarded upstream or
+#: answered (from upstream, or from the cache), and on the line of a refused name.
+_ANSWERED = (("forwarded ", " to "), ("reply ", " is "), ("cached ", " is "))
+_REFUSED = ("config ", " is NXDOMAIN")
 
 
 @dataclass(frozen=True)
@@ -117,43 +128,55 @@ def _clip_name(name: str) -> str:
 def count_dns_lookups(lines: Iterable[str]) -> DnsCounts:
     """Count lookups per name in dnsmasq ``log-queries=extra`` lines, in bounded memory.
 
-    Names are lower case, cut to :data:`~git_iterare.limits.MAX_DNS_NAME_CHARS`; the
-    self-check's own lookup is left out. Each list keeps its first
-    :data:`~git_iterare.limits.MAX_EGRESS_NAMES` names; lookups of others are counted.
+    A query counts as allowed only from a line saying that it was forwarded upstream or
+    answered (``forwarded``, ``reply``, ``cached``), as blocked from the line refusing it
+    (``config NAME is NXDOMAIN``); a query with neither is not counted. The name is the
+    one the query line gives, whatever bytes it holds (spaces included): a later line
+    counts for it only when it names exactly that query. Names are lower case, cut to
+    :data:`~git_iterare.limits.MAX_DNS_NAME_CHARS`; the self-check's own lookup is left
+    out. Each list keeps its first :data:`~git_iterare.limits.MAX_EGRESS_NAMES` names;
+    lookups of others are counted.
     """
-    pending: OrderedDict[str, str] = OrderedDict()  # serial -> name
+    pending: OrderedDict[str, str] = OrderedDict()  # serial -> name (lower case)
     allowed: dict[str, int] = {}
     blocked: dict[str, int] = {}
     more = {"allowed": 0, "blocked": 0}
 
-    def add(table: dict[str, int], kind: str, name: str, n: int) -> None:
+    def add(table: dict[str, int], kind: str, name: str) -> None:
         if name in table or len(table) < lim.MAX_EGRESS_NAMES:
-            table[name] = table.get(name, 0) + n
-            if table[name] <= 0:
-                del table[name]
+            table[name] = table.get(name, 0) + 1
         else:
-            more[kind] += n
+            more[kind] += 1
+
+    def says(what: str, name: str, before: str, after: str) -> bool:
+        return what.startswith(before + name) and what[len(before) + len(name):].startswith(
+            after)
 
     for line in lines:
-        m = _LINE.search(line)
+        m = _LINE.search(line.rstrip("\r\n"))
         if not m:
             continue
-        serial, verb, rest = m.group(1), m.group(2), m.group(4) or ""
-        name = _clip_name(m.group(3).lower())
-        if verb.startswith("query["):
-            if name == SELF_CHECK_NAME:
-                continue
-            pending[serial] = name
-            pending.move_to_end(serial)
-            if len(pending) > _PENDING:
-                pending.popitem(last=False)
-            add(allowed, "allowed", name, 1)
-        elif verb == "config" and rest.startswith("is NXDOMAIN"):
-            if pending.get(serial) != name:
-                continue
-            del pending[serial]
-            add(allowed, "allowed", name, -1)
-            add(blocked, "blocked", name, 1)
+        serial, what = m.group(1), m.group(2)
+        query = _QUERY.fullmatch(what)
+        if query:
+            name = query.group(1).lower()
+            if name != SELF_CHECK_NAME:
+                pending[serial] = name
+                pending.move_to_end(serial)
+                if len(pending) > _PENDING:
+                    pending.popitem(last=False)
+            continue
+        name = pending.get(serial)
+        if name is None:
+            continue  # answered already, or a line we do not count (a CNAME's target)
+        lowered = what.lower()
+        if any(says(lowered, name, before, after) for before, after in _ANSWERED):
+            add(allowed, "allowed", _clip_name(name))
+        elif says(lowered, name, *(p.lower() for p in _REFUSED)):
+            add(blocked, "blocked", _clip_name(name))
+        else:
+            continue
+        del pending[serial]  # one count per query, however many lines follow
     return DnsCounts(allowed, blocked, more["allowed"], more["blocked"])
 
 
