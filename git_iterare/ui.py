@@ -155,6 +155,19 @@ def bounded_line(message: str) -> str:
     return f"{line[:MAX_MESSAGE_CHARS]}... ({len(line) - MAX_MESSAGE_CHARS} more characters)"
 
 
+def usd(amount: float) -> str:
+    """US dollars as ``$0.61``: two decimals, or as many more as a smaller amount needs to
+    show its first two significant digits (``$0.0016``, ``$0.001``; at most six), so that
+    a small cost and a small budget never both read ``$0.00``."""
+    decimals = 2
+    while decimals < 6 and 0 < abs(amount) < 10.0 ** (1 - decimals):
+        decimals += 1
+    text = f"{amount:.{decimals}f}"
+    while decimals > 2 and text.endswith("0"):
+        text, decimals = text[:-1], decimals - 1
+    return "$" + text
+
+
 def elide_path(path: str, limit: int = 120) -> str:
     """``path`` cut in the middle to at most ``limit`` characters (its start and its file
     name kept, ``...`` between), so one long name leaves room for the others in a line."""

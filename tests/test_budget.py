@@ -19,6 +19,7 @@ from git_iterare.runner.finish import BUDGET_STOP, over_limits, stop_over_budget
 from git_iterare.runner.request import ExecuteRequest, run_budget
 from git_iterare.runs.render import spend_text
 from git_iterare.runs.store import RunStore
+from git_iterare.ui import usd
 from tests.conftest import iterare
 from tests.runs_helpers import make_run
 
@@ -78,6 +79,14 @@ def test_a_run_counts_as_stopped_at_its_budget_only_when_it_reached_it() -> None
     # Stopped by git-iterare: so recorded, whatever the agent said last.
     assert over_limits({**limits, "budget_exceeded": True}, RunResult(is_error=False)) == (
         f"{BUDGET_STOP}: unknown of $1.00")
+
+
+def test_small_costs_and_budgets_show_enough_digits() -> None:
+    # Two decimals read "$0.00 of $0.00" here: a stop nobody could make sense of.
+    assert over_limits({"max_budget_usd": 0.001}, RunResult(is_error=True, cost_usd=0.0016)) \
+        == f"{BUDGET_STOP}: $0.0016 of $0.001"
+    assert [usd(x) for x in (0.61, 1.2, 0, 0.05, 0.0193456, 0.0000004)] == [
+        "$0.61", "$1.20", "$0.00", "$0.05", "$0.019", "$0.00"]
 
 
 class _Metered(Agent):

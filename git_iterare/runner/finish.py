@@ -161,8 +161,8 @@ def over_limits(extra: Mapping[str, object], result: RunResult, *, ended_badly: 
         return None
     if over_turns and not over_budget:
         return f"{BUDGET_STOP}: {result.turns} turns of {turns}"
-    shown = "unknown" if spent is None else f"${spent:.2f}"
-    return f"{BUDGET_STOP}: {shown} of ${budget:.2f}" if budget else f"{BUDGET_STOP}: {shown}"
+    shown = "unknown" if spent is None else ui.usd(spent)
+    return f"{BUDGET_STOP}: {shown} of {ui.usd(budget)}" if budget else f"{BUDGET_STOP}: {shown}"
 
 
 def _limit(value: object) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from git_iterare.agents.labels import REPORTED
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
-from git_iterare.ui import sanitize, sanitize_line
+from git_iterare.ui import sanitize, sanitize_line, usd
 
 if TYPE_CHECKING:
     from git_iterare.runs.record import RunRecord
@@ -69,8 +69,9 @@ def changes_text(changes: dict[str, int] | None) -> str:
 
 
 def cost_text(cost: float | None) -> str:
-    """``$0.12`` or ``-``."""
-    return "-" if cost is None else f"${cost:.2f}"
+    """``$0.12`` (more decimals for less than ten cents, see :func:`git_iterare.ui.usd`)
+    or ``-``."""
+    return "-" if cost is None else usd(cost)
 
 
 def spend_text(rec: RunRecord) -> str:
@@ -79,7 +80,7 @@ def spend_text(rec: RunRecord) -> str:
     budget = rec.extra.get("max_budget_usd")
     if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
         return cost_text(rec.cost_usd)
-    return f"{cost_text(rec.cost_usd)}/${budget:.2f}"
+    return f"{cost_text(rec.cost_usd)}/{usd(budget)}"
 
 
 def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
@@ -287,9 +288,9 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     field("duration", human_span(duration) if duration is not None else None)
     reported = f" {REPORTED}"
     budget, max_turns = rec.extra.get("max_budget_usd"), rec.extra.get("max_turns")
-    of_budget = f" of ${budget:.2f} budget" if isinstance(budget, (int, float)) and budget else ""
+    of_budget = f" of {usd(budget)} budget" if isinstance(budget, (int, float)) and budget else ""
     field("cost", (cost_text(rec.cost_usd) + of_budget if rec.cost_usd is not None
-                   else f"- of ${budget:.2f} budget" if of_budget else None), note=reported)
+                   else f"-{of_budget}" if of_budget else None), note=reported)
     field("tokens", ", ".join(f"{k} {v}" for k, v in rec.tokens.items()), note=reported)
     of_turns = f" of {max_turns}" if isinstance(max_turns, int) and max_turns else ""
     field("turns", (f"{rec.turns}{of_turns}" if rec.turns is not None
