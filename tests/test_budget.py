@@ -13,6 +13,7 @@ import pytest
 from git_iterare import config
 from git_iterare.agents import get_agent
 from git_iterare.agents.base import Agent, Event, RunResult
+from git_iterare.agents.tally import tally
 from git_iterare.errors import UserError
 from git_iterare.prompt import Prompt, parse
 from git_iterare.runner.finish import BUDGET_STOP, over_limits, stop_over_budget
@@ -90,16 +91,19 @@ def test_small_costs_and_budgets_show_enough_digits() -> None:
 
 
 class _Metered(Agent):
-    """An agent without a budget flag that reports its spend in ``cost N`` lines."""
+    """An agent without a budget flag that reports what it has spent so far in
+    ``cost N`` lines."""
 
     name = "metered"
 
     def parse_line(self, line: str) -> Event:
-        return Event(kind="result" if line.startswith("cost ") else "text", line=line)
+        if line.startswith("cost "):
+            return Event(kind="system", line=line, data={"cost": float(line.split()[1])})
+        return Event(kind="text", line=line)
 
     def summarize(self, events: Iterable[Event], *, exit_code: int | None = None
                   ) -> RunResult:
-        costs = [float(e.line.split()[1]) for e in events if e.kind == "result"]
+        costs = [e.data["cost"] for e in events if e.data is not None]
         return RunResult(is_error=False, cost_usd=costs[-1] if costs else None)
 
 
@@ -113,18 +117,41 @@ def test_git_iterare_stops_an_agent_without_a_flag_at_its_budget(
     monkeypatch.chdir(repo)
     record = make_run(repo, extra={"max_budget_usd": 1.0})
     agent = _Metered()
-    events = [agent.parse_line(line) for line in ("hello", "cost 0.4")]
-    assert not stop_over_budget(discover(), record, agent, events, "c1")
+    counted = tally(agent, ["hello", "cost 0.4"])
+    assert not stop_over_budget(discover(), record, agent, counted.cost_usd, "c1")
     assert stopped == []
-    events.append(agent.parse_line("cost 1.25"))
-    assert stop_over_budget(discover(), record, agent, events, "c1")
+    counted.feed("cost 1.25")
+    assert stop_over_budget(discover(), record, agent, counted.cost_usd, "c1")
     assert stopped == ["c1"]
     after = RunStore(repo).get(record.id)
     assert after.extra["budget_exceeded"] is True
-    assert over_limits(after.extra, agent.summarize(events)) == f"{BUDGET_STOP}: $1.25 of $1.00"
+    assert over_limits(after.extra, counted.result()) == f"{BUDGET_STOP}: $1.25 of $1.00"
     # Claude holds its own budget: git-iterare leaves it alone.
-    assert not stop_over_budget(discover(), record, get_agent("claude"), events, "c2")
+    assert not stop_over_budget(discover(), record, get_agent("claude"), 5.0, "c2")
     assert stopped == ["c1"]
+
+
+def test_a_lower_cost_printed_later_never_undoes_the_budget(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the agent (or a tool it runs) prints after its spend reached the budget cannot
+    bring the reported cost back under it, whoever reads the log: the process following
+    the run, a later command checking a run nobody follows, or the finish."""
+    from git_iterare import sandbox
+    from git_iterare.git.repo import discover
+    from git_iterare.runner.follow import _watch_budget
+
+    stopped: list[str] = []
+    monkeypatch.setattr(sandbox, "stop", lambda name, *a, **k: stopped.append(name))
+    monkeypatch.chdir(repo)
+    agent = _Metered()
+    forged = ["cost 0.5", "cost 1.5", "cost 0.0"]
+    assert tally(agent, forged).result().cost_usd == 1.5
+    assert over_limits({"max_budget_usd": 1.0}, tally(agent, forged).result()) == (
+        f"{BUDGET_STOP}: $1.50 of $1.00")
+    # The forged line comes before the watch sees the real one: it still stops.
+    record = make_run(repo, extra={"max_budget_usd": 1.0})
+    list(_watch_budget(discover(), record, agent, "c7", ["cost 1.5", "cost 0.1", "x"]))
+    assert stopped == ["c7"]
 
 
 def test_show_and_list_give_spend_against_budget(repo: Path) -> None:
@@ -158,7 +185,7 @@ def test_following_stops_the_run_once_the_reported_cost_reaches_the_budget(
     monkeypatch.setattr(sandbox, "stop", lambda name, *a, **k: stopped.append(name))
     monkeypatch.chdir(repo)
     record = make_run(repo, extra={"max_budget_usd": 1.0})
-    lines = ["start\n", "cost 0.5\n", "cost 1.5\n", "after\n", "cost 2.0\n"]
+    lines = ["start", "cost 0.5", "cost 1.5", "after", "cost 2.0"]
     passed = list(_watch_budget(discover(), record, _Metered(), "c9", lines))
     assert passed == lines  # every line is still shown
     assert stopped == ["c9"]  # once, at the line that reached the budget

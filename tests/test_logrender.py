@@ -12,6 +12,7 @@ import pytest
 from git_iterare import agents, ui
 from git_iterare.agents.base import RunResult
 from git_iterare.agents.render import format_duration, format_summary, render_lines
+from git_iterare.agents.tally import Tally
 from git_iterare.ui import sanitize
 
 LINES = (Path(__file__).parent / "data" / "claude-stream.jsonl").read_text().splitlines()
@@ -141,7 +142,8 @@ def test_follow_raw_sanitizes_only_on_a_terminal(
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
     out: list[str] = []
-    follow._render([HOSTILE + "\n"], agents.get_agent("shell"), 0, True, out.append, [])
+    shell = agents.get_agent("shell")
+    follow._render([HOSTILE + "\n"], shell, 0, True, out.append, Tally(shell))
     assert out == expected
 
 
@@ -150,5 +152,6 @@ def test_follow_rendered_always_sanitizes(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     out: list[str] = []
-    follow._render([HOSTILE + "\n"], agents.get_agent("shell"), 0, False, out.append, [])
+    shell = agents.get_agent("shell")
+    follow._render([HOSTILE + "\n"], shell, 0, False, out.append, Tally(shell))
     assert out == [SHOWN]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from git_iterare.agents.labels import REPORTED
+from git_iterare.agents.labels import REPORTED, disputed
 from git_iterare.agents.values import Event, RunResult
 from git_iterare.ui import paint, sanitize, sanitize_line
 
@@ -97,7 +97,8 @@ def format_duration(ms: int) -> str:
 def format_summary(result: RunResult, *, ended: str | None = None) -> str:
     """The closing line: outcome, then duration, cost and turns (what is known of them),
     labelled as reported by the agent: the agent writes its own log, so a tool it ran may
-    have forged them (``done: 465ms, $0.0193, 2 turns (reported by the agent)``).
+    have forged them (``done: 465ms, $0.0193, 2 turns (reported by the agent)``), and as
+    disputed when the log held more than one closing report.
 
     Args:
         result: what the agent's log says of the run.
@@ -118,7 +119,8 @@ def format_summary(result: RunResult, *, ended: str | None = None) -> str:
         head = paint("failed", "red", "bold")
     else:
         head = paint("done", "green", "bold")
-    return head + (": " + ", ".join(facts) + " " + REPORTED if facts else "")
+    label = disputed(result.disputed) if result.disputed else REPORTED
+    return head + (": " + ", ".join(facts) + " " + label if facts else "")
 
 
 def render_lines(lines: Iterable[str], agent: LogReader, verbosity: int = 0, raw: bool = False,
@@ -135,15 +137,15 @@ def render_lines(lines: Iterable[str], agent: LogReader, verbosity: int = 0, raw
     Yields:
         Text to print, each possibly several lines, without a trailing newline.
     """
-    events: list[Event] = []
+    from git_iterare.agents.tally import Tally
+
+    counted = Tally(agent)
     for line in lines:
         if raw:
             yield line.rstrip("\r\n")
             continue
-        event = agent.parse_line(line)
-        events.append(event)
-        shown = agent.render(event, verbosity)
+        shown = agent.render(counted.feed(line), verbosity)
         if shown is not None:
             yield shown
     if not raw:
-        yield format_summary(agent.summarize(events, exit_code=exit_code))
+        yield format_summary(counted.result(exit_code=exit_code))

@@ -83,6 +83,9 @@ class RunResult:
         turns: model turns, when known.
         duration_ms: the agent's own wall-clock time, milliseconds, when known.
         summary: the agent's closing words (or the last output line), possibly empty.
+        disputed: how many closing reports the output held when it held more than one,
+            else 0: the figures are the first report's, and another may be forged (see
+            :mod:`git_iterare.agents.tally`).
     """
 
     is_error: bool
@@ -91,6 +94,7 @@ class RunResult:
     turns: int | None = None
     duration_ms: int | None = None
     summary: str = ""
+    disputed: int = 0
 
 
 @dataclass(frozen=True)

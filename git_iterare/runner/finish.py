@@ -22,7 +22,7 @@ from git_iterare.runner.ownership import container_of, engine_of, is_local, ran_
 from git_iterare.runner.paths import run_lock, state_dir
 
 if TYPE_CHECKING:
-    from git_iterare.agents.base import Agent, Event, RunResult
+    from git_iterare.agents.base import Agent, RunResult
     from git_iterare.git.safegit import Skipped
     from git_iterare.runner.importer import FinishResult
     from git_iterare.runs.record import RunRecord
@@ -172,14 +172,17 @@ def _limit(value: object) -> float | None:
     return None
 
 
-def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, events: Iterable[Event],
+def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, spent: float | None,
                      container: str) -> bool:
     """Stop a run whose agent cannot hold its own budget once its reported cost reaches it.
 
-    Only for agents without their own ``max_budget_usd`` (:attr:`Agent.own_limits`): the
-    cost is what :meth:`Agent.summarize` reads from ``events`` so far. Marks the record
-    ``budget_exceeded`` first, so whoever finishes the run records it ``stopped``
-    (reason ``budget``) with its work kept.
+    Only for agents without their own ``max_budget_usd`` (:attr:`Agent.own_limits`).
+    Marks the record ``budget_exceeded`` first, so whoever finishes the run records it
+    ``stopped`` (reason ``budget``) with its work kept, whatever the agent prints later.
+
+    Args:
+        spent: the highest cost the agent's output reported so far, US dollars
+            (:attr:`git_iterare.agents.tally.Tally.cost_usd`), or None.
 
     Returns:
         True when the run was over its budget and its sandbox was told to stop.
@@ -193,7 +196,6 @@ def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, events: Iterab
     budget = record.extra.get("max_budget_usd")
     if not budget or "max_budget_usd" in agent.own_limits:
         return False
-    spent = agent.summarize(events).cost_usd
     if spent is None or spent < budget:
         return False
     RunStore(repo).update(record.id, lambda r: r.replace(
@@ -202,8 +204,9 @@ def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, events: Iterab
     return True
 
 
-def _split_lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", "replace").splitlines()
+#: In a run's ``extra`` when its log held more than one closing report:
+#: ``{"reports": n}`` (see :mod:`git_iterare.agents.tally`).
+DISPUTED = "disputed"
 
 
 #: In a remote run's ``extra`` once its end removed its container and volumes from the
@@ -273,6 +276,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 
     vanished = info is None
     exit_code = None if info is None else info.exit_code
+    from git_iterare.agents.tally import Tally, tapped
     from git_iterare.sandbox.spec import sandbox_name
 
     # The sandbox the trees are given back in: when the agent's container vanished, its
@@ -283,13 +287,18 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     log = b""
     agent = get_agent(record.agent or "shell")
     register_run_secrets(repo, record, agent)  # redacted from every record write below
+    counted = Tally(agent)
     if info is not None:
         # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
-        # agent decides how much it prints.
-        log = _redact(repo, record, agent, capped(sandbox.output(info.id)))
+        # agent decides how much it prints. Its result is read from all of it, so no
+        # output can push the agent's own report out of what is read.
+        log = _redact(repo, record, agent, capped(tapped(sandbox.output(info.id), counted)))
         store.set_log(record.id, log)
-    events = (agent.parse_line(line) for line in _split_lines(log))
-    result = agent.summarize(events, exit_code=exit_code)
+    result = counted.result(exit_code=exit_code)
+    if result.disputed:
+        store.update(record.id, lambda r: r.replace(
+            extra={**r.extra, DISPUTED: {"reports": result.disputed}}),
+            f"{record.id} result disputed")
     status, error = _outcome(record, exit_code, result, vanished,
                              None if info is None else info.ran_seconds,
                              oom_killed=info is not None and info.oom_killed,
@@ -484,10 +493,13 @@ def _check_budget(repo: Repo, record: RunRecord) -> None:
     info = container_of(repo, record)
     if info is None or info.state not in LIVE_STATES:
         return
+    from git_iterare.agents.tally import Tally, tapped
+
+    counted = Tally(agent)
     with using(engine_of(record)):
-        log = capped(sandbox.output(info.id))
-        events = [agent.parse_line(line) for line in _split_lines(log)]
-        stop_over_budget(repo, record, agent, events, info.id)
+        for _ in tapped(sandbox.output(info.id), counted):
+            pass
+        stop_over_budget(repo, record, agent, counted.cost_usd, info.id)
 
 
 def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[RunRecord]:

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections import deque
-from collections.abc import Callable, Iterable, MutableSequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from git_iterare.agents.tally import Tally
 from git_iterare.git.repo import Repo
-from git_iterare.limits import MAX_SUMMARY_EVENTS
 
 if TYPE_CHECKING:
-    from git_iterare.agents.base import Agent, Event
+    from git_iterare.agents.base import Agent
     from git_iterare.runs.record import RunRecord
 
 Printer = Callable[[str], None]
 
 
 def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit: Printer,
-            events: MutableSequence[Event]) -> None:
-    """Print ``lines`` as they come; ``events`` keeps the last
-    :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` for the closing summary (bounded
-    memory, whatever the agent prints)."""
+            counted: Tally) -> None:
+    """Print ``lines`` as they come; ``counted`` keeps what the closing summary needs
+    (bounded memory, whatever the agent prints)."""
     from git_iterare import proc
     from git_iterare.ui import sanitize
 
@@ -36,9 +34,7 @@ def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit:
             line = line.rstrip("\r\n")
             emit(clean(line) if clean else line)
             continue
-        event = agent.parse_line(line)
-        events.append(event)
-        shown = agent.render(event, verbosity)
+        shown = agent.render(counted.feed(line), verbosity)
         if shown is not None:
             emit(shown)
 
@@ -46,31 +42,33 @@ def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit:
 def _watch_budget(repo: Repo, record: RunRecord, agent: Agent, container: str,
                   lines: Iterable[str]) -> Iterable[str]:
     """Pass ``lines`` on; for an agent that cannot hold the run's ``max_budget_usd``
-    itself, stop the run once the cost it reports reaches it
-    (:func:`git_iterare.runner.finish.stop_over_budget`)."""
+    itself, stop the run once the highest cost it reported reaches it
+    (:func:`git_iterare.runner.finish.stop_over_budget`): a lower figure printed later
+    changes nothing."""
     from git_iterare.runner.finish import stop_over_budget
 
     if not record.extra.get("max_budget_usd") or "max_budget_usd" in agent.own_limits:
         yield from lines
         return
-    seen: deque[Event] = deque(maxlen=MAX_SUMMARY_EVENTS)
+    from git_iterare.agents.tally import Tally
+
+    counted = Tally(agent, keep=0)
     stopped = False
     for line in lines:
         yield line
-        event = agent.parse_line(line)
-        seen.append(event)
+        event = counted.feed(line)
         if not stopped and event.kind != "text":  # only structured events report cost
-            stopped = stop_over_budget(repo, record, agent, seen, container)
+            stopped = stop_over_budget(repo, record, agent, counted.cost_usd, container)
 
 
-def _summary(agent: Agent, events: Iterable[Event], record: RunRecord) -> str:
+def _summary(counted: Tally, record: RunRecord) -> str:
     """The closing line of a run's log: the agent's outcome, or how the run was ended
     from outside (timed out, stopped), as ``list`` and ``show`` say it."""
     from git_iterare.agents.render import format_summary
     from git_iterare.runs.status import LOST, STOPPED, TIMED_OUT
 
     ended = {TIMED_OUT: "timed out", STOPPED: "stopped", LOST: "lost"}.get(record.status)
-    return format_summary(agent.summarize(events, exit_code=record.exit_code), ended=ended)
+    return format_summary(counted.result(exit_code=record.exit_code), ended=ended)
 
 
 def _decode(chunks: Iterable[bytes]) -> Iterable[str]:
@@ -140,7 +138,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         from git_iterare.runner.secrets import register_run_secrets
 
         register_run_secrets(repo, record, agent)  # the live stream is not redacted yet
-    events: deque[Event] = deque(maxlen=MAX_SUMMARY_EVENTS)
+    counted = Tally(agent)
     if record.status in ACTIVE and record.container:
         info = container_of(repo, record)
         if info is not None:
@@ -151,7 +149,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
                     lines: Iterable[str] = _decode(sandbox.output(info.id, follow=follow))
                     if follow:
                         lines = _watch_budget(repo, record, agent, info.id, lines)
-                    _render(lines, agent, verbosity, raw, emit, events)
+                    _render(lines, agent, verbosity, raw, emit, counted)
                 if not follow:
                     return record
                 record = finish(repo, run_id, wait=True)
@@ -168,12 +166,12 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
         if record.status in ACTIVE:
             return record
         if not raw:
-            emit(_summary(agent, events, record))
+            emit(_summary(counted, record))
         return record
     if record.status in ACTIVE:
         return record  # created, not launched yet: nothing to show
     log = store.read_log(run_id).decode("utf-8", "replace").splitlines()
-    _render(log, agent, verbosity, raw, emit, events)
+    _render(log, agent, verbosity, raw, emit, counted)
     if not raw:
-        emit(_summary(agent, events, record))
+        emit(_summary(counted, record))
     return record

@@ -12,7 +12,7 @@ import datetime as _dt
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from git_iterare.agents.labels import REPORTED
+from git_iterare.agents.labels import REPORTED, disputed
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
 from git_iterare.ui import sanitize, sanitize_line, usd
@@ -74,13 +74,28 @@ def cost_text(cost: float | None) -> str:
     return "-" if cost is None else usd(cost)
 
 
+def disputed_reports(rec: RunRecord) -> int:
+    """How many closing reports the run's log held when its figures are disputed
+    (``extra.disputed``, see gititerare-records(5)), else 0."""
+    found = rec.extra.get("disputed")
+    reports = found.get("reports") if isinstance(found, dict) else None
+    return reports if isinstance(reports, int) and not isinstance(reports, bool) \
+        and reports > 1 else 0
+
+
+#: Marks the cost of a run whose figures are disputed in ``list``.
+DISPUTED_MARK = "?"
+
+
 def spend_text(rec: RunRecord) -> str:
     """The run's cost against its budget (``$0.12/$1.00``), or :func:`cost_text` alone
-    when it has no ``max_budget_usd``."""
+    when it has no ``max_budget_usd``; :data:`DISPUTED_MARK` after the cost when its
+    figures are disputed (:func:`disputed_reports`)."""
+    cost = cost_text(rec.cost_usd) + (DISPUTED_MARK if disputed_reports(rec) else "")
     budget = rec.extra.get("max_budget_usd")
     if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
-        return cost_text(rec.cost_usd)
-    return f"{cost_text(rec.cost_usd)}/{usd(budget)}"
+        return cost
+    return f"{cost}/{usd(budget)}"
 
 
 def list_json(entries: Iterable[Entry], now: _dt.datetime) -> str:
@@ -156,6 +171,9 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
     lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
     if any(row[5] != "-" for row in rows):
         lines.append(f"* cost {REPORTED}")
+    if any(row[5].split("/")[0].endswith(DISPUTED_MARK) for row in rows):
+        lines.append(f"{DISPUTED_MARK} disputed: the run's log holds more than one result "
+                     "report (see `git iterare show`)")
     return "\n".join(lines) + "\n"
 
 
@@ -286,7 +304,8 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     field("finished", rec.finished)
     duration = duration_seconds(rec, now)
     field("duration", human_span(duration) if duration is not None else None)
-    reported = f" {REPORTED}"
+    reports = disputed_reports(rec)
+    reported = f" {disputed(reports) if reports else REPORTED}"
     budget, max_turns = rec.extra.get("max_budget_usd"), rec.extra.get("max_turns")
     of_budget = f" of {usd(budget)} budget" if isinstance(budget, (int, float)) and budget else ""
     field("cost", (cost_text(rec.cost_usd) + of_budget if rec.cost_usd is not None
