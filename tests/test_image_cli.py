@@ -91,7 +91,7 @@ def test_project_dockerfile_built_on_top_when_it_changes(repo: Path,
     git("add", ".", cwd=repo)
     refused = iterare("image", "build", "--tag", sandbox_image, cwd=repo, env=env)
     assert (refused.returncode, refused.stderr) == (
-        2, "error: this repository's .iterare/ asks for settings you have not approved "
+        2, "error: this repository asks for settings you have not approved "
            "(Dockerfile); review them with `git iterare trust`\n")
     assert iterare("trust", "--yes", cwd=repo).returncode == 0
     repository = sandbox_image.rsplit(":", 1)[0]

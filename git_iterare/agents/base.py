@@ -23,7 +23,7 @@ from git_iterare.errors import UserError
 from git_iterare.settings import Key, Settings
 
 __all__ = ["PROMPT_FILE", "Agent", "Credentials", "Event", "Install", "Part", "RunResult",
-           "npm_install", "parse_json_object", "text_event"]
+           "json_settings", "npm_install", "parse_json_object", "text_event"]
 
 if TYPE_CHECKING:
     from git_iterare.agents.credstore import CredentialStore
@@ -101,6 +101,28 @@ def parse_json_object(line: str) -> dict[str, object] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def json_settings(path: str, data: bytes, inert: frozenset[str]) -> dict[str, object]:
+    """The items of a repository's JSON settings file for an agent that
+    :meth:`Agent.repository_settings` gives: ``"<path> <key>"`` -> value for every
+    top-level key not in ``inert``, or ``path`` -> the whole text when the file is not a
+    JSON object (the agent may still read it; it is shown as it is).
+
+    Args:
+        path: the file, relative to the worktree's top (``.claude/settings.json``).
+        data: its content.
+        inert: top-level keys that start no program (an allowlist: a key the agent
+            learns later counts until it is known to be harmless).
+    """
+    text = data.decode("utf-8", "surrogateescape")
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        return {path: text}
+    return {f"{path} {key}": value for key, value in parsed.items() if key not in inert}
 
 
 class Agent:
@@ -214,6 +236,25 @@ class Agent:
                             f"`git iterare credentials --agent {self.name}` or set "
                             f"{store.api_key_env}")
         return found
+
+    #: Files of the repository, relative to the worktree's top, that configure this agent
+    #: to start programs of the repository's choosing (hooks, MCP servers); read by
+    #: :meth:`repository_settings`.
+    settings_files: tuple[str, ...] = ()
+
+    def repository_settings(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        """What the repository's own configuration of this agent asks for that would start
+        programs: repository config like any other, acting only once approved
+        (``git iterare trust``, :mod:`git_iterare.runner.trust`).
+
+        Args:
+            files: those of :attr:`settings_files` the run's tree holds -> their content.
+
+        Returns:
+            Item name (the file, a space and a key; or the file alone) -> its value
+            (anything JSON can hold); empty when nothing starts a program.
+        """
+        return {}
 
     def parse_line(self, line: str) -> Event:
         """Turn one output line (newline stripped or not) into an :class:`Event`."""

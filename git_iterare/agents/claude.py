@@ -36,6 +36,7 @@ from git_iterare.agents.base import (
     Part,
     RunResult,
     gateway_url,
+    json_settings,
     npm_install,
     parse_json_object,
     text_event,
@@ -72,6 +73,21 @@ QUIET_ENV = {
 
 #: Host variables that carry a credential, in the order Claude Code prefers them.
 CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+#: The repository's own Claude Code settings (project, local, MCP servers): Claude Code
+#: reads them from the worktree at start. Source:
+#: https://docs.claude.com/en/docs/claude-code/settings and .../claude-code/mcp.
+SETTINGS_FILES = (".claude/settings.json", ".claude/settings.local.json", ".mcp.json")
+
+#: Top-level keys of a settings file that start no program. Every other key counts: hooks,
+#: statusLine, apiKeyHelper and the other helpers (programs Claude Code runs), env (what its
+#: processes start with, NODE_OPTIONS for one), MCP server and plugin switches, and keys
+#: added by later versions.
+INERT_SETTINGS = frozenset({
+    "$schema", "permissions", "model", "includeCoAuthoredBy", "cleanupPeriodDays",
+    "outputStyle", "alwaysThinkingEnabled", "respectGitignore", "spinnerTipsEnabled",
+    "disableAllHooks", "language",
+})
 
 #: Tool input field that says best what a call does, by tool name.
 _TOOL_SUMMARY_FIELD = {
@@ -211,6 +227,20 @@ class Claude(Agent):
         if found is None:
             raise UserError("no Claude credentials: run `git iterare credentials`")
         return found
+
+    settings_files = SETTINGS_FILES
+
+    def repository_settings(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        """Every key of ``.claude/settings.json`` and ``.claude/settings.local.json`` but
+        :data:`INERT_SETTINGS`, and ``.mcp.json`` whole (each server in it is a program,
+        or a connection, Claude Code starts)."""
+        items: dict[str, object] = {}
+        for path, data in files.items():
+            if path == ".mcp.json":
+                items.update(json_settings(path, data, frozenset()))
+            else:
+                items.update(json_settings(path, data, INERT_SETTINGS))
+        return items
 
     def parse_line(self, line: str) -> Event:
         line = line.rstrip("\r\n")

@@ -69,6 +69,15 @@ KEYS = (
 #: The OpenAI API key: kept in ``openai-api-key``, handed over as OPENAI_API_KEY.
 STORE = KeyFileStore("OpenAI", "OPENAI_API_KEY", "openai-api-key")
 
+#: The repository's own Codex layer: MCP servers, hooks (``[hooks]`` or ``hooks.json``),
+#: ``notify`` and profiles that start programs. Codex 0.169 and later read it only in a
+#: project trusted in ``$CODEX_HOME/config.toml``, which git-iterare never writes (older
+#: versions trusted the folder of a ``--dangerously-bypass-approvals-and-sandbox`` run
+#: themselves), and each hook needs its own trust besides; the files count whole anyway, so
+#: that no version runs them unapproved. Source: https://developers.openai.com/codex/hooks
+#: and https://developers.openai.com/codex/mcp.
+SETTINGS_FILES = (".codex/config.toml", ".codex/hooks.json")
+
 #: Our model provider's name in Codex's configuration.
 PROVIDER = "iterare"
 
@@ -188,6 +197,12 @@ class Codex(Agent):
 
     def interactive_command(self, config: Settings) -> list[str] | None:
         return ["codex", "--dangerously-bypass-approvals-and-sandbox", *config_args(config)]
+
+    settings_files = SETTINGS_FILES
+
+    def repository_settings(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        """Each of :data:`SETTINGS_FILES` the tree holds, whole (as text)."""
+        return {path: data.decode("utf-8", "surrogateescape") for path, data in files.items()}
 
     def parse_line(self, line: str) -> Event:
         line = line.rstrip("\r\n")

@@ -60,6 +60,7 @@ from git_iterare.agents.base import (
     Part,
     RunResult,
     gateway_url,
+    json_settings,
     npm_install,
     parse_json_object,
     text_event,
@@ -96,6 +97,16 @@ NOTICES = (
     "Ripgrep is not available.",
     "[STARTUP] ",
 )
+
+#: The repository's own Gemini CLI settings: read from the worktree, which ``--skip-trust``
+#: trusts (system settings override them key by key; servers and hooks merge in). Source:
+#: https://geminicli.com/docs/get-started/configuration/.
+SETTINGS_FILES = (".gemini/settings.json",)
+
+#: Top-level keys of the workspace settings that start no program; every other counts:
+#: ``mcpServers``, ``hooks``, ``tools`` (its discovery and call commands), ``mcp``,
+#: ``extensions``, ``security``, ``advanced`` and keys added by later versions.
+INERT_SETTINGS = frozenset({"$schema", "ui", "model", "context", "output", "privacy"})
 
 #: Environment for every run: our settings, and never the CLI's own sandbox.
 QUIET_ENV = {
@@ -226,6 +237,15 @@ class Gemini(Agent):
         if url:
             env["GOOGLE_GEMINI_BASE_URL"] = url
         return env
+
+    settings_files = SETTINGS_FILES
+
+    def repository_settings(self, files: Mapping[str, bytes]) -> dict[str, object]:
+        """Every key of ``.gemini/settings.json`` but :data:`INERT_SETTINGS`."""
+        items: dict[str, object] = {}
+        for path, data in files.items():
+            items.update(json_settings(path, data, INERT_SETTINGS))
+        return items
 
     def parse_line(self, line: str) -> Event:
         line = line.rstrip("\r\n")

@@ -216,22 +216,10 @@ def _escapes(path: str, target: bytes) -> bool:
 
 def _symlink_targets(repo: Repo, blobs: list[str]) -> dict[str, bytes]:
     """Blob id -> content for the symlink blobs ``blobs`` (one ``git cat-file --batch``)."""
-    if not blobs:
-        return {}
-    out = common_git(repo, "cat-file", "--batch", input="".join(
-        b + "\n" for b in blobs).encode(), text=False).stdout
-    found: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(out):
-        end = out.index(b"\n", pos)
-        header = out[pos:end].split()
-        pos = end + 1
-        if len(header) != 3 or header[1] != b"blob":
-            continue
-        size = int(header[2])
-        found[header[0].decode()] = out[pos:pos + size]
-        pos += size + 1
-    return found
+    from git_iterare.git.repo import read_blobs
+
+    return {name: body for name, body in read_blobs(repo, blobs).items()
+            if isinstance(body, bytes)}
 
 
 def changed_files(repo: Repo, base: str, head: str) -> list[FileChange]:

@@ -115,6 +115,54 @@ def common_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedPro
     return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
 
 
+def read_blobs(repo: Repo, names: list[str], limit: int | None = None
+               ) -> dict[str, bytes | int]:
+    """The content of the blobs ``names`` name: blob ids or ``<commit>:<path>`` (gitrevisions(7)),
+    read with one ``git cat-file --batch`` (and one ``--batch-check`` first when ``limit``
+    is given, so a large blob is never read).
+
+    Args:
+        repo: the repository.
+        names: object names, none holding a newline or a space.
+        limit: largest blob read, in bytes; None for no limit.
+
+    Returns:
+        Name -> content; a blob over ``limit`` maps to its size (an int) instead. Names
+        that are missing or not blobs are left out.
+
+    Raises:
+        ExternalError: git failed.
+    """
+    def batch(option: str, wanted: list[str]) -> list[tuple[str, int, bytes]]:
+        out = common_git(repo, "cat-file", f"{option}=%(objecttype) %(objectsize) %(rest)",
+                         input="".join(f"{n} {n}\n" for n in wanted).encode(),
+                         text=False).stdout
+        found, pos = [], 0
+        while pos < len(out):
+            end = out.index(b"\n", pos)
+            header = out[pos:end].split(b" ", 2)
+            pos = end + 1
+            if len(header) != 3 or header[0] != b"blob":
+                continue  # "<name> missing", or not a blob
+            size = int(header[1])
+            body = b""
+            if option == "--batch":
+                body, pos = out[pos:pos + size], pos + size + 1
+            found.append((header[2].decode("utf-8", "surrogateescape"), size, body))
+        return found
+
+    if not names:
+        return {}
+    sizes = {name: size for name, size, _ in batch("--batch-check", names)} \
+        if limit is not None else None
+    small = names if sizes is None else [n for n, s in sizes.items() if s <= (limit or 0)]
+    read: dict[str, bytes | int] = {name: body for name, _, body in batch("--batch", small)} \
+        if small else {}
+    for name, size in (sizes or {}).items():
+        read.setdefault(name, size)
+    return read
+
+
 #: Who moved a ref in the reflog when git knows no identity (no name or email configured).
 _FALLBACK_IDENTITY = b"git-iterare <git-iterare@localhost>"
 

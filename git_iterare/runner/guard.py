@@ -82,7 +82,8 @@ def extra_mounts(config: Config, repo: Repo | None = None) -> list[Mount]:
     return mounts
 
 
-def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = ()) -> Admitted:
+def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = (),
+          agent: str | None = None) -> Admitted:
     """Refuse dangerous values, then require approval of the repository's requests.
 
     Call it before anything is created (record, branch, worktree, container, image) and
@@ -93,6 +94,8 @@ def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = ()) 
         config: the effective configuration.
         prompt_env: variable names the prompt's frontmatter passes into the sandbox
             (names also given with ``--env`` left out: those are the user's own).
+        agent: the agent the sandbox runs, whose repository settings count (HEAD's);
+            every agent's when None.
 
     Returns:
         The checked mounts and network.
@@ -106,7 +109,7 @@ def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = ()) 
 
     network = checked_network(config)
     mounts = extra_mounts(config, repo)
-    require_approval(repo, config, prompt_env)
+    require_approval(repo, config, prompt_env, agents=None if agent is None else [agent])
     return Admitted(tuple(mounts), network)
 
 

@@ -146,8 +146,8 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     agent = get_agent(request.agent or prompt.agent or config["run.agent"])
     # Dangerous values are refused and the repository's requests need approval before
     # anything else is looked at.
-    admitted = admit(repo, config,
-                     prompt_env=[n for n in prompt.env if n not in request.env_names])
+    prompt_env = [n for n in prompt.env if n not in request.env_names]
+    admitted = admit(repo, config, prompt_env=prompt_env, agent=agent.name)
     networks = requested_networks(repo, request.networks, request.compose, env)
     spare_seconds(config)  # a bad value is refused before anything exists
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
@@ -162,6 +162,10 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     budget = run_budget(config, prompt, request)
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     base_commit, base_branch = _base(repo, request, prompt)
+    if base_commit != _head_here(repo):  # admit() saw HEAD's agent settings, not these
+        from git_iterare.runner.trust import require_approval
+
+        require_approval(repo, config, prompt_env, base=base_commit, agents=[agent.name])
     validate_name(request.name or prompt.run_name)
     check_run_dirs(repo)
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
@@ -326,6 +330,14 @@ def _base_commit(repo: Repo, flag: str | None, prompt: Prompt) -> str:
                         hint=f"fix its `branch:` or give --branch; {listing}")
     raise UserError("HEAD is no commit yet: the current branch has no commits",
                     hint="make a first commit, or give --branch")
+
+
+def _head_here(repo: Repo) -> str | None:
+    """HEAD's commit in the worktree the command runs in; None when it has none."""
+    try:
+        return resolve_here(repo, "HEAD")
+    except UserError:
+        return None
 
 
 def _current_branch(repo: Repo) -> str | None:

@@ -11,7 +11,12 @@ defaults acts only once the user approved its exact content:
 * ``.iterare/include`` (files of the main worktree, untracked ones such as ``.env``
   included, copied into every run's worktree), as the item ``.iterare/include``;
 * the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
-  flags are the user's own).
+  flags are the user's own);
+* the repository's own settings for the agents that start programs (Claude Code's hooks
+  and MCP servers, Gemini CLI's, Codex's project layer: each agent's
+  :meth:`~git_iterare.agents.base.Agent.repository_settings`), read from the tree a run
+  starts from (HEAD, or the run's base), as items named by the file and key
+  (``.claude/settings.json hooks``).
 
 Approvals are kept by :class:`git_iterare.sandbox.approvals.TrustStore` in the user's config
 directory (``<config dir>/trust``), keyed by the main worktree's path.
@@ -77,7 +82,7 @@ def _narrows(key: str, value: object, default: object) -> bool:
 MAX_DOCKERFILE_BYTES = 1024 * 1024
 
 #: What the refusal without a terminal says before the list of items.
-NOT_APPROVED = "this repository's .iterare/ asks for settings you have not approved"
+NOT_APPROVED = "this repository asks for settings you have not approved"
 
 
 @dataclass(frozen=True)
@@ -222,32 +227,94 @@ def prompts_env(repo: Repo, extra: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def gather(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustRequest:
+def requested_agent_settings(repo: Repo, base: str | None = None,
+                             agents: Collection[str] | None = None) -> dict[str, object]:
+    """What the repository's configuration of the agents asks for that starts programs:
+    :meth:`~git_iterare.agents.base.Agent.repository_settings` of every agent, from the
+    files of ``base``'s tree (what a run's worktree is checked out from). Nothing when
+    there is no such commit yet (a repository without commits).
+
+    Args:
+        repo: the repository.
+        base: the commit (hex, or any name git resolves); HEAD of the worktree the
+            command runs in when None.
+        agents: the names of the agents whose settings count; every agent when None.
+
+    Raises:
+        UserError: one of the files is a symbolic link (the agent would read whatever it
+            points to) or larger than :data:`MAX_DOCKERFILE_BYTES`.
+    """
+    from git_iterare import proc
+    from git_iterare.agents import get_agent, names
+    from git_iterare.git.repo import read_blobs
+
+    commit = base or "HEAD"
+    readers = [get_agent(name) for name in names() if agents is None or name in agents]
+    paths = sorted({path for agent in readers for path in agent.settings_files})
+    if not paths:
+        return {}
+    # On the current worktree's gitdir: HEAD is the linked worktree's own there.
+    listed = proc.git("--git-dir", str(repo.git_dir), "ls-tree", "-z", "--end-of-options",
+                      commit, "--", *paths, scrub_git_env=True, check=False)
+    blobs: dict[str, str] = {}  # path -> blob id
+    for entry in listed.stdout.split("\0") if listed.returncode == 0 else ():
+        meta, _, path = entry.partition("\t")
+        mode, kind, sha = [*meta.split(), "", "", ""][:3]
+        if path not in paths or kind != "blob":
+            continue
+        if mode == "120000":
+            raise UserError(f"{path} in {commit} is a symbolic link: the agent would read "
+                            "what it points to, which nobody approved",
+                            hint=f"make {path} a regular file in the repository")
+        blobs[path] = sha
+    content = read_blobs(repo, sorted(set(blobs.values())), MAX_DOCKERFILE_BYTES)
+    for path, sha in blobs.items():
+        if isinstance(content.get(sha), int):
+            raise UserError(f"{path} in {commit}: larger than "
+                            f"{MAX_DOCKERFILE_BYTES // 1024} KiB", hint="keep it small")
+    items: dict[str, object] = {}
+    for agent in readers:
+        files = {path: body for path in agent.settings_files
+                 if path in blobs and isinstance(body := content.get(blobs[path]), bytes)}
+        if files:
+            items.update(agent.repository_settings(files))
+    return items
+
+
+def gather(repo: Repo, config: Config, prompt_env: Iterable[str] = (), *,
+           base: str | None = None, agents: Collection[str] | None = None) -> TrustRequest:
     """What ``repo`` asks for beyond the defaults (see the module docstring).
 
     Args:
         repo: the repository.
         config: its effective configuration.
         prompt_env: variable names asked for by prompt frontmatter.
+        base: the commit whose agent settings count (:func:`requested_agent_settings`);
+            HEAD when None.
+        agents: the agents whose settings count; all when None.
 
     Raises:
-        UserError: the Dockerfile cannot be read or is too large; the repository is bare.
+        UserError: the Dockerfile or an agent's settings file cannot be read or is too
+            large; the repository is bare.
     """
     settings = requested_settings(repo, config)
     includes = requested_includes(repo)
     if includes:
         settings[INCLUDE] = includes
+    settings.update(requested_agent_settings(repo, base, agents))
     return TrustRequest.build(settings, requested_dockerfile(repo, config), prompt_env)
 
 
-def state(repo: Repo, config: Config, prompt_env: Iterable[str] = ()) -> TrustState:
-    """The repository's request against its stored approval.
+def state(repo: Repo, config: Config, prompt_env: Iterable[str] = (), *,
+          base: str | None = None, agents: Collection[str] | None = None) -> TrustState:
+    """The repository's request (the settings of ``agents``, all when None, from ``base``,
+    HEAD when None) against its stored approval.
 
     Raises:
         UserError: see :func:`gather`.
     """
     key = repo_key(repo)
-    request = gather(repo, config, prompt_env)
+    request = gather(repo, config, prompt_env, base=base, agents=agents)
     approval = store().load(key)
     missing = unapproved(request, approval)
     # The Dockerfile first: it is the largest grant.
@@ -284,7 +351,8 @@ def render(current: TrustState) -> str:
     if current.request.empty:
         lines.append("asks for nothing beyond the defaults")
         return sanitize("\n".join(lines))
-    lines.append("asks for (from .iterare/config.toml, Dockerfile, include and prompts):")
+    lines.append("asks for (from .iterare/config.toml, Dockerfile, include, prompts and agent "
+                 "settings):")
     lines += [f"  {line}" for line in current.request.lines()]
     if not current.missing:
         lines.append("all of it is approved")
@@ -315,7 +383,8 @@ def _ask_terminal(summary: str) -> bool:
 
 
 def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str] = (), *,
-                     only: Collection[str] | None = None, ask: Ask | None = None) -> None:
+                     only: Collection[str] | None = None, ask: Ask | None = None,
+                     base: str | None = None, agents: Collection[str] | None = None) -> None:
     """The gate: return when what ``repo`` asks for is approved, else ask or refuse.
 
     Call it before anything is created and before the project Dockerfile is built. On a
@@ -329,6 +398,8 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
         only: consider only these items (config keys, ``Dockerfile``, ``env NAME``).
         ask: called with the summary to ask the user; default: the terminal, when there
             is one.
+        base: the commit a run starts from, whose agent settings count; HEAD when None.
+        agents: the agents whose settings count (the one a run starts); all when None.
 
     Raises:
         UserError: something is not approved and there is no terminal (naming the items
@@ -336,7 +407,7 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
     """
     if repo is None or repo.main_work_tree is None:
         return
-    current = state(repo, config, prompt_env)
+    current = state(repo, config, prompt_env, base=base, agents=agents)
     missing = [m for m in current.missing if only is None or m in only]
     if not missing:
         return
