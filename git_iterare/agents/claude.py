@@ -6,7 +6,11 @@ it there when no prompt argument is given; stdin has no argv length limit). The 
 refuses ``--dangerously-skip-permissions`` as root, so the sandbox runs it as a user.
 
 Output: one JSON object a line (``--output-format stream-json``; ``--verbose`` is
-required with it): ``system`` (subtype ``init``: model, cwd, tools), ``assistant``
+required with it): ``system`` (subtype ``init``: model, cwd, tools; subtype ``api_retry``
+before each retry of a failed API request: attempt, max_retries, retry_delay_ms,
+error_status (the HTTP status, null when no answer came) and error, such as
+``rate_limit``, ``authentication_failed`` or ``unknown`` for a refused connection, as
+Claude Code 2.1.197 writes them against tests/fakeapi), ``assistant``
 (``message.content`` blocks: text, thinking, tool_use), ``user`` (tool_result blocks)
 and a closing ``result`` (``is_error``, ``total_cost_usd``, ``usage``, ``num_turns``,
 ``duration_ms``, ``result``). Source: https://docs.claude.com/en/docs/claude-code/sdk
@@ -161,6 +165,23 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def retry_line(data: Mapping[str, Any]) -> str:
+    """The line an ``api_retry`` event shows: ``waiting for the API: 429 rate_limit, retry 3
+    of 10 in 8 s`` (``cannot connect`` when no answer came). Claude Code names no host in
+    it: the API is api.anthropic.com, or the gateway of ``claude.base_url``."""
+    status, error = data.get("error_status"), data.get("error")
+    why = " ".join(str(x) for x in (status, error) if x not in (None, "", "unknown"))
+    if status is None:
+        why = "cannot connect" + (f" ({why})" if why else "")
+    attempt, most = _int(data.get("attempt")), _int(data.get("max_retries"))
+    delay = data.get("retry_delay_ms")
+    retry = "retry" + (f" {attempt}" if attempt is not None else "") + (
+        f" of {most}" if most is not None else "")
+    if isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay >= 0:
+        retry += f" in {max(1, round(delay / 1000))} s"
+    return f"waiting for the API: {why}, {retry}"
+
+
 class Claude(Agent):
     """The Claude Code CLI."""
 
@@ -264,6 +285,15 @@ class Claude(Agent):
             parts = (Part("text", text),) if isinstance(text, str) and text else ()
             return Event(kind="result", parts=parts, line=line, data=data)
         return Event(kind="other", line=line, data=data)
+
+    def render(self, event: Event, verbosity: int) -> str | None:
+        """As :meth:`Agent.render`; a retry of an API request shows at every verbosity
+        (:func:`retry_line`): a run that cannot reach its API is waiting, not idle."""
+        if event.kind == "system" and event.data and event.data.get("subtype") == "api_retry":
+            from git_iterare.ui import paint, sanitize_line
+
+            return paint(sanitize_line(retry_line(event.data)), "yellow")
+        return super().render(event, verbosity)
 
     def summarize(self, events: Iterable[Event], *, exit_code: int | None = None) -> RunResult:
         result: Mapping[str, Any] | None = None

@@ -471,6 +471,7 @@ def _egress(repo: Repo, run_id: str) -> dict[str, object] | None:
         "blocked": dict(report.blocked),
         "refused_connections": {"ipv4": report.refused_connections.ipv4,
                                 "ipv6": report.refused_connections.ipv6,
+                                "addresses": dict(report.refused_connections.addresses),
                                 "recorded": report.refused_connections.recorded},
     }
     if report.more_allowed or report.more_blocked or report.log_truncated:

@@ -195,6 +195,35 @@ def blocked_domains(egress: dict[str, Any] | None) -> list[str]:
     return sorted(names)
 
 
+def refused_addresses(egress: dict[str, Any] | None) -> tuple[int, list[tuple[str, int]]]:
+    """``(packets refused, [(address, packets)...])`` from ``egress["refused_connections"]``
+    (``ipv4``, ``ipv6`` and ``addresses``, see gititerare-records(5)): the addresses that
+    parse as IP addresses, sorted, at most :data:`~git_iterare.limits.MAX_EGRESS_NAMES`
+    (a record may come from anyone); ``(0, [])`` when nothing was refused."""
+    import ipaddress
+
+    from git_iterare.limits import MAX_EGRESS_NAMES
+
+    refused = (egress or {}).get("refused_connections")
+    if not isinstance(refused, dict):
+        return 0, []
+    total = sum(n for n in (refused.get("ipv4"), refused.get("ipv6"))
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0)
+    found = refused.get("addresses")
+    addresses: list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]] = []
+    for text, count in (found.items() if isinstance(found, dict) else ()):
+        if len(addresses) >= MAX_EGRESS_NAMES:
+            break
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            continue
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            addresses.append((address, count))
+    addresses.sort(key=lambda pair: (pair[0].version, pair[0]))
+    return total, [(str(a), n) for a, n in addresses]
+
+
 def blocked_more(egress: dict[str, Any] | None) -> int:
     """How many blocked names (or lookups, as the record counted them) are not in
     :func:`blocked_domains`: the record's ``more.blocked`` plus names over the cap."""
@@ -347,4 +376,26 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
         more = blocked_more(rec.egress)
         if more:
             out.append(f"    and {more} more (lists are capped at MAX_EGRESS_NAMES)")
+    out.extend(_refused(rec.egress, paint))
     return "\n".join(out) + "\n"
+
+
+def _refused(egress: dict[str, Any] | None, paint: Any) -> list[str]:
+    """``show``'s lines about the connections the firewall refused: each address with the
+    ``allowed_cidrs`` line that allows it; none when nothing was refused."""
+    import json
+
+    total, addresses = refused_addresses(egress)
+    if not total and not addresses:
+        return []
+    packets = f"{total} packet{'s' if total != 1 else ''}"
+    out = ["", paint("Refused connections:", "bold") + f" {packets}; to allow an address, add "
+           "its line to allowed_cidrs under [firewall] in .iterare/config.toml"]
+    width = max((len(a) for a, _ in addresses), default=0)
+    for address, count in addresses:
+        cidr = f"{address}/{128 if ':' in address else 32}"
+        out.append(f"    {address:<{width}}  {json.dumps(cidr)},  # {count} "
+                   f"packet{'s' if count != 1 else ''}")
+    if not addresses:
+        out.append("    (the sandbox recorded no addresses)")
+    return out

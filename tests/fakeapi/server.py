@@ -26,6 +26,10 @@ Usage is estimated from the text (4 characters a token); with ``input_tokens_per
 (``--input-tokens-per-turn``) every reply that takes a turn reports that many input tokens
 instead, so each turn costs the agent a known, large amount (a budget test's meter).
 
+With ``failures`` (``--fail N``, ``--fail-status``), the first N requests to
+``POST /v1/messages`` are answered with that status (429 by default) and an API-style error,
+``retry-after: 1``, as the API answers a rate limit; they take no turn.
+
 ``POST /v1/messages/count_tokens`` answers an estimate (4 characters a token). Any other
 GET or HEAD answers 200 with ``{}``; other POSTs 404 with an API-style error. Every request
 is appended to the log file as one JSON line: method, path, headers (``x-api-key`` and
@@ -100,9 +104,12 @@ class Script:
     """
 
     def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
-                 input_tokens_per_turn: int | None = None):
+                 input_tokens_per_turn: int | None = None, failures: int = 0,
+                 fail_status: int = 429):
         self.turns = turns
         self.input_tokens_per_turn = input_tokens_per_turn
+        self.failures = failures
+        self.fail_status = fail_status
         self.next_turn = 0
         self.log_path = Path(log_path) if log_path else None
         self._lock = threading.Lock()
@@ -122,6 +129,14 @@ class Script:
                     block.setdefault("id", f"toolu_fake{next(self._ids):04d}")
                     block.setdefault("input", {})
             return number, blocks
+
+    def fail(self) -> int | None:
+        """The status to answer this request with while failures are left, else None."""
+        with self._lock:
+            if self.failures <= 0:
+                return None
+            self.failures -= 1
+            return self.fail_status
 
     def new_id(self, prefix: str = "msg") -> str:
         """A fresh id, ``<prefix>_fake0001`` and on."""
@@ -203,9 +218,12 @@ class BaseHandler(BaseHTTPRequestHandler):
         self.script.log({"method": self.command, "path": self.path, "headers": headers,
                          "body": body, "turn": turn})
 
-    def _json(self, status: int, data: Any, *, head: bool = False) -> None:
+    def _json(self, status: int, data: Any, *, head: bool = False,
+              headers: dict[str, str] | None = None) -> None:
         payload = json.dumps(data).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.send_header(self.request_id_header, "req_fake")
@@ -252,6 +270,14 @@ class Handler(BaseHandler):
                 "type": "not_found_error", "message": f"fake API: no {path}"}})
 
     def _messages(self, body: dict[str, Any]) -> None:
+        status = self.script.fail()
+        if status is not None:
+            self._record(body)
+            kind = "rate_limit_error" if status == 429 else "api_error"
+            self._json(status, {"type": "error", "error": {
+                "type": kind, "message": f"fake API: answering {status}"}},
+                headers={"retry-after": "1"})
+            return
         turn, blocks = self.script.take(body)
         self._record(body, turn)
         output = [b["text"] if b["type"] == "text" else b["input"] for b in blocks]
@@ -292,6 +318,8 @@ class FakeServer:
         port: 0 picks a free one.
         input_tokens_per_turn: input tokens reported for every turn taken (None: an
             estimate from the request).
+        failures: the first this many message requests are answered ``fail_status``.
+        fail_status: the HTTP status of those answers.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -305,8 +333,10 @@ class FakeServer:
 
     def __init__(self, turns: list[list[dict[str, Any]]], log_path: str | Path | None = None,
                  host: str = "127.0.0.1", port: int = 0,
-                 input_tokens_per_turn: int | None = None):
-        self.script = self.script_class(turns, log_path, input_tokens_per_turn)
+                 input_tokens_per_turn: int | None = None, failures: int = 0,
+                 fail_status: int = 429):
+        self.script = self.script_class(turns, log_path, input_tokens_per_turn, failures,
+                                        fail_status)
         self.httpd = ThreadingHTTPServer((host, port), self.handler)
         self.httpd.daemon_threads = True
         self.httpd.script = self.script  # type: ignore[attr-defined]
@@ -351,9 +381,12 @@ def main(argv: list[str] | None = None, server_class: type[FakeServer] = FakeAnt
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--input-tokens-per-turn", type=int, default=None,
                         help="report this many input tokens for every turn taken")
+    parser.add_argument("--fail", type=int, default=0,
+                        help="answer the first N message requests with --fail-status")
+    parser.add_argument("--fail-status", type=int, default=429)
     args = parser.parse_args(argv)
     server = server_class(load_script(args.script, server_class.kinds), args.log, args.host,
-                          args.port, args.input_tokens_per_turn)
+                          args.port, args.input_tokens_per_turn, args.fail, args.fail_status)
     print(f"listening on {server.url}", flush=True)
     try:
         server.httpd.serve_forever()
