@@ -136,10 +136,86 @@ def paint(text: str, *styles: str, stream: TextIO | None = None) -> str:
     return "".join(_CODES[s] for s in styles) + text + _RESET
 
 
-def progress(line: str) -> None:
-    """Print a progress line (an image build step, a launch step) to stderr, sanitized:
-    build output comes from the project's Dockerfile, which the repository wrote."""
-    print(sanitize_line(line), file=sys.stderr, flush=True)
+def _width(char: str) -> int:
+    import unicodedata
+
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _fit(text: str, columns: int) -> str:
+    """``text`` cut to at most ``columns`` terminal columns (wide characters take two), so
+    it never wraps onto a second line."""
+    used = 0
+    for index, char in enumerate(text):
+        used += _width(char)
+        if used > columns:
+            return text[:index]
+    return text
+
+
+class Progress:
+    """Progress lines on stderr (launch steps, image build steps), sanitized: build output
+    comes from the project's Dockerfile, which the repository wrote.
+
+    What a build step prints goes to :meth:`output`. On a terminal its last
+    :attr:`WINDOW` lines show under the step, redrawn in place as they come and cleared
+    when the next progress line comes (as ``docker build`` shows a running step); off a
+    terminal they are not shown (``--verbose`` shows every one, see
+    :func:`git_iterare.sandbox.image.build_image`).
+
+    Args:
+        stream: where to write; ``sys.stderr`` (looked up at each call) when None.
+    """
+
+    #: Lines of a step's output shown at once on a terminal.
+    WINDOW = 6
+
+    def __init__(self, stream: TextIO | None = None):
+        self._stream = stream
+        self._window: list[str] = []
+        self._drawn = 0
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stderr
+
+    def __call__(self, line: str) -> None:
+        """Print one progress line (the step window above it cleared first)."""
+        self.clear()
+        print(sanitize_line(line), file=self.stream, flush=True)
+
+    def output(self, line: str) -> None:
+        """One line a build step printed: shown in the step's window on a terminal."""
+        stream = self.stream
+        try:
+            if not stream.isatty() or os.environ.get("TERM") == "dumb":
+                return
+        except (AttributeError, ValueError):
+            return
+        import shutil
+
+        columns = shutil.get_terminal_size().columns
+        self._window = [*self._window[-(self.WINDOW - 1):], line]
+        shown = [paint("  " + _fit(sanitize_line(text), max(10, columns - 3)), "dim",
+                       stream=stream) for text in self._window]
+        stream.write(self._erase() + "".join(text + "\n" for text in shown))
+        stream.flush()
+        self._drawn = len(shown)
+
+    def clear(self) -> None:
+        """Erase the step's window from the terminal (nothing when none is shown)."""
+        if self._drawn:
+            self.stream.write(self._erase())
+            self.stream.flush()
+        self._window, self._drawn = [], 0
+
+    def _erase(self) -> str:
+        # Up to the first line of the window, then clear to the end of the screen.
+        return f"\033[{self._drawn}F\033[J" if self._drawn else ""
+
+
+#: The progress lines of every command (see :class:`Progress`).
+progress = Progress()
 
 
 def bounded_line(message: str) -> str:
@@ -180,6 +256,7 @@ def elide_path(path: str, limit: int = 120) -> str:
 def warn(message: str) -> None:
     """Print ``warning: message`` to stderr, ``message`` made one bounded line
     (:func:`bounded_line`)."""
+    progress.clear()
     print(paint("warning:", "yellow", stream=sys.stderr), bounded_line(message),
           file=sys.stderr)
 
@@ -187,6 +264,7 @@ def warn(message: str) -> None:
 def error(message: str) -> None:
     """Print ``error: message`` to stderr, ``message`` made one bounded line
     (:func:`bounded_line`)."""
+    progress.clear()
     print(paint("error:", "red", "bold", stream=sys.stderr), bounded_line(message),
           file=sys.stderr)
 

@@ -125,6 +125,51 @@ def test_project_dockerfile_built_on_top_when_it_changes(repo: Path,
         _rmi(*made)
 
 
+def test_a_build_step_shows_its_output(repo: Path, sandbox_image: str) -> None:  # noqa: F811
+    """A long RUN step is not minutes of silence: on a terminal its last lines show under
+    it while it runs (cleared by the next step), and --verbose prints every line."""
+    import sys
+    import uuid
+
+    from tests.terminal import in_terminal
+
+    env = {"ITERARE_DOCKER_IMAGE": sandbox_image, "ITERARE_DOCKER_BASE_IMAGE": BASE_IMAGE}
+    (repo / ".iterare").mkdir()
+    marker = uuid.uuid4().hex[:8]  # a step the cache never has
+    (repo / ".iterare" / "Dockerfile").write_text(
+        f"FROM {sandbox_image}\nRUN for i in $(seq 1 9); do echo unpacking-{marker}-$i; "
+        f"sleep 0.2; done\nRUN echo done-{marker}\n")
+    git("add", ".", cwd=repo)
+    assert iterare("trust", "--yes", cwd=repo).returncode == 0
+    build = ["image", "build", "--base", BASE_IMAGE, "--ca-bundle", CA_BUNDLE,
+             "--tag", sandbox_image]
+    made: list[str] = []
+    try:
+        script = ("import os, sys; os.environ.update(" + repr(env) + "); "
+                  "os.execvp('git', ['git', 'iterare', *sys.argv[1:]])")
+        code, output = in_terminal([sys.executable, "-c", script, *build], repo, b"",
+                                   ready=b"never typed", timeout=300)
+        text = output.decode(errors="replace")
+        assert code == 0, text
+        made.append(text.strip().splitlines()[-1].split()[0])
+        for i in range(1, 10):  # each line was shown under its step, in order
+            assert f"  unpacking-{marker}-{i}" in text
+        assert text.index(f"unpacking-{marker}-9") < text.index("Step 3/5")
+        assert "\x1b[J" in text  # and the window was cleared again
+        # Off a terminal: the steps alone; with --verbose, every line.
+        _rmi(*made)
+        quiet = iterare(*build, cwd=repo, env=env)
+        assert quiet.returncode == 0, quiet.stderr
+        assert f"Step 2/5: RUN for i in $(seq 1 9); do echo unpacking-{marker}" in quiet.stderr
+        assert f"unpacking-{marker}-1" not in quiet.stderr.replace("echo unpacking", "")
+        _rmi(*made)
+        loud = iterare("--verbose", *build, cwd=repo, env=env)
+        assert loud.returncode == 0, loud.stderr
+        assert all(f"\n  unpacking-{marker}-{i}\n" in loud.stderr for i in range(1, 10))
+    finally:
+        _rmi(*made)
+
+
 def test_bad_ca_bundle_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "ca.pem"
     bad.write_text("not a certificate\n")

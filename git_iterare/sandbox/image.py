@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import docker_errors
@@ -53,6 +53,18 @@ LABEL_CONTEXT_HASH = "dev.iterare.context-hash"
 LABEL_PROJECT_HASH = "dev.iterare.project-dockerfile-hash"
 
 Progress = Callable[[str], None]
+
+
+@runtime_checkable
+class StepOutput(Protocol):
+    """A :data:`Progress` that also takes what a build step prints, one line at a time,
+    and decides how much of it to show (:class:`git_iterare.ui.Progress` is one)."""
+
+    def __call__(self, line: str) -> None:
+        """A progress line (a build step)."""
+
+    def output(self, line: str) -> None:
+        """A line the current step printed."""
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 #: The classic builder's bookkeeping lines, left out of error context.
@@ -269,8 +281,10 @@ def _hash(*parts: bytes) -> str:
 
 
 def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
-                  verbose: bool) -> str:
-    """Run one build through the low-level API, condensing its log into ``progress``.
+                  verbose: bool = False) -> str:
+    """Run one build through the low-level API, condensing its log into ``progress``: a
+    line per step, and what the steps print to :meth:`StepOutput.output` when
+    ``progress`` takes it; every line (indented) with ``verbose`` or ``--verbose``.
 
     Returns:
         The new image's id.
@@ -278,6 +292,10 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
     Raises:
         OperationFailed: the build failed (the failing step's last output lines kept).
     """
+    from git_iterare import proc
+
+    verbose = verbose or proc.VERBOSE
+    output = progress.output if isinstance(progress, StepOutput) and not verbose else None
     recent: list[str] = []
     with docker_errors(f"build {name}"):
         for chunk in client().api.build(decode=True, rm=True, forcerm=True, **api_kwargs):
@@ -296,6 +314,8 @@ def _stream_build(api_kwargs: dict[str, Any], name: str, progress: Progress,
                     progress(f"Step {step.group(1)}/{step.group(2)}: {step.group(3)[:100]}")
                 elif verbose:
                     progress(f"  {line}")
+                elif output is not None and not _NOISE.match(line):
+                    output(line)
                 if not _NOISE.match(line):
                     recent = [*recent[-5:], line]
     with docker_errors(f"inspect {name}"):
@@ -316,8 +336,9 @@ def build_image(name: str, *, base: str = DEFAULT_BASE_IMAGE, ca_bundle: Path | 
             the shell agent needs nothing more).
         installs: how to install each of ``agents`` (more entries are ignored).
         no_cache: build every step afresh.
-        progress: called with one line per build step (and every output line when
-            ``verbose``).
+        progress: called with one line per build step; what a step prints goes to its
+            :meth:`StepOutput.output` when it has one (the last lines on a terminal), and
+            to ``progress`` itself, every line, when ``verbose`` (or ``--verbose``).
 
     Raises:
         UserError: the CA bundle cannot be read, or is not PEM.
@@ -480,7 +501,7 @@ def ensure_image(config: Any, repo: Any = None,
         image_id = _stream_build(
             {"path": str(context), "tag": project, "pull": False,
              "labels": {LABEL_PROJECT_HASH: digest, LABEL_IMAGE: "project"}},
-            project, progress, False)
+            project, progress)
     finally:
         shutil.rmtree(context, ignore_errors=True)
     return ImageRef(project, image_id, base.sidecar)
