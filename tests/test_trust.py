@@ -308,8 +308,10 @@ def test_agent_settings_that_start_programs_need_approval(repo: Path) -> None:
         '  .mcp.json mcpServers = {"tools": {"command": "node", "args": ["server.js"]}}',
         "not approved yet",
     ]
-    # Another agent's settings do not stop a run of this one (trust shows them all).
+    # Another agent's settings do not stop a run of this one (trust shows them all), nor
+    # do they stop what starts no agent.
     assert iterare("execute", "p", "--agent", "shell", cwd=repo, env=env).stderr == ENGINE_ERROR
+    assert iterare("image", "build", cwd=repo, env=env).stderr.endswith(ENGINE_ERROR)
     assert iterare("trust", "--yes", cwd=repo).returncode == 0
     assert iterare("execute", "p", cwd=repo, env=env).stderr == ENGINE_ERROR
     # A changed hook asks again; so does a run from a branch whose hook nobody approved.

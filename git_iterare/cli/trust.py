@@ -15,9 +15,10 @@ from git_iterare.cli.context import app
 def command(prompts: tuple[str, ...], show: bool, yes: bool, revoke: bool) -> None:
     """Review and approve the sandbox settings this repository asks for.
 
-    Shows the .iterare/config.toml keys that widen the sandbox, the .iterare/Dockerfile
-    and the variables prompts pass in, with what changed since the last approval, and
-    approves their exact content (kept in your config directory, never in the repository).
+    Shows the .iterare/config.toml keys that widen the sandbox, the .iterare/Dockerfile,
+    the variables prompts pass in and the agent settings that start programs (hooks, MCP
+    servers), with what changed since the last approval, and approves their exact content
+    (kept in your config directory, never in the repository).
     """
     import sys
 

@@ -63,7 +63,7 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
     if project:
         # The repository may choose the image, its base and the project layer: only
         # with the user's approval (git iterare trust).
-        require_approval(repo, config)
+        require_approval(repo, config, agents=())  # a build starts no agent
     ca = config["docker.ca_bundle"]
     announce(f"building {config['docker.image']} from {config['docker.base_image']}")
     held = image_agents(config)

@@ -407,7 +407,9 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
     """
     if repo is None or repo.main_work_tree is None:
         return
-    current = state(repo, config, prompt_env, base=base, agents=agents)
+    # Items named in ``only`` are never an agent's settings: those are not read then.
+    current = state(repo, config, prompt_env, base=base,
+                    agents=agents if only is None else ())
     missing = [m for m in current.missing if only is None or m in only]
     if not missing:
         return
