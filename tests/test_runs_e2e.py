@@ -677,7 +677,7 @@ def test_a_repository_hook_cannot_forge_the_record(project: Path, tmp_path: Path
     assert started.returncode == 1, started.stdout + started.stderr
     assert (rec["status"], rec["extra"]["stop_reason"]) == ("stopped", "budget"), rec
     assert rec["extra"]["disputed"] == {"reports": 2}
-    assert rec["cost_usd"] >= 0.5 and rec["turns"] == 2, rec
+    assert rec["cost_usd"] >= 0.5 and rec["turns"] > 1, rec  # the forged line says 1
     assert "disputed: its log holds 2 result reports" in started.stdout
     shown = iterare("show", rid, cwd=project).stdout
     assert "budget (reported by the agent, disputed: its log holds 2 result reports" in shown
