@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from git_iterare.cli.context import app, docker_network_options, project_option
+from git_iterare.cli.numbers import VERBOSITY, Number
 
 
 @click.command("execute")
@@ -18,15 +19,18 @@ from git_iterare.cli.context import app, docker_network_options, project_option
               help="Agent to run: claude, codex, gemini or shell (default: run.agent).")
 @click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
 @click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
-@click.option("--timeout", type=click.IntRange(min=0), metavar="SECONDS",
+@click.option("--timeout", type=Number("seconds", whole=True, zero="no limit"),
+              metavar="SECONDS",
               help="Wall-clock limit in seconds; 0 for none (default: run.timeout).")
-@click.option("--max-budget-usd", "max_budget_usd", type=click.FloatRange(min=0),
+@click.option("--max-budget-usd", "max_budget_usd",
+              type=Number("US dollars", whole=False, zero="no limit"),
               metavar="DOLLARS", help="Stop the run when the agent has spent this much; 0 for "
                                       "no limit (default: run.max_budget_usd).")
-@click.option("--max-turns", "max_turns", type=click.IntRange(min=0), metavar="N",
+@click.option("--max-turns", "max_turns", type=Number("turns", whole=True, zero="no limit"),
+              metavar="N",
               help="Stop the run after N model turns; 0 for no limit (default: "
                    "run.max_turns).")
-@click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
+@click.option("-v", "--verbosity", type=VERBOSITY, default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
 @docker_network_options()
 @project_option()

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from git_iterare.cli.context import app, project_option
+from git_iterare.cli.numbers import VERBOSITY
 from git_iterare.errors import ExitCode
 
 
@@ -73,7 +74,7 @@ def interrupted_line(run_id: str, stopped: str) -> str:
 @click.argument("run", required=False)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends.")
 @click.option("--raw", is_flag=True, help="Print the agent's output lines untouched.")
-@click.option("-v", "--verbosity", type=click.IntRange(0, 2), default=0, show_default=True,
+@click.option("-v", "--verbosity", type=VERBOSITY, default=0, show_default=True,
               help="0 what the agent says, 1 tool calls, 2 everything.")
 @project_option()
 def command(run: str | None, follow: bool, raw: bool, verbosity: int) -> None:

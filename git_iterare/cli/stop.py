@@ -6,11 +6,12 @@ import click
 
 from git_iterare.cli._runs import resolve_run
 from git_iterare.cli.context import app
+from git_iterare.cli.numbers import Number
 
 
 @click.command("stop")
 @click.argument("run")
-@click.option("--grace", type=click.FloatRange(min=0), default=10, show_default=True,
+@click.option("--grace", type=Number("seconds", whole=False), default=10, show_default=True,
               metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL.")
 def command(run: str, grace: float) -> None:
     """Stop RUN; its work so far is committed on its branch."""
