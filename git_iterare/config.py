@@ -300,7 +300,27 @@ def parse_toml_file(path: Path) -> dict[str, Any]:
         text = getattr(exc, "msg", None) or (msg[: match.start()] if match else msg)
         if text == "Invalid statement" or not text:
             text = "invalid TOML statement"
-        raise UserError(f"{path}:{line}:{col}: {text}") from None
+        raise UserError(f"{path}:{line}:{col}: {_TOML_KEY.sub(_dotted_key, text)}") from None
+
+
+#: A key as tomllib's messages print it: the repr of a tuple of strings (``('run',)``,
+#: ``('a', 'b c')``), as in "Cannot declare ('run',) twice".
+_TOML_KEY = re.compile(r"""\((?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+                       r"""(?:, (?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"))*,?\)""")
+
+
+def _dotted_key(match: re.Match[str]) -> str:
+    """A key tomllib printed as a tuple, written as in a TOML file: ``a.b``, with parts
+    that are not bare keys quoted (``a."b c"``)."""
+    import ast
+    import json
+
+    try:
+        parts = ast.literal_eval(match.group())
+    except (ValueError, SyntaxError):
+        return match.group()
+    return ".".join(part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+                    for part in parts)
 
 
 def _file_layer(
