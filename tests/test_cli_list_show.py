@@ -263,8 +263,12 @@ def test_log_of_a_run_ended_from_outside_says_how_it_ended(repo: Path) -> None:
     for status, (closing, code, error) in ended.items():
         rid = finished_run(repo, status.replace("-", ""), status, exit_code=code, error=error)
         store.append_log(rid, b"start\n")
+        # As git log: exit 0 whatever the run's status; --exit-status (gh run watch's)
+        # exits 1 for a run that did not succeed.
         shown = iterare("log", rid, cwd=repo)
-        assert (shown.returncode, shown.stdout) == (1, f"start\n{closing}\n"), shown.stderr
+        assert (shown.returncode, shown.stdout) == (0, f"start\n{closing}\n"), shown.stderr
+        checked = iterare("log", "--exit-status", rid, cwd=repo)
+        assert (checked.returncode, checked.stdout) == (1, f"start\n{closing}\n")
         assert f"status:    {status} (exit {code})\n" in iterare("show", rid, cwd=repo).stdout
         listed = iterare("list", "--format", "porcelain", cwd=repo).stdout.splitlines()
         assert [rid, status] in [line.split("\t")[:2] for line in listed]

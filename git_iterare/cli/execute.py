@@ -67,7 +67,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
             raise
         _goes_on(run_id)
     try:
-        follow_and_exit(record.id, verbosity=verbosity, raw=False)
+        follow_and_exit(record.id, verbosity=verbosity, raw=False, exit_status=True)
     except KeyboardInterrupt:  # before following began, or a second Ctrl-C
         _goes_on(record.id)
     sys.exit(ExitCode.OK)

@@ -12,9 +12,16 @@ from git_iterare.cli.numbers import VERBOSITY
 from git_iterare.errors import ExitCode
 
 
-def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True) -> None:
-    """Print a run's log (following it when asked); exit 0 if it succeeded, 1 if it failed
-    and 0 while it is still running. Ctrl-C stops following, not the run (exit 130)."""
+def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True,
+                    exit_status: bool = False) -> None:
+    """Print a run's log (following it when asked). Ctrl-C stops following, not the run
+    (exit 130).
+
+    Args:
+        exit_status: exit 1 when the run ended without succeeding (failed, timed out,
+            stopped, lost), as ``gh run watch --exit-status``; otherwise exit 0 whatever
+            the run's status, as ``git log`` does.
+    """
     from git_iterare.runner.follow import show_log
     from git_iterare.runs.status import ACTIVE, SUCCEEDED
 
@@ -34,7 +41,7 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         return
     if follow and not raw:
         click.echo(ended_line(record), err=True)
-    if record.status not in (SUCCEEDED, "merged", "cleaned"):
+    if exit_status and record.status not in (SUCCEEDED, "merged", "cleaned"):
         sys.exit(ExitCode.FAILED)
 
 
@@ -76,10 +83,14 @@ def interrupted_line(run_id: str, stopped: str) -> str:
 @click.option("--raw", is_flag=True, help="Print the agent's output lines untouched.")
 @click.option("-v", "--verbosity", type=VERBOSITY, default=0, show_default=True,
               help="0 what the agent says, 1 tool calls, 2 everything.")
+@click.option("--exit-status", "exit_status", is_flag=True,
+              help="Exit 1 when the run ended without succeeding.")
 @project_option()
-def command(run: str | None, follow: bool, raw: bool, verbosity: int) -> None:
+def command(run: str | None, follow: bool, raw: bool, verbosity: int, exit_status: bool
+            ) -> None:
     """Show the log of RUN (default: the most recent run)."""
     from git_iterare.runs.store import RunStore
 
     record = RunStore(app().repo).resolve(run)
-    follow_and_exit(record.id, verbosity=verbosity, raw=raw, follow=follow)
+    follow_and_exit(record.id, verbosity=verbosity, raw=raw, follow=follow,
+                    exit_status=exit_status)
