@@ -289,6 +289,27 @@ def test_stop_keeps_work(project: Path) -> None:
     assert "started.txt" in branch_files(project, rid)
 
 
+def test_stop_without_a_run_stops_the_only_one_running(project: Path) -> None:
+    none = iterare("stop", cwd=project)
+    assert (none.returncode, none.stderr) == (
+        1, "error: no run is running here (see `git iterare list`)\n")
+    prompt(project, "long", "echo started > started.txt\nsleep 300\n")
+    first = run_id(iterare("execute", "long", cwd=project).stdout)
+    second = run_id(iterare("execute", "long", cwd=project).stdout)
+    for rid in (first, second):
+        wait_for_file(project, rid, "started.txt")
+    several = iterare("stop", cwd=project)  # as docker stop, only what is named or single
+    assert (several.returncode, several.stderr) == (
+        2, f"error: 2 runs are running: {second}, {first} (name the one to stop: "
+           "`git iterare stop RUN`)\n")
+    assert {record(project, r)["status"] for r in (first, second)} == {"running"}
+    assert iterare("stop", "--grace", "1", first, cwd=project).returncode == 0
+    only = iterare("stop", "--grace", "1", cwd=project)
+    assert (only.returncode, only.stdout) == (
+        0, f"run {second} stopped; its work is on iterare/{second}\n"), only.stderr
+    assert "started.txt" in branch_files(project, second)
+
+
 def test_ctrl_c_while_following_leaves_the_run_going(project: Path) -> None:
     prompt(project, "pause", "sleep 4\necho later > later.txt\n")
     # git-iterare itself (git would die of the SIGINT too, as the shell's 130 shows).

@@ -1,4 +1,4 @@
-"""``git iterare stop RUN``."""
+"""``git iterare stop [RUN]``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,36 @@ from git_iterare.cli.numbers import Number
 
 
 @click.command("stop")
-@click.argument("run")
+@click.argument("run", required=False)
 @click.option("--grace", type=Number("seconds", whole=False), default=10, show_default=True,
               metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL.")
-def command(run: str, grace: float) -> None:
-    """Stop RUN; its work so far is committed on its branch."""
+def command(run: str | None, grace: float) -> None:
+    """Stop RUN (default: the only run that is running); its work so far is committed on
+    its branch."""
     from git_iterare.runner.manage import stop
-
-    record = stop(app().repo, resolve_run(run).id, grace)
     from git_iterare.ui import sanitize_line
 
+    run_id = resolve_run(run).id if run is not None else _only_running()
+    record = stop(app().repo, run_id, grace)
     click.echo(sanitize_line(f"run {record.id} {record.status}; its work is on {record.branch}"))
+
+
+def _only_running() -> str:
+    """The id of the one run that is running here.
+
+    Raises:
+        OperationFailed: none is (exit 1). UserError: several are; the line names them
+            (exit 2, as a RUN that matches several runs).
+    """
+    from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.runner.manage import running
+    from git_iterare.ui import sanitize_line
+
+    runs = running(app().repo)
+    if not runs:
+        raise OperationFailed("no run is running here", hint="see `git iterare list`")
+    if len(runs) > 1:
+        names = sanitize_line(", ".join(r.id for r in runs))
+        raise UserError(f"{len(runs)} runs are running: {names}",
+                        hint="name the one to stop: `git iterare stop RUN`")
+    return str(runs[0].id)

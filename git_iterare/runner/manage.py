@@ -52,6 +52,21 @@ def settle(repo: Repo, record: RunRecord, *, tolerant: bool = False) -> RunRecor
         return record
 
 
+def running(repo: Repo) -> list[RunRecord]:
+    """The runs started here (this machine, this repository) that are still active, newest
+    first, after those whose sandbox ended unobserved are finished.
+
+    Raises:
+        OperationFailed: the Docker engine of an active run cannot be reached.
+    """
+    from git_iterare.runner.finish import reconcile
+    from git_iterare.runner.ownership import is_local
+    from git_iterare.runs.status import ACTIVE
+
+    reconcile(repo)
+    return [r for r in _store(repo).list(statuses=ACTIVE) if is_local(repo, r)]
+
+
 def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
     """Stop a running run; its work is committed and its status becomes ``stopped``.
 
