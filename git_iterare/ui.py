@@ -269,6 +269,89 @@ def error(message: str) -> None:
           file=sys.stderr)
 
 
+#: What git sets in a pager's environment when the variable is unset (git's PAGER_ENV).
+_PAGER_ENV = {"LESS": "FRX", "LV": "-c"}
+
+
+def _git_bool(value: str) -> bool | None:
+    """A git config value as git's ``git_config_maybe_bool`` reads it: True, False, or
+    None when it is no boolean (for ``pager.<cmd>``: a pager command)."""
+    word = value.strip().lower()
+    if word in ("true", "yes", "on", "1"):
+        return True
+    if word in ("false", "no", "off", "0", ""):
+        return False
+    return None
+
+
+def pager(command: str, cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """The pager for the output of ``git iterare <command>``, chosen as git chooses one
+    (git-config(1) ``core.pager`` and ``pager.<cmd>``, git-var(1) ``GIT_PAGER``), or None.
+
+    None when stdout is no terminal, or git already started a pager (``GIT_PAGER_IN_USE``),
+    or ``pager.iterare-<command>`` is false. Otherwise, first found: ``$GIT_PAGER``,
+    ``pager.iterare-<command>`` when it names a command, ``core.pager``, ``$PAGER``,
+    ``less``; a pager of ``cat`` or an empty one is none. ``git --no-pager iterare ...``
+    works too: git then sets ``GIT_PAGER=cat``.
+
+    Args:
+        command: the subcommand (``list``); its config key is ``pager.iterare-<command>``,
+            the one git itself reads for ``git iterare-<command>``.
+        cwd: a directory of the repository whose git config counts (the current one when
+            None).
+    """
+    if not sys.stdout.isatty() or os.environ.get("GIT_PAGER_IN_USE"):
+        return None
+    from git_iterare.proc import read_git_config
+
+    key = f"pager.iterare-{command}"
+    try:
+        entries = read_git_config(rf"^(core\.pager|pager\.iterare-{command})$",
+                                  cwd=None if cwd is None else os.fspath(cwd))
+        values = {e.key: e.value for e in entries}  # later files win, as in git
+    except Exception:  # a broken git config must not stop us from printing
+        values = {}
+    own = values.get(key)
+    if own is not None and _git_bool(own) is False:
+        return None
+    program = os.environ.get("GIT_PAGER")
+    if program is None:
+        program = own if own is not None and _git_bool(own) is None else values.get(
+            "core.pager")
+    if program is None:
+        program = os.environ.get("PAGER", "less")
+    return None if program in ("", "cat") else program
+
+
+def page(text: str, command: str, cwd: str | os.PathLike[str] | None = None) -> None:
+    """Write ``text`` to stdout, through the :func:`pager` of ``command`` when there is
+    one (run by ``sh -c`` as git runs it, with ``LESS=FRX`` and ``LV=-c`` unless set).
+
+    Colors in ``text`` were decided for the terminal, as git's ``color.pager`` (true by
+    default) keeps them for a pager. Ctrl-C is left to the pager while it runs.
+    """
+    program = pager(command, cwd)
+    if program is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    import signal
+
+    from git_iterare.proc import run
+
+    env = {name: value for name, value in _PAGER_ENV.items() if name not in os.environ}
+    sys.stdout.flush()
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        run(["sh", "-c", program], input=text, capture=False, check=False, env=env)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def reset() -> None:
     """Forget cached color decisions (tests, and after ``--color`` is parsed)."""
     _decided.clear()

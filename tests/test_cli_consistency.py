@@ -1,5 +1,6 @@
 """The commands behave as git, the docker CLI and gh do where users expect it: option
-errors that say what is wanted, TOML errors in one readable line."""
+errors that say what is wanted, TOML errors in one readable line,
+``list`` through git's pager and with ``-n``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import iterare
+from tests.runs_helpers import make_run
+from tests.terminal import in_terminal
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -25,6 +28,9 @@ from tests.conftest import iterare
     (("stop", "--grace", "-1"),
      "Invalid value for '--grace': '-1' is not a number of seconds (0 or more) "
      "(see 'git iterare stop -h')"),
+    (("list", "-n", "some"),
+     "Invalid value for '--max-count' / '-n': 'some' is not a whole number of runs "
+     "(0 or more) (see 'git iterare list -h')"),
 ])
 def test_a_bad_number_says_what_is_wanted(repo: Path, args: tuple[str, ...],
                                           message: str) -> None:
@@ -44,3 +50,47 @@ def test_a_toml_error_is_one_line_naming_the_key(repo: Path, text: str, where: s
     config.write_text(text)
     result = iterare("config", cwd=repo)
     assert (result.returncode, result.stderr) == (2, f"error: {config}:{where}: {message}\n")
+
+
+def test_list_max_count(repo: Path) -> None:
+    runs = [make_run(repo, f"r{i}", created=f"2026-01-0{i + 1}T00:00:00Z").id
+            for i in range(3)]
+    newest = iterare("list", "-n", "2", "--format", "porcelain", cwd=repo).stdout
+    assert [line.split("\t")[0] for line in newest.splitlines()] == [runs[2], runs[1]]
+    one = iterare("list", "--max-count=1", "--format", "porcelain", cwd=repo).stdout
+    assert [line.split("\t")[0] for line in one.splitlines()] == [runs[2]]
+    assert len(iterare("list", "-n", "1", cwd=repo).stdout.splitlines()) == 2  # header, run
+
+
+def _list_on_terminal(repo: Path, *git_args: str) -> str:
+    """What ``git [git_args] iterare list`` shows on a terminal."""
+    status, output = in_terminal(["git", *git_args, "iterare", "list"], repo, b"", b"\0",
+                                 timeout=30)
+    assert status == 0, output
+    return output.decode().replace("\r\n", "\n")
+
+
+def test_list_pages_on_a_terminal_as_git_does(repo: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    rid = make_run(repo, "paged").id
+    monkeypatch.setenv("GIT_PAGER", "sed 's/^/paged: /'")
+    shown = _list_on_terminal(repo)
+    assert shown.startswith("paged: ID ") and f"paged: {rid} " in shown
+    # Into a pipe no pager starts, as git starts none.
+    assert iterare("list", cwd=repo).stdout.startswith("ID ")
+    # pager.iterare-list=false (the key git reads for `git iterare-list`) turns it off,
+    # and git --no-pager does too.
+    assert _list_on_terminal(repo, "-c", "pager.iterare-list=false").startswith("ID ")
+    assert _list_on_terminal(repo, "--no-pager").startswith("ID ")
+    # Without GIT_PAGER: pager.iterare-list naming a program, then core.pager, then PAGER.
+    monkeypatch.delenv("GIT_PAGER")
+    monkeypatch.setenv("PAGER", "sed 's/^/from PAGER: /'")
+    assert _list_on_terminal(repo).startswith("from PAGER: ID ")
+    assert _list_on_terminal(repo, "-c", "core.pager=sed 's/^/core: /'").startswith("core: ID")
+    assert _list_on_terminal(repo, "-c", "core.pager=sed 's/^/core: /'", "-c",
+                             "pager.iterare-list=sed 's/^/own: /'").startswith("own: ID ")
+    # The pager gets git's LESS default, and a pager of cat is none.
+    monkeypatch.setenv("PAGER", 'echo "LESS=$LESS"; cat')
+    assert _list_on_terminal(repo).startswith("LESS=FRX\nID ")
+    monkeypatch.setenv("PAGER", "cat")
+    assert _list_on_terminal(repo).startswith("ID ")

@@ -1,10 +1,11 @@
-"""``git iterare list [--all] [--status S] [--format table|json|porcelain]``."""
+"""``git iterare list [--all] [--status S] [-n N] [--format table|json|porcelain]``."""
 
 from __future__ import annotations
 
 import click
 
 from git_iterare.cli.context import app, project_option
+from git_iterare.cli.numbers import Number
 
 STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stopped",
                   "timed-out", "lost", "merged", "cleaned", "corrupt")
@@ -14,10 +15,12 @@ STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stop
 @click.option("--all", "-a", "all_", is_flag=True, help="Also list cleaned runs.")
 @click.option("--status", "-s", "statuses", multiple=True, type=click.Choice(STATUS_CHOICES),
               help="Only runs with this status (repeatable).")
+@click.option("--max-count", "-n", "max_count", type=Number("runs", whole=True), metavar="N",
+              help="Show at most N runs, the newest.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "porcelain"]),
               default="table", show_default=True, help="Output format.")
 @project_option()
-def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
+def command(all_: bool, statuses: tuple[str, ...], max_count: int | None, fmt: str) -> None:
     """List runs: active and finished ones, cleaned ones too with --all."""
     import datetime as dt
 
@@ -45,15 +48,14 @@ def command(all_: bool, statuses: tuple[str, ...], fmt: str) -> None:
             return status in wanted
         return all_ or status != "cleaned"
 
-    shown = [e for e in entries if keep(e)]
+    shown = [e for e in entries if keep(e)][:max_count]
     now = dt.datetime.now(dt.timezone.utc)
-    if fmt == "json":
-        click.echo(render.list_json(shown, now))
-    elif fmt == "porcelain":
-        click.echo(render.list_porcelain(shown, now), nl=False)
-    elif not shown:
+    if fmt == "table" and not shown:
         click.echo("no runs" + ("" if all_ or wanted else " (see --all for cleaned runs)"),
                    err=True)
-    else:
-        # click strips ANSI codes off terminals; ui already decided whether to color.
-        click.echo(render.list_table(shown, now, ui.paint), nl=False, color=True)
+        return
+    text = (render.list_json(shown, now) + "\n" if fmt == "json"
+            else render.list_porcelain(shown, now) if fmt == "porcelain"
+            else render.list_table(shown, now, ui.paint))
+    # On a terminal, through the pager git would use; ui already decided the colors.
+    ui.page(text, "list", repo.work_tree)
