@@ -1,16 +1,22 @@
 """The commands behave as git, the docker CLI and gh do where users expect it: option
-errors that say what is wanted, TOML errors in one readable line,
-``list`` through git's pager and with ``-n``."""
+errors that say what is wanted, TOML errors in one readable line, ``show -p`` and
+``show --format json`` (its shape pinned, as pipx pins its result contract) and ``list``
+through git's pager and with ``-n``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import iterare
+from git_iterare.runs.store import RunStore
+from tests.conftest import git, iterare
 from tests.runs_helpers import make_run
 from tests.terminal import in_terminal
+
+T0 = "2026-01-01T10:00:00Z"
+T1 = "2026-01-01T10:02:05Z"
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -52,13 +58,63 @@ def test_a_toml_error_is_one_line_naming_the_key(repo: Path, text: str, where: s
     assert (result.returncode, result.stderr) == (2, f"error: {config}:{where}: {message}\n")
 
 
+def _finished_with_work(repo: Path) -> tuple[str, str]:
+    """A succeeded run whose branch adds ``notes.txt`` (with an escape sequence in it) and
+    a Makefile; returns (run id, head)."""
+    store = RunStore(repo)
+    rec = make_run(repo, "fix-bug", created=T0, prompt_text="Fix it.\n")
+    git("checkout", "-q", "-b", f"iterare/{rec.id}", "main", cwd=repo)
+    (repo / "notes.txt").write_text("plain\n\x1b]0;owned\x07\n")
+    (repo / "Makefile").write_text("all:\n\ttrue\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "work", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    git("checkout", "-q", "main", cwd=repo)
+    store.transition(rec.id, "running", started=T0)
+    store.set_head(rec.id, head)
+    store.set_log(rec.id, b"one\ntwo\n")
+    store.transition(rec.id, "succeeded", finished=T1, exit_code=0)
+    return rec.id, head
+
+
+def test_show_json_shape_is_pinned(repo: Path) -> None:
+    rid, head = _finished_with_work(repo)
+    stored = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
+    out = iterare("show", "--format", "json", rid, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.isascii() and out.stdout.count("\n") == 1
+    document = json.loads(out.stdout)
+    assert list(document) == ["v", "run", "duration_s", "prompt", "log", "files", "patch"]
+    assert document == {
+        "v": 1, "run": stored, "duration_s": 125.0, "prompt": "Fix it.\n",
+        "log": {"lines": 2, "last_result": "two"},  # the shell agent: its last line
+        "files": [{"status": "A", "path": "Makefile", "runs_on_host": "make recipes"},
+                  {"status": "A", "path": "notes.txt", "runs_on_host": None}],
+        "patch": None}
+    patched = json.loads(iterare("show", "--format=json", "-p", rid, cwd=repo).stdout)
+    assert patched["patch"] == git("diff", "--no-color", f"{stored['base_commit']}..{head}",
+                                   cwd=repo).stdout
+    assert "\x1b]0;owned\x07" in patched["patch"]  # exact in JSON, escaped as \u001b
+
+
+def test_show_p_adds_the_patch_sanitized(repo: Path) -> None:
+    rid, _ = _finished_with_work(repo)
+    plain = iterare("show", rid, cwd=repo).stdout
+    patched = iterare("show", "-p", rid, cwd=repo)
+    assert patched.returncode == 0, patched.stderr
+    assert patched.stdout.startswith(plain + "\ndiff --git a/Makefile b/Makefile\n")
+    assert "+^[]0;owned^G\n" in patched.stdout and "\x1b" not in patched.stdout
+    colored = iterare("show", "-p", "--color=always", rid, cwd=repo).stdout
+    assert "\x1b[32m+plain\x1b[0m\n" in colored and "\x1b[36m@@ -0,0 +1,2 @@\x1b[0m" in colored
+
+
 def test_list_max_count(repo: Path) -> None:
     runs = [make_run(repo, f"r{i}", created=f"2026-01-0{i + 1}T00:00:00Z").id
             for i in range(3)]
     newest = iterare("list", "-n", "2", "--format", "porcelain", cwd=repo).stdout
     assert [line.split("\t")[0] for line in newest.splitlines()] == [runs[2], runs[1]]
-    one = iterare("list", "--max-count=1", "--format", "porcelain", cwd=repo).stdout
-    assert [line.split("\t")[0] for line in one.splitlines()] == [runs[2]]
+    one = json.loads(iterare("list", "--max-count=1", "--format", "json", cwd=repo).stdout)
+    assert [r["id"] for r in one["runs"]] == [runs[2]]
     assert len(iterare("list", "-n", "1", cwd=repo).stdout.splitlines()) == 2  # header, run
 
 

@@ -170,6 +170,34 @@ def diffstat(repo: Repo, record: RunRecord) -> str | None:
     return str(result.stdout)
 
 
+def patch(repo: Repo, record: RunRecord) -> bytes | None:
+    """``git diff`` (a patch, no colors, no external diff driver) from the run's base to
+    its result, for ``show -p``; None when the run has no result yet or its commits are
+    not in this repository.
+
+    Raises:
+        ExternalError: git cannot be started.
+    """
+    if not (record.base_commit and record.head):
+        return None
+    result = common_git(repo, "diff", "--no-color", "--no-ext-diff",
+                        f"{record.base_commit}..{record.head}", check=False, text=False)
+    return bytes(result.stdout) if result.returncode == 0 else None
+
+
+def files_if_known(repo: Repo, record: RunRecord) -> list[FileChange] | None:
+    """:func:`changed_files`, or None when the run has no result yet, no known base, or
+    its commits are not in this repository (``show`` then says less, it does not fail)."""
+    from git_iterare.errors import ExternalError
+
+    if not (record.base_commit and record.head):
+        return None
+    try:
+        return changed_files(repo, record)
+    except (ExternalError, OperationFailed):
+        return None
+
+
 @dataclass(frozen=True)
 class MergeOutcome:
     """What ``merge`` did: the record after it and git's view of the merge."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from git_iterare.agents.labels import REPORTED, disputed
@@ -300,9 +301,85 @@ def _not_committed(skipped: Any, paint: Any) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
-def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
-              now: _dt.datetime, paint: Any) -> str:
-    """The text of ``git iterare show``.
+#: Version of the ``show --format json`` document.
+SHOW_JSON_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What ``git iterare show`` shows of one run, rendered by :func:`show_text` or
+    :func:`show_json`.
+
+    Attributes:
+        record: the run's record.
+        prompt: the exact prompt text its agent got (``prompt.md``).
+        log: its ``log.jsonl``.
+        diffstat: ``git diff --stat`` of base..head; None when the run has no result, a
+            note when its commits are not in this repository.
+        files: every file the run changed, as items with ``status`` (git's letter),
+            ``path`` and ``reason`` (why it runs on the host, or None) attributes
+            (:class:`git_iterare.git.hostexec.FileChange`); None when unknown.
+        patch: ``git diff`` of base..head (bytes) when asked for (``-p``), else None.
+    """
+
+    record: RunRecord
+    prompt: str
+    log: bytes
+    diffstat: str | None = None
+    files: tuple[Any, ...] | None = None
+    patch: bytes | None = None
+
+
+def show_json(shown: Shown, now: _dt.datetime) -> str:
+    """The ``show --format json`` document, on one line, ASCII only (gititerare-records(5)
+    pins it: keys are never renamed or removed, new ones are added at the end)::
+
+        {"v": 1, "run": <run.json>, "duration_s": 125.0, "prompt": "...",
+         "log": {"lines": 12, "last_result": "..." | null},
+         "files": [{"status": "A", "path": "x", "runs_on_host": "reason" | null}] | null,
+         "patch": "diff --git ..." | null}
+
+    ``run`` is the record as stored (``run.json``, its own ``"v"`` included); ``patch`` is
+    null unless asked for; bytes of a path or patch that are not UTF-8 are ``\\udcXX``
+    escapes.
+    """
+    import json
+
+    count, last = log_summary(shown.log, shown.record.agent)
+    files = None if shown.files is None else [
+        {"status": f.status, "path": f.path, "runs_on_host": f.reason} for f in shown.files]
+    duration = duration_seconds(shown.record, now)
+    document = {
+        "v": SHOW_JSON_VERSION,
+        "run": shown.record.to_dict(),
+        "duration_s": round(duration, 3) if duration is not None else None,
+        "prompt": shown.prompt,
+        "log": {"lines": count, "last_result": last},
+        "files": files,
+        "patch": None if shown.patch is None else shown.patch.decode("utf-8",
+                                                                     "surrogateescape"),
+    }
+    return json.dumps(document, ensure_ascii=True)
+
+
+#: Styles of a patch's lines, by how they start (as git diff colors them).
+_PATCH_STYLES = (("diff --git ", ("bold",)), ("index ", ("bold",)), ("--- ", ("bold",)),
+                 ("+++ ", ("bold",)), ("@@", ("cyan",)), ("+", ("green",)), ("-", ("red",)))
+
+
+def patch_text(patch: bytes, paint: Any) -> str:
+    """A patch (``git diff`` output, bytes) as ``show -p`` prints it: every line passed
+    through :func:`git_iterare.ui.sanitize` (the agent wrote the files), colored as git
+    colors a diff."""
+    lines = []
+    for line in sanitize(patch.decode("utf-8", "surrogateescape")).splitlines():
+        styles = next((s for start, s in _PATCH_STYLES if line.startswith(start)), ())
+        lines.append(paint(line, *styles) if styles else line)
+    return "".join(f"{line}\n" for line in lines)
+
+
+def show_text(shown: Shown, now: _dt.datetime, paint: Any) -> str:
+    """The text of ``git iterare show`` (with ``-p``, the patch at its end).
 
     Every value from the record, the prompt, the log and git's diffstat passes
     :func:`git_iterare.ui.sanitize_line` (or :func:`~git_iterare.ui.sanitize` for text of
@@ -312,6 +389,8 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
     """
     import json
 
+    rec, prompt, log, diffstat, patch = (shown.record, shown.prompt, shown.log,
+                                         shown.diffstat, shown.patch)
     out: list[str] = []
 
     def field(label: str, value: Any, *styles: str, note: str = "") -> None:
@@ -369,15 +448,18 @@ def show_text(rec: RunRecord, prompt: str, log: bytes, diffstat: str | None,
         out.append("")
         out.append(paint("Blocked egress:", "bold") + " to allow a name, add its line to "
                    "allowed_domains under [firewall] in .iterare/config.toml")
-        shown = [sanitize_line(name) for name in blocked]
-        width = max(len(name) for name in shown)
-        for name, text in zip(blocked, shown, strict=True):
+        visible = [sanitize_line(name) for name in blocked]
+        width = max(len(name) for name in visible)
+        for name, text in zip(blocked, visible, strict=True):
             out.append(f"    {text:<{width}}  {json.dumps(name)},")
         more = blocked_more(rec.egress)
         if more:
             out.append(f"    and {more} more (lists are capped at MAX_EGRESS_NAMES)")
     out.extend(_refused(rec.egress, paint))
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if patch:
+        text += "\n" + patch_text(patch, paint)
+    return text
 
 
 def _refused(egress: dict[str, Any] | None, paint: Any) -> list[str]:
