@@ -1,7 +1,7 @@
 """The commands behave as git, the docker CLI and gh do where users expect it: option
 errors that say what is wanted, TOML errors in one readable line, ``show -p`` and
-``show --format json`` (its shape pinned, as pipx pins its result contract) and ``list``
-through git's pager and with ``-n``."""
+``show --format json`` (its shape pinned, as pipx pins its result contract), ``list``
+through git's pager and with ``-n``, and ``forget`` for records of cleaned runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from git_iterare.runs.store import RunStore
 from tests.conftest import git, iterare
-from tests.runs_helpers import make_run
+from tests.runs_helpers import commit_on_branch, make_run
 from tests.terminal import in_terminal
 
 T0 = "2026-01-01T10:00:00Z"
@@ -150,3 +150,69 @@ def test_list_pages_on_a_terminal_as_git_does(repo: Path,
     assert _list_on_terminal(repo).startswith("LESS=FRX\nID ")
     monkeypatch.setenv("PAGER", "cat")
     assert _list_on_terminal(repo).startswith("ID ")
+
+
+def _cleaned(repo: Path, name: str, *, keep_work: bool) -> tuple[str, str]:
+    """A cleaned-up run whose result commit is on main (``keep_work``) or held by its
+    record only; returns (run id, head)."""
+    store = RunStore(repo)
+    rec = make_run(repo, name)
+    head = commit_on_branch(repo, f"iterare/{rec.id}", f"{name}.txt", f"{name}\n")
+    store.transition(rec.id, "running", started=T0)
+    store.set_head(rec.id, head)
+    store.transition(rec.id, "succeeded", finished=T1)
+    if keep_work:
+        git("merge", "-q", "--ff-only", f"iterare/{rec.id}", cwd=repo)
+    git("branch", "-q", "-D", f"iterare/{rec.id}", cwd=repo)
+    store.transition(rec.id, "cleaned")
+    return rec.id, head
+
+
+def test_forget_deletes_records_of_cleaned_runs(repo: Path) -> None:
+    kept, kept_head = _cleaned(repo, "kept", keep_work=True)
+    dropped, dropped_head = _cleaned(repo, "dropped", keep_work=False)
+    active = make_run(repo, "active").id
+    # Off a terminal it asks nobody and refuses, as cleanup does.
+    asked = iterare("forget", kept, cwd=repo)
+    assert (asked.returncode, asked.stderr) == (
+        1, "error: forget not confirmed (rerun with --yes)\n")
+    refused = iterare("forget", "-y", active, cwd=repo)
+    assert (refused.returncode, refused.stderr) == (
+        1, f"error: run {active} is created, not cleaned up; its record is kept "
+           f"(`git iterare cleanup {active}` first)\n")
+    # Work that only its record holds is not left to git gc without --force.
+    lost = iterare("forget", "-y", dropped, cwd=repo)
+    assert (lost.returncode, lost.stderr) == (
+        1, f"error: run {dropped}: its work ({dropped_head[:12]}) is on no branch; without "
+           "its record `git gc` would delete it (keep it on a branch (`git branch NAME "
+           f"{dropped_head[:12]}`), or `git iterare forget --force {dropped}`)\n")
+    done = iterare("forget", "-y", kept, cwd=repo)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"forgot {kept}\n", "")
+    assert git("for-each-ref", "refs/iterare/runs/", "--format=%(refname:strip=3)",
+               cwd=repo).stdout.split() == sorted([dropped, active])
+    assert not (repo / ".git" / "logs" / "refs" / "iterare" / "runs" / kept).exists()
+    assert kept not in iterare("list", "--all", cwd=repo).stdout
+    assert git("cat-file", "-t", kept_head, cwd=repo).stdout == "commit\n"  # on main
+    # --cleaned forgets the cleaned runs whose work is safe and names the others.
+    swept = iterare("forget", "--cleaned", "-y", cwd=repo)
+    assert (swept.returncode, swept.stdout) == (0, "nothing to forget\n")
+    assert swept.stderr == (f"warning: run {dropped}: its work is on no branch; its record is "
+                            f"kept (`git iterare forget --force {dropped}` forgets it)\n")
+    forced = iterare("forget", "--force", "-y", dropped, cwd=repo)
+    assert (forced.returncode, forced.stdout) == (0, f"forgot {dropped}\n")
+    assert git("for-each-ref", "refs/iterare/runs/", "--format=%(refname:strip=3)",
+               cwd=repo).stdout.split() == [active]
+
+
+def test_forget_bad_usage(repo: Path) -> None:
+    none = iterare("forget", cwd=repo)
+    assert (none.returncode, none.stderr) == (
+        2, "error: give the runs to forget, or --cleaned (see `git iterare list --all`)\n")
+    both = iterare("forget", "--cleaned", "x", cwd=repo)
+    assert (both.returncode, both.stderr) == (
+        2, "error: give the runs to forget, or --cleaned, not both "
+           "(see `git iterare list --all`)\n")
+    unknown = iterare("forget", "-y", "zzz", cwd=repo)
+    assert (unknown.returncode, unknown.stderr) == (
+        1, "error: no run matches 'zzz' (see `git iterare list --all`)\n")
+

@@ -12,7 +12,7 @@ from git_iterare.cli.registry import COMMANDS
 from tests.runs_helpers import make_run
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORD_COMMANDS = ("list", "show", "push", "fetch", "import-legacy")
+RECORD_COMMANDS = ("list", "show", "push", "fetch", "import-legacy", "forget")
 SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "CONFIGURATION", "FILES",
             "EXIT STATUS", "EXAMPLES", "SEE ALSO")
 

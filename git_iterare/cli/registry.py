@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "Show the changes a run made against its base"),
     "merge": ("merge", "Merge the result of a run into the current branch"),
     "cleanup": ("cleanup", "Remove a run's worktree, branch and container"),
+    "forget": ("forget", "Delete the records of runs that were cleaned up"),
     "stop": ("stop", "Stop a running run, keeping its work"),
     "finish": ("finish", "Commit the work a run left on disk when committing it failed"),
     "interactive": ("interactive", "Open a terminal session with the agent in the sandbox"),

@@ -390,6 +390,66 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
 
 
 
+def forget(repo: Repo, run_id: str, *, force: bool = False) -> RunRecord:
+    """Delete the record of a cleaned-up run (``refs/iterare/runs/<id>``, with
+    ``git update-ref -d`` against the record commit just read, so a concurrent update
+    wins): its prompt, log and results go; its commits stay wherever a branch, tag or
+    other ref holds them. Notes on those commits (``refs/notes/iterare``) are kept, as
+    is a copy fetched from a remote (``refs/iterare-remote/``).
+
+    Returns:
+        The record as it was.
+
+    Raises:
+        OperationFailed: no such run; it is not cleaned up; its result commit is held by
+            nothing but its record (``git gc`` would delete the work) and ``force`` is
+            not given; or the record changed meanwhile.
+    """
+    from git_iterare.runs.ids import run_ref
+    from git_iterare.runs.status import CLEANED
+
+    snap = _store(repo).snapshot(run_id)
+    record = snap.record
+    if record.status != CLEANED:
+        raise OperationFailed(f"run {run_id} is {record.status}, not cleaned up; its record "
+                              "is kept", hint=f"`git iterare cleanup {run_id}` first")
+    ref = run_ref(run_id)
+    if not force and only_record_holds(repo, record):
+        head = str(record.head)[:12]
+        raise OperationFailed(f"run {run_id}: its work ({head}) is on no branch; without "
+                              "its record `git gc` would delete it",
+                              hint=f"keep it on a branch (`git branch NAME {head}`), or "
+                                   f"`git iterare forget --force {run_id}`")
+    result = common_git(repo, "update-ref", "-m", f"iterare: forget {run_id}", "-d", ref,
+                        snap.commit.decode(), check=False)
+    if result.returncode != 0:
+        raise OperationFailed(f"the record of run {run_id} changed while forgetting it",
+                              hint="run forget again")
+    return record
+
+
+def only_record_holds(repo: Repo, record: RunRecord) -> bool:
+    """Whether ``record``'s result commit is in this repository and reachable from no ref
+    but the record's own, and no merge of it is on a local branch (a squash merge
+    leaves the run's commits unreachable though their content is merged): then deleting
+    the record leaves the work to ``git gc``."""
+    from git_iterare.runs.ids import run_ref
+
+    head = record.head or ""
+    if not re.fullmatch(r"[0-9a-f]{40,64}", head):
+        return False
+    if common_git(repo, "cat-file", "-e", f"{head}^{{commit}}", check=False).returncode != 0:
+        return False  # its commits are not here: nothing here to lose
+    merged_as = (record.extra or {}).get("merged_as")
+    commit = merged_as.get("commit") if isinstance(merged_as, dict) else None
+    if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40,64}", commit) and \
+            _reachable_elsewhere(repo, commit):
+        return False
+    holders = common_git(repo, "for-each-ref", f"--contains={head}",
+                         "--format=%(refname)").stdout.split()
+    return all(ref == run_ref(str(record.id)) for ref in holders)
+
+
 def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
     """Clean up what exists here of a run that ran elsewhere: a local branch
     ``iterare/<id>`` someone made from its result. The shared record is left as it is:
