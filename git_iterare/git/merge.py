@@ -139,6 +139,60 @@ def _interrupts_deferred() -> Iterator[list[int]]:
         signal.signal(signal.SIGINT, previous)
 
 
+#: What git can be in the middle of in a worktree, found as git status finds it
+#: (wt-status.c ``wt_status_get_state``), in that order: (file in the worktree's gitdir,
+#: what is in progress, how to go on or end it). A cherry-pick or revert of several commits
+#: keeps ``sequencer/`` between two of them; its todo list says which of the two it is.
+_IN_PROGRESS = (
+    ("MERGE_HEAD", "a merge", "conclude it with `git commit` or abort it with "
+                              "`git merge --abort`"),
+    ("rebase-apply/applying", "`git am`", "finish it with `git am --continue` or abort it "
+                                          "with `git am --abort`"),
+    ("rebase-apply", "a rebase", "finish it with `git rebase --continue` or abort it with "
+                                 "`git rebase --abort`"),
+    ("rebase-merge", "a rebase", "finish it with `git rebase --continue` or abort it with "
+                                 "`git rebase --abort`"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick", "finish it with `git cherry-pick --continue` or "
+                                          "abort it with `git cherry-pick --abort`"),
+    ("REVERT_HEAD", "a revert", "finish it with `git revert --continue` or abort it with "
+                                "`git revert --abort`"),
+    ("sequencer/todo", "a cherry-pick", "finish it with `git cherry-pick --continue` or "
+                                        "abort it with `git cherry-pick --abort`"),
+    ("BISECT_LOG", "a bisect", "end it with `git bisect reset`"),
+)
+
+
+def refuse_in_progress(repo: Repo) -> None:
+    """Refuse to merge while git is in the middle of a merge, rebase, ``git am``,
+    cherry-pick, revert or bisect in the current worktree, as git's own commands refuse:
+    a merge then commits into what that operation is building (a stopped ``git rebase
+    -i`` has a detached HEAD the merge would move).
+
+    Raises:
+        OperationFailed: one is in progress; the line names it and how to finish or abort
+            it.
+    """
+    for name, what, how in _IN_PROGRESS:
+        path = repo.git_dir / name
+        if not os.path.lexists(path):
+            continue
+        if name == "sequencer/todo" and _sequencer_reverts(path):
+            what, how = "a revert", how.replace("cherry-pick", "revert")
+        raise OperationFailed(f"{what} is in progress in this worktree; not merging",
+                              hint=how)
+
+
+def _sequencer_reverts(todo: Path) -> bool:
+    """Whether the sequencer's todo list (``sequencer/todo``) is of ``git revert``: its
+    first command is ``revert`` (or ``r``) rather than ``pick``."""
+    try:
+        with open(todo, "rb") as file:
+            first = file.read(64).split(None, 1)
+    except OSError:
+        return False
+    return bool(first) and first[0] in (b"revert", b"r")
+
+
 def detached_head(repo: Repo) -> str | None:
     """The commit HEAD is at when the current worktree's HEAD is detached, else None
     (a branch is checked out, or no commit is).
@@ -273,14 +327,16 @@ def merge_run(repo: Repo, branch: str, *, squash: bool = False, no_ff: bool = Fa
     Raises:
         UserError: bare repository, no commit checked out, unknown branch, or merging a
             branch into itself; ``squash`` with ``no_ff``.
-        OperationFailed: tracked files have uncommitted changes, or files git does not
-            track (ignored ones too) are where the run writes; or the merge conflicted
-            or failed (the tree, index and HEAD are as they were; the message names the
-            conflicting files).
+        OperationFailed: a merge, rebase, cherry-pick, revert or bisect is in progress
+            (:func:`refuse_in_progress`); tracked files have uncommitted changes, or
+            files git does not track (ignored ones too) are where the run writes; or the
+            merge conflicted or failed (the tree, index and HEAD are as they were; the
+            message names the conflicting files).
     """
     if squash and no_ff:
         raise UserError("--squash and --no-ff cannot be used together")
     top = _top(repo)
+    refuse_in_progress(repo)
     head_before = _rev(top, "HEAD")
     if head_before is None:
         raise UserError("no commit is checked out here; commit something first")

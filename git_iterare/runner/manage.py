@@ -241,10 +241,11 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
             anything else is shown; returns whether to merge into it.
 
     Raises:
-        OperationFailed: still active, no result, refused, or a conflict (the user's tree
+        OperationFailed: still active, no result, a merge, rebase, cherry-pick, revert
+            or bisect in progress in the worktree, refused, or a conflict (the user's tree
             and index are left as they were; the conflicting files are named).
     """
-    from git_iterare.git.merge import detached_head, merge_run
+    from git_iterare.git.merge import detached_head, merge_run, refuse_in_progress
     from git_iterare.runs.status import ACTIVE, MERGED
 
     record = settle(repo, record)
@@ -255,6 +256,7 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
         raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
                               f"{record.head} with git merge if you still want it")
     head = _result_commit(record)
+    refuse_in_progress(repo)  # before asking about the detached HEAD a stopped rebase has
     detached = detached_head(repo)
     if detached is not None and not confirm_detached(detached):
         raise OperationFailed(f"HEAD is detached at {detached[:12]}: the merge would move "
