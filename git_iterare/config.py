@@ -269,6 +269,31 @@ def _suggest(name: str) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def _misspelt(where: str, name: str, meant: str) -> UserError:
+    """The error for an unknown key ``name`` one edit away from the key ``meant``: every
+    key changes what runs or where (``run.agnet`` would run the default agent), so a
+    misspelt one stops the command instead of being a warning."""
+    return UserError(f"{where}: unknown key {name}; did you mean {meant}?",
+                     hint=f"{meant} changes what runs, so a misspelt one stops the command: "
+                          "fix the key")
+
+
+def _typo(name: str) -> str | None:
+    """The key (``section.key``) that ``name`` is one edit away from (see
+    :func:`git_iterare.settings.one_edit`), ``-``, ``_`` and case ignored as git config
+    names ignore them; a name without a section (at the top of a file) is compared with
+    the keys' names. None when no key is that close."""
+    from git_iterare.settings import typo_of
+
+    if "." not in name:
+        found = typo_of(_normal(name), (_normal(key.key) for key in KEYS.values()))
+        return next((k for k, key in KEYS.items() if _normal(key.key) == found), None)
+    section, _, rest = name.partition(".")
+    names = {f"{_normal(key.section)}.{_normal(key.key)}": k for k, key in KEYS.items()}
+    found = typo_of(f"{_normal(section)}.{_normal(rest)}", names)
+    return names[found] if found is not None else None
+
+
 def parse_toml_file(path: Path) -> dict[str, Any]:
     """Parse one TOML config file.
 
@@ -329,12 +354,18 @@ def _file_layer(
     doc = parse_toml_file(path)
     for section, table in doc.items():
         if not isinstance(table, dict):
+            meant = _typo(section)
+            if meant is not None:
+                raise _misspelt(str(path), section, meant)
             warnings.append(f"{path}: unknown key {section}{_suggest(section)}")
             continue
         for name, value in table.items():
             full = f"{section}.{name}"
             key = KEYS.get(full)
             if key is None:
+                meant = _typo(full)
+                if meant is not None:
+                    raise _misspelt(str(path), full, meant)
                 warnings.append(f"{path}: unknown key {full}{_suggest(full)}")
                 continue
             if project and full in USER_ONLY_KEYS:
@@ -371,6 +402,10 @@ def _git_layer(
             continue
         key = _by_normal_name((parts[1], parts[2]))
         if key is None:
+            meant = _typo(f"{parts[1]}.{parts[2]}")
+            if meant is not None:
+                raise _misspelt(f"git config ({entry.origin.rstrip(':')})", entry.key,
+                                f"iterare.{meant}")
             warnings.append(f"git config: unknown key {entry.key}")
             continue
         where = f"git config {entry.key} ({entry.origin})"
@@ -392,7 +427,14 @@ def _env_layer(
         full = f"{section.lower()}.{name.lower()}"
         key = KEYS.get(full)
         if key is None:
-            continue  # other ITERARE_* variables (ITERARE_TEST_..., say) are not config
+            # Other ITERARE_* variables (ITERARE_NO_MAN, say) are not config; one whose
+            # section is a config section is, when it is one edit from a key.
+            meant = _typo(full) if any(k.section == section.lower() for k in
+                                       KEYS.values()) else None
+            if meant is not None:
+                raise _misspelt("environment", var,
+                                "ITERARE_" + meant.replace(".", "_").upper())
+            continue
         value = _convert(key, raw, f"environment {var}", from_text=True)
         settings[full] = Setting(full, value, f"env:{var}")
 
@@ -416,8 +458,9 @@ def load(
         The configuration with origins and warnings.
 
     Raises:
-        UserError: bad TOML (``file:line:col: message``), or a value of the wrong type
-            (naming the key and the expected type).
+        UserError: bad TOML (``file:line:col: message``), a value of the wrong type
+            (naming the key and the expected type), or an unknown key one edit away from
+            a known one ("did you mean"; other unknown keys are warnings).
         ExternalError: ``git config`` failed.
     """
     env = os.environ if env is None else env

@@ -37,6 +37,11 @@ from git_iterare.errors import OperationFailed, UserError
 #: Keys iterare defines, then ours.
 FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env", "max_budget_usd",
                     "max_turns")
+#: The keys that change what runs (which agent, from which base, with which variables, for
+#: how long or how much): an unknown key one edit away from one of these stops the run
+#: (``agnet: shell`` would run the default agent, with the user's money), other unknown
+#: keys are warnings. ``workspace`` only names the run.
+RUN_DECIDING_KEYS = ("agent", "branch", "timeout", "env", "max_budget_usd", "max_turns")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FENCE = re.compile(r"---[ \t]*\Z")
@@ -260,6 +265,14 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
 
     for key, value in data.items():
         if key not in FRONTMATTER_KEYS:
+            from git_iterare.settings import typo_of
+
+            meant = typo_of(str(key), RUN_DECIDING_KEYS)
+            if meant is not None:
+                raise UserError(f"{where}:{lines.get(str(key), 1)}: unknown key {key!r}; "
+                                f"did you mean {meant!r}?",
+                                hint=f"{meant} changes what runs, so a misspelt one stops "
+                                     "the run: fix the frontmatter")
             import difflib
 
             close = difflib.get_close_matches(str(key), FRONTMATTER_KEYS, n=1)
@@ -315,7 +328,8 @@ def parse(text: str, path: Path) -> Prompt:
 
     Raises:
         UserError: ``file:line: message`` for broken YAML, a value of the wrong type, an
-            unclosed frontmatter, a bad file name or an empty body.
+            unknown key one edit away from one of :data:`RUN_DECIDING_KEYS` ("did you
+            mean"), an unclosed frontmatter, a bad file name or an empty body.
     """
     text = normalize_newlines(text)
     where = str(path)

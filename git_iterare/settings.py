@@ -9,7 +9,7 @@ import the configuration, which asks them for their keys.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,6 +53,37 @@ class Key:
     @property
     def key(self) -> str:
         return self.name.split(".", 1)[1]
+
+
+def _folded(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are at most one edit apart, case, ``-`` and ``_`` ignored:
+    one letter added, dropped or changed, or two neighbours swapped (``agnet``/``agent``;
+    optimal string alignment distance 1)."""
+    a, b = _folded(a), _folded(b)
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    at = next((i for i in range(len(short)) if short[i] != long_[i]), len(short))
+    return short[at:] == long_[at + 1:]
+
+
+def typo_of(name: str, names: Iterable[str]) -> str | None:
+    """The key a user most likely meant by an unknown one (``agnet`` for ``agent``): the
+    first of ``names`` that ``name`` equals but for case, ``-`` and ``_``, else the first
+    it is :func:`one_edit` away from; None when none is."""
+    candidates = list(names)
+    return next((known for known in candidates if _folded(known) == _folded(name)),
+                next((known for known in candidates if one_edit(name, known)), None))
 
 
 def global_config_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -95,17 +95,53 @@ def test_bad_toml_is_one_line_with_position_and_exit_2(repo: Path) -> None:
 
 
 def test_unknown_key_is_a_warning_naming_it(repo: Path) -> None:
-    path = project_config(repo, '[docker]\nimmage = "a"\n')
+    path = project_config(repo, '[docker]\nimage_name = "a"\n[notes]\ntext = "x"\n')
     result = iterare("config", "docker.image", cwd=repo)
     assert result.returncode == 0
     assert result.stderr == (
-        f"warning: {path}: unknown key docker.immage (did you mean docker.image?)\n")
+        f"warning: {path}: unknown key docker.image_name (did you mean docker.image?)\n"
+        f"warning: {path}: unknown key notes.text\n")
 
 
 def test_unknown_git_config_key_is_a_warning(repo: Path) -> None:
-    git("config", "iterare.docker.imag", "x", cwd=repo)
+    git("config", "iterare.docker.imagename", "x", cwd=repo)
     result = iterare("config", "docker.image", cwd=repo)
-    assert result.stderr == "warning: git config: unknown key iterare.docker.imag\n"
+    assert result.stderr == "warning: git config: unknown key iterare.docker.imagename\n"
+
+
+MISSPELT = ("changes what runs, so a misspelt one stops the command: fix the key")
+
+
+@pytest.mark.parametrize(("toml", "key", "meant"), [
+    ('[run]\nagnet = "shell"\n', "run.agnet", "run.agent"),
+    ('[docker]\nimmage = "a"\n', "docker.immage", "docker.image"),
+    ("[run]\nmax-budget-usd = 1\n", "run.max-budget-usd", "run.max_budget_usd"),
+    ('[rnu]\nagent = "shell"\n', "rnu.agent", "run.agent"),
+    ('agent = "shell"\n', "agent", "run.agent"),  # a key outside its [section]
+])
+def test_a_misspelt_key_stops_the_command(repo: Path, toml: str, key: str, meant: str) -> None:
+    """As in a prompt's frontmatter: ``run.agnet`` as a warning ran the default agent."""
+    path = project_config(repo, toml)
+    result = iterare("config", "run.agent", cwd=repo)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2, "", f"error: {path}: unknown key {key}; did you mean {meant}? ({meant} {MISSPELT})\n")
+
+
+def test_a_misspelt_key_in_git_config_or_the_environment_stops_the_command(
+        repo: Path) -> None:
+    git("config", "iterare.run.agnet", "shell", cwd=repo)
+    from_git = iterare("config", "run.agent", cwd=repo)
+    assert (from_git.returncode, from_git.stderr) == (
+        2, f"error: git config (file:.git/config): unknown key iterare.run.agnet; did you "
+           f"mean iterare.run.agent? (iterare.run.agent {MISSPELT})\n")
+    git("config", "--unset", "iterare.run.agnet", cwd=repo)
+    from_env = iterare("config", "run.agent", cwd=repo, env={"ITERARE_RUN_AGNET": "shell"})
+    assert (from_env.returncode, from_env.stderr) == (
+        2, "error: environment: unknown key ITERARE_RUN_AGNET; did you mean "
+           f"ITERARE_RUN_AGENT? (ITERARE_RUN_AGENT {MISSPELT})\n")
+    # ITERARE_* variables of no config section are not config.
+    other = iterare("config", "run.agent", cwd=repo, env={"ITERARE_NO_MAN": "1"})
+    assert (other.returncode, other.stdout, other.stderr) == (0, "claude\n", "")
 
 
 @pytest.mark.parametrize(

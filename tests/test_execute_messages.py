@@ -95,3 +95,15 @@ def test_agents_declare_the_limits_they_can_be_held_to() -> None:
         reports_cost = True
 
     assert Reporting().unheld_limits(both) == ["max_turns"]
+
+
+def test_a_misspelt_agent_key_runs_nothing(project: Path) -> None:
+    """``agnet: shell`` was a warning, and the run went to the default agent (Claude, the
+    user's credentials and money): now nothing starts and no record is made."""
+    prompt = project / ".iterare" / "prompts" / "p.md"
+    prompt.write_text("---\nagnet: shell\n---\necho hi\n")
+    result = iterare("execute", "p", cwd=project)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2, "", f"error: {prompt}:2: unknown key 'agnet'; did you mean 'agent'? (agent changes "
+               "what runs, so a misspelt one stops the run: fix the frontmatter)\n")
+    assert not git("for-each-ref", "refs/iterare/", cwd=project).stdout

@@ -99,9 +99,33 @@ def test_bad_frontmatter(prompts: Path, text: str, expected: str) -> None:
 
 
 def test_unknown_key_is_a_warning(prompts: Path) -> None:
-    path = write(prompts, "w.md", "---\nbranch: main\ntimout: 5\n---\nx\n")
+    path = write(prompts, "w.md", "---\nbranch: main\nworksapce: a\nnotes: n\n---\nx\n")
     assert load_prompt("w", prompts, prompts).warnings == (
-        f"{path}:3: unknown key 'timout' (did you mean timeout?)",)
+        f"{path}:3: unknown key 'worksapce' (did you mean workspace?)",
+        f"{path}:4: unknown key 'notes'")
+
+
+@pytest.mark.parametrize(("line", "key", "meant"), [
+    ("agnet: shell", "agnet", "agent"),       # two letters swapped
+    ("Agent: shell", "Agent", "agent"),       # case
+    ("agen: shell", "agen", "agent"),         # one dropped
+    ("brnch: main", "brnch", "branch"),
+    ("timout: 5", "timout", "timeout"),
+    ("envs: [A]", "envs", "env"),             # one added
+    ("max-budget-usd: 1", "max-budget-usd", "max_budget_usd"),
+    ("max_turn: 3", "max_turn", "max_turns"),
+])
+def test_a_misspelt_key_that_changes_what_runs_stops_the_run(
+        prompts: Path, line: str, key: str, meant: str) -> None:
+    """``agnet: shell`` as a warning ran the default agent (Claude, with the user's
+    credentials and money): a key one edit away from one that decides what runs is an
+    error naming the key it most likely is."""
+    path = write(prompts, "t.md", f"---\nworkspace: w\n{line}\n---\nx\n")
+    with pytest.raises(UserError) as info:
+        load_prompt("t", prompts, prompts)
+    assert info.value.render() == (
+        f"{path}:3: unknown key {key!r}; did you mean {meant!r}? ({meant} changes what "
+        "runs, so a misspelt one stops the run: fix the frontmatter)")
 
 
 def test_missing_prompt_lists_available(prompts: Path) -> None:
