@@ -6,7 +6,8 @@ which one each effective value came from):
 1. built-in defaults (:data:`KEYS`);
 2. the global file ``$XDG_CONFIG_HOME/iterare/config.toml`` (``~/.config/iterare``), after
    iterare's own ``~/.iterare/config.toml`` when that exists, so its users keep their file;
-3. the project file ``.iterare/config.toml`` of the main worktree;
+3. the project file ``.iterare/config.toml`` of the worktree the command runs in (a linked
+   worktree's own, see :attr:`git_iterare.git.repo.Repo.project_tree`);
 4. ``git config iterare.<section>.<key>`` (all of git's files and ``git -c``); key names
    may use ``-`` or camelCase for ``_``, since git does not allow ``_`` in names;
 5. ``ITERARE_<SECTION>_<KEY>`` environment variables;
@@ -468,7 +469,7 @@ def load(
     warnings: list[str] = []
     _file_layer(legacy_global_config(env), settings, warnings)
     _file_layer(global_config_dir(env) / "config.toml", settings, warnings)
-    if repo is not None and repo.main_work_tree is not None:
+    if repo is not None and repo.project_tree is not None:
         _file_layer(repo.iterare_dir / "config.toml", settings, warnings, project=True)
     if git_entries is None:
         from git_iterare.proc import read_git_config

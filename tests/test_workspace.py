@@ -237,6 +237,24 @@ def test_nested_repos_symlinks_and_includes(repo: Path) -> None:
         "outside": "120000 /etc/passwd", "src/run.sh": "100755 #!/bin/sh\n"}
 
 
+def test_includes_come_from_the_worktree_the_command_runs_in(repo: Path,
+                                                            tmp_path: Path) -> None:
+    """In a linked worktree, its own ``.iterare/include`` and the files it names are what
+    trust reviewed there, so they are what the run gets (not the main worktree's)."""
+    (repo / ".iterare").mkdir()
+    (repo / ".iterare" / "include").write_text("main.env\n")
+    (repo / "main.env").write_text("MAIN=1\n")
+    linked = tmp_path / "linked"
+    git("worktree", "add", "-q", "-b", "side", str(linked), "main", cwd=repo)
+    (linked / ".iterare").mkdir()
+    (linked / ".iterare" / "include").write_text("linked.env\n")
+    (linked / "linked.env").write_text("LINKED=1\n")
+    ws = prepare(linked)
+    assert ws.included == ("linked.env",)
+    assert (ws.worktree / "linked.env").read_text() == "LINKED=1\n"
+    assert not (ws.worktree / "main.env").exists()
+
+
 def test_an_included_file_the_base_tracks_is_committed_like_any_other(repo: Path) -> None:
     """``.iterare/include`` naming a tracked file (and, by a glob, an untracked one whose
     name holds glob characters): the tracked one is checked out as the base has it (the

@@ -43,13 +43,28 @@ class Repo:
         return self.work_tree
 
     @property
+    def project_tree(self) -> Path | None:
+        """The worktree whose project files (``.iterare/``: config, prompts, Dockerfile,
+        include, and the files include names) a command reads: the one it runs in, so a
+        linked worktree (git-worktree(1)) reads its own checkout of them, as git reads its
+        own HEAD and index there. A run's worktree (under the main worktree's
+        ``.iterare/worktrees/``) holds what its agent wrote, not the project's files: there
+        it is the main worktree. None when bare.
+        """
+        top, main = self.work_tree, self.main_work_tree
+        if top is None or main is None:
+            return top
+        runs = main / ".iterare" / "worktrees"
+        return main if top == runs or runs in top.parents else top
+
+    @property
     def iterare_dir(self) -> Path:
-        """``.iterare`` of the main worktree (config, prompts, Dockerfile).
+        """``.iterare`` of :attr:`project_tree` (config, prompts, Dockerfile, include).
 
         Raises:
             UserError: the repository is bare, so it has no ``.iterare`` directory.
         """
-        top = self.main_work_tree
+        top = self.project_tree
         if top is None:
             raise UserError("this is a bare repository; run git iterare in a worktree")
         return top / ".iterare"

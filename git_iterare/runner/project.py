@@ -42,7 +42,9 @@ class DockerfileRewrite:
 
 def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
     """Create ``.iterare/`` (config, Dockerfile FROM ``image``, example prompt, .gitignore)
-    in the main worktree of ``repo``; existing files are kept unless ``force``.
+    in the worktree of ``repo`` the command runs in (its
+    :attr:`~git_iterare.git.repo.Repo.project_tree`, where later commands read them);
+    existing files are kept unless ``force``.
 
     Raises:
         UserError: the repository is bare.
@@ -51,7 +53,7 @@ def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
     from git_iterare import scaffold
     from git_iterare.errors import UserError
 
-    top = repo.main_work_tree
+    top = repo.project_tree
     if top is None:
         raise UserError("this is a bare repository; run `git iterare init` in a worktree")
     return scaffold.init_project(top, image, force)

@@ -279,9 +279,9 @@ def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest
 
 
 def relative_path(repo: Repo, path: Path) -> str:
-    """``path`` relative to the main worktree, as records name prompt files (as given
-    when it is outside)."""
-    top = repo.main_work_tree
+    """``path`` relative to the worktree the command runs in, as records name prompt
+    files (as given when it is outside)."""
+    top = repo.project_tree
     try:
         return str(path.resolve().relative_to(top)) if top else str(path)
     except ValueError:

@@ -8,7 +8,7 @@ defaults acts only once the user approved its exact content:
   ``ITERARE_*`` variables or flags is the user's own);
 * ``.iterare/Dockerfile``, unless it is exactly what ``git iterare init`` writes, or
   names nothing but iterare's image (what ``iterare init`` writes, comments aside);
-* ``.iterare/include`` (files of the main worktree, untracked ones such as ``.env``
+* ``.iterare/include`` (files of the worktree, untracked ones such as ``.env``
   included, copied into every run's worktree), as the item ``.iterare/include``;
 * the host variables a prompt's frontmatter ``env`` passes into the sandbox (``--env``
   flags are the user's own);
@@ -19,7 +19,9 @@ defaults acts only once the user approved its exact content:
   (``.claude/settings.json hooks``).
 
 Approvals are kept by :class:`git_iterare.sandbox.approvals.TrustStore` in the user's config
-directory (``<config dir>/trust``), keyed by the main worktree's path.
+directory (``<config dir>/trust``), keyed by the path of the worktree whose project files
+they approve (:attr:`git_iterare.git.repo.Repo.project_tree`: the one the command runs in,
+so a linked worktree's checkout of them is approved on its own).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class TrustState:
     """What a repository asks for, against what the user approved.
 
     Attributes:
-        repo: the repository's key in the store (its main worktree, resolved).
+        repo: the repository's key in the store (its project worktree, resolved).
         request: what it asks for now.
         approval: what was approved last, or None.
         missing: items of ``request`` not approved (config keys, ``Dockerfile``,
@@ -114,7 +116,8 @@ def store() -> TrustStore:
 
 
 def repo_key(repo: Repo) -> str:
-    """The store's key of ``repo``: its main worktree's path, symlinks resolved.
+    """The store's key of ``repo``: the path of its
+    :attr:`~git_iterare.git.repo.Repo.project_tree`, symlinks resolved.
 
     Raises:
         UserError: the repository is bare.
@@ -405,7 +408,7 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
         UserError: something is not approved and there is no terminal (naming the items
             and ``git iterare trust``), or the user answered no.
     """
-    if repo is None or repo.main_work_tree is None:
+    if repo is None or repo.project_tree is None:
         return
     # Items named in ``only`` are never an agent's settings: those are not read then.
     current = state(repo, config, prompt_env, base=base,

@@ -236,9 +236,19 @@ def mounts_for(worktree: Path, gitdir: Path, gitfile: Path, objects: Path
     )
 
 
+def _project(repo: Repo) -> Path:
+    """The worktree whose ``.iterare/include`` and the files it names a run copies in:
+    the one the command runs in (:attr:`~git_iterare.git.repo.Repo.project_tree`), as
+    for the config and prompts trust reviewed there."""
+    top = repo.project_tree
+    if top is None:
+        raise UserError("this is a bare repository; run git iterare in a worktree")
+    return top
+
+
 def _read_include(repo: Repo) -> list[str]:
     """Lines of ``.iterare/include``: comments and blanks dropped."""
-    path = _top(repo) / ".iterare" / "include"
+    path = _project(repo) / ".iterare" / "include"
     if not path.is_file():
         return []
     try:  # the repository wrote it: any bytes (as trust shows them)
@@ -252,17 +262,18 @@ def _read_include(repo: Repo) -> list[str]:
 def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
     """The files ``.iterare/include`` names (paths or globs, one a line), relative, sorted.
 
-    Only regular files inside the main worktree count: symlinks, paths through a symlinked
-    directory, and anything in ``.git`` or ``.iterare`` are skipped; so, given ``base``
-    (a commit), are the paths it tracks: the run's checkout has those as the base has
-    them, and its commit records them like any other tracked file (copying the user's
-    version in would commit the user's uncommitted edits as the agent's).
+    Only regular files inside the worktree the command runs in count: symlinks, paths
+    through a symlinked directory, and anything in ``.git`` or ``.iterare`` are skipped;
+    so, given ``base`` (a commit), are the paths it tracks: the run's checkout has those
+    as the base has them, and its commit records them like any other tracked file
+    (copying the user's version in would commit the user's uncommitted edits as the
+    agent's).
 
     Raises:
         UserError: a line is absolute, contains ``..``, or is no usable glob (``.``,
             ``x/***``); the file cannot be read.
     """
-    top = _top(repo)
+    top = _project(repo)
     found: set[str] = set()
     for pattern in _read_include(repo):
         if pattern.startswith("/") or ".." in Path(pattern).parts:
@@ -290,7 +301,7 @@ def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
 
 def copy_includes(repo: Repo, worktree: Path, paths: tuple[str, ...]) -> None:
     """Copy ``paths`` (from :func:`include_paths`) into ``worktree``, keeping their modes."""
-    top = _top(repo)
+    top = _project(repo)
     for rel in paths:
         dest = worktree / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -534,7 +545,7 @@ def _remember_includes(repo: Repo, run_id: str, included: tuple[str, ...]) -> tu
     """Keep the paths ``prepare_run`` copies in, each with the blob id of its content
     (``PATH NUL BLOB NUL``), for whoever finishes the run: ``.iterare/include`` may change
     or break meanwhile (a merged run can edit it). Returns the blob ids."""
-    top = _top(repo)
+    top = _project(repo)
     for rel in included:  # one line, before git or the copy fails on it
         if not os.access(top / rel, os.R_OK):
             raise UserError(f".iterare/include names {rel}, which you cannot read",

@@ -296,7 +296,7 @@ def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> by
     """The run gitdir as the agent's container needs it (as
     :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch,
     ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
-    files of the main worktree put aside (copied over the checkout by ``engine-checkout``).
+    files of the worktree the command runs in put aside (copied over the checkout by ``engine-checkout``).
     With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
     from git_iterare.runner.workspace import include_paths, run_excludes
 
@@ -327,7 +327,7 @@ def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> by
                     if folder not in made:
                         made.add(folder)
                         add_dir(tar, folder)
-                source = Path(repo.main_work_tree or ".") / rel
+                source = Path(repo.project_tree or ".") / rel
                 if source.is_file() and not source.is_symlink():
                     mode = 0o755 if os.stat(source).st_mode & 0o111 else 0o644
                     add_file(tar, f"iterare-include/{rel}", source.read_bytes(), mode)
