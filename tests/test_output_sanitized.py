@@ -217,7 +217,8 @@ def test_ordinary_files_are_not_flagged(path: str) -> None:
 
 def test_the_list_is_data_and_each_kind_is_documented() -> None:
     assert set(kinds()) == {"iterare", "git-hooks", "agent-tools", "env-loaders", "editors",
-                            "build", "ci", "shell-rc"}
+                            "repl-rc", "language-servers", "tool-configs", "build",
+                            "task-runners", "dependencies", "ci", "shell-rc"}
     assert all(rule.reason and rule.kind in kinds() for rule in rules())
     page = (Path(__file__).parent.parent / "man" / "git-iterare-merge.1").read_text()
     for title in kinds().values():

@@ -2,8 +2,10 @@
 
 The sandbox keeps the agent away from the host while it runs; merging its work brings
 files back that the host *runs*, or that make a tool run something or load instructions:
-git hooks and hook managers, agent tool configuration, direnv files, editor tasks, build
-and package scripts, CI files, shell start-up files. The list is data:
+git hooks and hook managers, agent tool configuration, direnv files, editor tasks, REPL
+and debugger start-up files, project files language servers build, linter configuration
+that loads code, build and package scripts, task runners, dependency lists and lock files,
+CI files, shell start-up files. The list is data:
 ``git_iterare/data/host-executables.toml``, grouped by kind, one ``"pattern" = "reason"``
 a line (its header explains the pattern syntax). :func:`changed_files` lists every changed
 file of a run with the reason when it is one of those, so ``merge`` can show them all with
