@@ -159,7 +159,7 @@ def test_imported_runs_work_with_every_command(repo: Path, legacy: Legacy | None
     assert diff.stdout.splitlines()[-1] == " 1 file changed, 1 insertion(+)"
     # iterare's log is imported and rendered (its own `iterare log` renders it too).
     theirs = legacy.run("log", rid, cwd=repo)
-    ours = iterare("log", rid, cwd=repo)  # exit status 1: a lost run did not succeed
+    ours = iterare("log", rid, cwd=repo)
     assert ours.stderr == ""
     assert "I will create the file." in theirs.stdout and "I will create the file." in ours.stdout
     assert "Log: 0 lines" not in iterare("show", rid, cwd=repo).stdout
