@@ -34,3 +34,24 @@ def confirm_or_refuse(question: str, assume_yes: bool) -> bool:
     if not sys.stdin.isatty():
         return False
     return click.confirm(question, default=False)
+
+
+def confirm_runs(records: list[Any], *, question: str, nothing: str, command: str,
+                 assume_yes: bool) -> bool:
+    """Before ``cleanup`` or ``forget`` acts on ``records``: say ``nothing`` and return
+    False when there are none; else ask ``question`` (``{names}`` in it becomes the runs'
+    ids, sanitized) as :func:`confirm_or_refuse` does, and return True.
+
+    Raises:
+        OperationFailed: not confirmed (``<command> not confirmed (rerun with --yes)``).
+    """
+    from git_iterare.errors import OperationFailed
+    from git_iterare.ui import sanitize_line
+
+    if not records:
+        click.echo(nothing)
+        return False
+    names = sanitize_line(", ".join(r.id for r in records))
+    if not confirm_or_refuse(question.format(names=names), assume_yes):
+        raise OperationFailed(f"{command} not confirmed", hint="rerun with --yes")
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli._runs import confirm_or_refuse, resolve_run
+from git_iterare.cli._runs import confirm_runs, resolve_run
 from git_iterare.cli.context import app, project_option
 from git_iterare.ui import sanitize_line
 from git_iterare.ui import sanitize_line as sanitize
@@ -22,7 +22,7 @@ from git_iterare.ui import sanitize_line as sanitize
 def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) -> None:
     """Remove the worktree, branch and container of RUN (default: the most recent run);
     the record and commits are kept."""
-    from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.errors import UserError
     from git_iterare.runner.manage import cleanup
     from git_iterare.runs.store import RunStore
 
@@ -51,12 +51,9 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
                     "that merge any more; left as it is (`git iterare cleanup --force "
                     f"{sanitize_line(record.id)}` removes it)")
             records.remove(record)
-    if not records:
-        click.echo("nothing to clean up")
+    if not confirm_runs(records, question="Remove the worktree and branch of {names}?",
+                        nothing="nothing to clean up", command="cleanup", assume_yes=yes):
         return
-    names = sanitize_line(", ".join(r.id for r in records))
-    if not confirm_or_refuse(f"Remove the worktree and branch of {names}?", yes):
-        raise OperationFailed("cleanup not confirmed", hint="rerun with --yes")
     from git_iterare.runner.ownership import ran_elsewhere
     from git_iterare.runner.warmup import remove_spares
     from git_iterare.runs.status import CLEANED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli._runs import confirm_or_refuse, resolve_run
+from git_iterare.cli._runs import confirm_runs, resolve_run
 from git_iterare.cli.context import app, project_option
 
 
@@ -20,7 +20,7 @@ from git_iterare.cli.context import app, project_option
 def command(runs: tuple[str, ...], cleaned: bool, force: bool, yes: bool) -> None:
     """Delete the records (prompt, log, results) of RUNS, which must be cleaned up; their
     commits stay where branches hold them."""
-    from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.errors import UserError
     from git_iterare.runner.manage import forget, only_record_holds
     from git_iterare.runs.store import RunStore
     from git_iterare.ui import sanitize_line, warn
@@ -40,12 +40,10 @@ def command(runs: tuple[str, ...], cleaned: bool, force: bool, yes: bool) -> Non
                 records.remove(record)
     else:
         records = list({r.id: r for r in (resolve_run(run) for run in runs)}.values())
-    if not records:
-        click.echo("nothing to forget")
+    if not confirm_runs(records, question="Delete the records (prompt, log, results) of "
+                        "{names}?", nothing="nothing to forget", command="forget",
+                        assume_yes=yes):
         return
-    names = sanitize_line(", ".join(r.id for r in records))
-    if not confirm_or_refuse(f"Delete the records (prompt, log, results) of {names}?", yes):
-        raise OperationFailed("forget not confirmed", hint="rerun with --yes")
     for record in records:
         forget(repo, record.id, force=force)
         click.echo(f"forgot {sanitize_line(record.id)}")
