@@ -1,7 +1,8 @@
-"""In a linked worktree (git-worktree(1)) a command reads that worktree's ``.iterare/``
-(prompts by name, ``config.toml``, what trust reviews, what init writes), as git reads its
-own HEAD and index there; a run's own worktree under ``.iterare/worktrees/`` is not a
-project, so there the main worktree's files count."""
+"""In a linked worktree (git-worktree(1)) with a ``.iterare/`` of its own, a command reads
+that one (prompts by name, ``config.toml``, what trust reviews), as git reads its own HEAD
+and index there, and init writes there; a linked worktree without one, and a run's own
+worktree under ``.iterare/worktrees/``, have no project files, so there the main
+worktree's count (tests/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,17 @@ def test_trust_reviews_and_init_writes_the_linked_worktrees(repo: Path, linked: 
     assert made.returncode == 0, made.stderr
     assert (linked / ".iterare" / "Dockerfile").is_file()
     assert not (repo / ".iterare").exists()
+
+
+def test_init_in_a_linked_worktree_sets_up_that_worktree(repo: Path, tmp_path: Path) -> None:
+    bare_linked = tmp_path / "fresh"
+    git("worktree", "add", "-q", "-b", "fresh", str(bare_linked), "main", cwd=repo)
+    made = iterare("init", cwd=bare_linked)
+    assert made.returncode == 0, made.stderr
+    assert (bare_linked / ".iterare" / "config.toml").is_file()
+    assert not (repo / ".iterare").exists()
+    shown = iterare("config", "--show-origin", "run.timeout", cwd=bare_linked)
+    assert shown.stdout == "default\t3600\n"
 
 
 def test_a_runs_worktree_reads_the_main_worktrees_files(repo: Path) -> None:

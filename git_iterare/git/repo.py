@@ -7,6 +7,7 @@ than guess, which also handles linked worktrees and subdirectories.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +47,19 @@ class Repo:
     def project_tree(self) -> Path | None:
         """The worktree whose project files (``.iterare/``: config, prompts, Dockerfile,
         include, and the files include names) a command reads: the one it runs in, so a
-        linked worktree (git-worktree(1)) reads its own checkout of them, as git reads its
-        own HEAD and index there. A run's worktree (under the main worktree's
-        ``.iterare/worktrees/``) holds what its agent wrote, not the project's files: there
-        it is the main worktree. None when bare.
+        linked worktree (git-worktree(1)) with a ``.iterare`` of its own reads its own
+        checkout of them, as git reads its own HEAD and index there. A linked worktree
+        without one has no project files: there, and in a run's worktree (under the main
+        worktree's ``.iterare/worktrees/``, which holds what its agent wrote), it is the
+        main worktree. None when bare.
         """
         top, main = self.work_tree, self.main_work_tree
-        if top is None or main is None:
+        if top is None or main is None or top == main:
             return top
         runs = main / ".iterare" / "worktrees"
-        return main if top == runs or runs in top.parents else top
+        if top == runs or runs in top.parents or not os.path.lexists(top / ".iterare"):
+            return main
+        return top
 
     @property
     def iterare_dir(self) -> Path:

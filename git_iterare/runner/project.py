@@ -42,8 +42,8 @@ class DockerfileRewrite:
 
 def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
     """Create ``.iterare/`` (config, Dockerfile FROM ``image``, example prompt, .gitignore)
-    in the worktree of ``repo`` the command runs in (its
-    :attr:`~git_iterare.git.repo.Repo.project_tree`, where later commands read them);
+    in the worktree of ``repo`` the command runs in (in a linked worktree, there: later
+    commands there then read them, see :attr:`~git_iterare.git.repo.Repo.project_tree`);
     existing files are kept unless ``force``.
 
     Raises:
@@ -53,7 +53,7 @@ def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
     from git_iterare import scaffold
     from git_iterare.errors import UserError
 
-    top = repo.project_tree
+    top = repo.work_tree
     if top is None:
         raise UserError("this is a bare repository; run `git iterare init` in a worktree")
     return scaffold.init_project(top, image, force)
