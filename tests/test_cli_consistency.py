@@ -172,11 +172,12 @@ def test_forget_deletes_records_of_cleaned_runs(repo: Path) -> None:
     kept, kept_head = _cleaned(repo, "kept", keep_work=True)
     dropped, dropped_head = _cleaned(repo, "dropped", keep_work=False)
     active = make_run(repo, "active").id
-    # Off a terminal it asks nobody and refuses, as cleanup does.
+    # Off a terminal it asks nobody and refuses, as cleanup does; a run it cannot forget
+    # is refused before anything is asked.
     asked = iterare("forget", kept, cwd=repo)
     assert (asked.returncode, asked.stderr) == (
         1, "error: forget not confirmed (rerun with --yes)\n")
-    refused = iterare("forget", "-y", active, cwd=repo)
+    refused = iterare("forget", active, cwd=repo)
     assert (refused.returncode, refused.stderr) == (
         1, f"error: run {active} is created, not cleaned up; its record is kept "
            f"(`git iterare cleanup {active}` first)\n")

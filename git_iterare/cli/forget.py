@@ -21,7 +21,7 @@ def command(runs: tuple[str, ...], cleaned: bool, force: bool, yes: bool) -> Non
     """Delete the records (prompt, log, results) of RUNS, which must be cleaned up; their
     commits stay where branches hold them."""
     from git_iterare.errors import UserError
-    from git_iterare.runner.manage import forget, only_record_holds
+    from git_iterare.runner.manage import forget, forget_refusal
     from git_iterare.runs.store import RunStore
     from git_iterare.ui import sanitize_line, warn
 
@@ -31,15 +31,20 @@ def command(runs: tuple[str, ...], cleaned: bool, force: bool, yes: bool) -> Non
                         if cleaned else "give the runs to forget, or --cleaned",
                         hint="see `git iterare list --all`")
     if cleaned:
-        records = RunStore(repo).list(statuses=["cleaned"])
-        if not force:
-            for record in [r for r in records if only_record_holds(repo, r)]:
+        records = []
+        for record in RunStore(repo).list(statuses=["cleaned"]):
+            if forget_refusal(repo, record, force=force) is None:
+                records.append(record)
+            else:
                 warn(f"run {sanitize_line(record.id)}: its work is on no branch; its record "
                      "is kept (`git iterare forget --force "
                      f"{sanitize_line(record.id)}` forgets it)")
-                records.remove(record)
     else:
         records = list({r.id: r for r in (resolve_run(run) for run in runs)}.values())
+        for record in records:  # refused before anything is asked
+            problem = forget_refusal(repo, record, force=force)
+            if problem is not None:
+                raise problem
     if not confirm_runs(records, question="Delete the records (prompt, log, results) of "
                         "{names}?", nothing="nothing to forget", command="forget",
                         assume_yes=yes):

@@ -403,31 +403,40 @@ def forget(repo: Repo, run_id: str, *, force: bool = False) -> RunRecord:
         The record as it was.
 
     Raises:
-        OperationFailed: no such run; it is not cleaned up; its result commit is held by
-            nothing but its record (``git gc`` would delete the work) and ``force`` is
-            not given; or the record changed meanwhile.
+        OperationFailed: no such run; :func:`forget_refusal` refuses it; or the record
+            changed meanwhile.
     """
     from git_iterare.runs.ids import run_ref
-    from git_iterare.runs.status import CLEANED
 
     snap = _store(repo).snapshot(run_id)
-    record = snap.record
-    if record.status != CLEANED:
-        raise OperationFailed(f"run {run_id} is {record.status}, not cleaned up; its record "
-                              "is kept", hint=f"`git iterare cleanup {run_id}` first")
-    ref = run_ref(run_id)
-    if not force and only_record_holds(repo, record):
-        head = str(record.head)[:12]
-        raise OperationFailed(f"run {run_id}: its work ({head}) is on no branch; without "
-                              "its record `git gc` would delete it",
-                              hint=f"keep it on a branch (`git branch NAME {head}`), or "
-                                   f"`git iterare forget --force {run_id}`")
-    result = common_git(repo, "update-ref", "-m", f"iterare: forget {run_id}", "-d", ref,
-                        snap.commit.decode(), check=False)
+    problem = forget_refusal(repo, snap.record, force=force)
+    if problem is not None:
+        raise problem
+    result = common_git(repo, "update-ref", "-m", f"iterare: forget {run_id}", "-d",
+                        run_ref(run_id), snap.commit.decode(), check=False)
     if result.returncode != 0:
         raise OperationFailed(f"the record of run {run_id} changed while forgetting it",
                               hint="run forget again")
-    return record
+    return snap.record
+
+
+def forget_refusal(repo: Repo, record: RunRecord, *, force: bool = False
+                   ) -> OperationFailed | None:
+    """Why :func:`forget` refuses ``record``, or None: it is not cleaned up, or (without
+    ``force``) :func:`only_record_holds` its work, which ``git gc`` would then delete."""
+    from git_iterare.runs.status import CLEANED
+
+    run_id = record.id
+    if record.status != CLEANED:
+        return OperationFailed(f"run {run_id} is {record.status}, not cleaned up; its record "
+                               "is kept", hint=f"`git iterare cleanup {run_id}` first")
+    if not force and only_record_holds(repo, record):
+        head = str(record.head)[:12]
+        return OperationFailed(f"run {run_id}: its work ({head}) is on no branch; without "
+                               "its record `git gc` would delete it",
+                               hint=f"keep it on a branch (`git branch NAME {head}`), or "
+                                    f"`git iterare forget --force {run_id}`")
+    return None
 
 
 def only_record_holds(repo: Repo, record: RunRecord) -> bool:
