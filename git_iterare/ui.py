@@ -269,6 +269,9 @@ def error(message: str) -> None:
           file=sys.stderr)
 
 
+#: Characters that make git run a command through the shell (run-command.c); a pager
+#: without them is one program, which git starts itself.
+_SHELL_META = "|&;<>()$`\\\"' \t\n*?[#~=%"
 #: What git sets in a pager's environment when the variable is unset (git's PAGER_ENV).
 _PAGER_ENV = {"LESS": "FRX", "LV": "-c"}
 
@@ -331,6 +334,12 @@ def page(text: str, command: str, cwd: str | os.PathLike[str] | None = None) -> 
     default) keeps them for a pager. Ctrl-C is left to the pager while it runs.
     """
     program = pager(command, cwd)
+    if program is not None and not any(c in _SHELL_META for c in program):
+        import shutil
+
+        if shutil.which(program) is None:  # as git, which then writes without one
+            warn(f"cannot run the pager {program}: not found")
+            program = None
     if program is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -150,6 +150,10 @@ def test_list_pages_on_a_terminal_as_git_does(repo: Path,
     assert _list_on_terminal(repo).startswith("LESS=FRX\nID ")
     monkeypatch.setenv("PAGER", "cat")
     assert _list_on_terminal(repo).startswith("ID ")
+    # A pager that is not there: said once, and the list is printed, as git does.
+    monkeypatch.setenv("PAGER", "no-such-pager")
+    assert _list_on_terminal(repo).startswith(
+        "\x1b[33mwarning:\x1b[0m cannot run the pager no-such-pager: not found\nID ")
 
 
 def _cleaned(repo: Path, name: str, *, keep_work: bool) -> tuple[str, str]:
