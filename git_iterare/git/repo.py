@@ -34,7 +34,8 @@ class Repo:
 
     @property
     def main_work_tree(self) -> Path | None:
-        """The main worktree (where ``.iterare/`` lives), or None when bare.
+        """The main worktree (where run worktrees live, ``.iterare/worktrees/``), or None
+        when bare.
 
         For a linked worktree this is the parent of the common dir when that is named
         ``.git``, as ``git worktree`` lays it out; otherwise the current worktree.
