@@ -48,7 +48,7 @@ def test_trust_reviews_and_init_writes_the_linked_worktrees(repo: Path, linked: 
     review = iterare("trust", cwd=linked)
     assert review.stdout.splitlines()[:3] == [
         f"repository: {linked}",
-        "asks for (from .iterare/config.toml, Dockerfile, include and prompts):",
+        "asks for (from .iterare/config.toml, Dockerfile, include, prompts and agent settings):",
         '  firewall.allowed_domains = ["linked.example"]']
     made = iterare("init", cwd=linked)
     assert made.returncode == 0, made.stderr

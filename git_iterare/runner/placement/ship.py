@@ -296,7 +296,8 @@ def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> by
     """The run gitdir as the agent's container needs it (as
     :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch,
     ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
-    files of the worktree the command runs in put aside (copied over the checkout by ``engine-checkout``).
+    files of the worktree the command runs in put aside (copied over the checkout by
+    ``engine-checkout``).
     With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
     from git_iterare.runner.workspace import include_paths, run_excludes
 
