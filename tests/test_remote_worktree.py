@@ -59,7 +59,7 @@ def test_remote_worktree_is_not_checked_out_and_is_marked(project: Path) -> None
 def test_unfilled_worktree_holds_no_work_and_cleans_up(project: Path) -> None:
     ws = prepare_remote(project)
     r = repo_mod.discover(project)
-    head = workspace.branch_head(r, ws.ref)
+    head = repo_mod.rev(r, ws.ref)
     assert workspace.unfinished_work(r, ws, head) is None  # an empty copy is no deletion
     done = workspace.cleanup_run(r, ws, merged=True)
     assert done.removed_worktree and done.removed_gitdir

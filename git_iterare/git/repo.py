@@ -135,6 +135,64 @@ def common_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedPro
     return proc.git("--git-dir", str(repo.common_dir), *args, scrub_git_env=True, **kwargs)
 
 
+def worktree_git(repo: Repo, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """Run git on the gitdir of the worktree the command runs in (``HEAD``, ``@{-1}`` and
+    ``HEAD~2`` are its own there: a linked worktree's, not the main worktree's), ignoring
+    inherited GIT_* paths; refs and objects are the repository's.
+
+    Raises:
+        ExternalError: git failed and ``check`` was not false.
+    """
+    return proc.git("--git-dir", str(repo.git_dir), *args, scrub_git_env=True, **kwargs)
+
+
+def rev(repo: Repo, name: str, *, here: bool = False) -> str | None:
+    """The object id ``name`` (a revision: gitrevisions(7)) names, or None when it names
+    none; with ``here``, as the worktree the command runs in reads it (its own HEAD).
+
+    Raises:
+        ExternalError: git cannot be started.
+    """
+    run = worktree_git if here else common_git
+    result = run(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", name,
+                 check=False)
+    return str(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def commit_of(repo: Repo, commitish: str, *, here: bool = False) -> str:
+    """The hex id of the commit ``commitish`` names (``<rev>^{commit}``); with ``here``,
+    as the worktree the command runs in reads it (see :func:`rev`).
+
+    Raises:
+        UserError: it names no commit.
+    """
+    found = rev(repo, f"{commitish}^{{commit}}", here=here)
+    if found is None:
+        raise UserError(f"{commitish!r} is not a commit in this repository")
+    return found
+
+
+def tree_of(repo: Repo, commit: str) -> str:
+    """The hex id of ``commit``'s tree.
+
+    Raises:
+        ExternalError: it is no commit of the repository.
+    """
+    return str(common_git(repo, "rev-parse", f"{commit}^{{tree}}").stdout.strip())
+
+
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
+    """True when ``ancestor`` is ``descendant`` or one of its ancestors."""
+    return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
+                      check=False).returncode == 0
+
+
+def current_branch(repo: Repo) -> str | None:
+    """The branch checked out in the worktree the command runs in; None when detached."""
+    result = worktree_git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return result.stdout.strip() or None
+
+
 def read_blobs(repo: Repo, names: list[str], limit: int | None = None
                ) -> dict[str, bytes | int]:
     """The content of the blobs ``names`` name: blob ids or ``<commit>:<path>`` (gitrevisions(7)),

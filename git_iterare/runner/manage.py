@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare import ui
 from git_iterare.errors import IterareError, OperationFailed
-from git_iterare.git.repo import Repo, common_git, reflog_identity
+from git_iterare.git.repo import Repo, common_git, reflog_identity, rev
 from git_iterare.runner.ownership import ran_elsewhere
 from git_iterare.runner.paths import state_dir
 
@@ -307,11 +307,8 @@ def merge_holds(repo: Repo, record: RunRecord) -> bool:
 
 def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:
     """The run's branch when it still points at the recorded result, else the commit."""
-    from git_iterare import proc
-
     branch = record.branch or ""
-    found = proc.git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}",
-                     cwd=repo.work_tree or repo.git_dir, check=False).stdout.strip()
+    found = rev(repo, f"refs/heads/{branch}^{{commit}}") if branch else None
     return branch if found == head else head
 
 
@@ -475,12 +472,10 @@ def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunReco
     from dulwich.refs import Ref
     from dulwich.repo import Repo as DulwichRepo
 
-    from git_iterare import proc
 
     branch = record.branch or f"iterare/{record.id}"
     ref = f"refs/heads/{branch}"
-    head = proc.git("--git-dir", str(repo.common_dir), "rev-parse", "--verify", "--quiet",
-                    f"{ref}^{{commit}}", scrub_git_env=True, check=False).stdout.strip()
+    head = rev(repo, f"{ref}^{{commit}}")
     if head:
         if not force and not merge_holds(repo, record) and not _reachable_elsewhere(repo, head):
             raise OperationFailed(f"run {record.id}: {branch} is not merged into any local "

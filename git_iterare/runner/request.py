@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from git_iterare import ui
 from git_iterare.config import Config
 from git_iterare.errors import UserError
-from git_iterare.git.repo import Repo
+from git_iterare.git.repo import Repo, commit_of, current_branch, rev
 
 if TYPE_CHECKING:
     from git_iterare.agents import ImageAgents
@@ -162,7 +162,8 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     budget = run_budget(config, prompt, request)
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     base_commit, base_branch = _base(repo, request, prompt)
-    if base_commit != _head_here(repo):  # admit() saw HEAD's agent settings, not these
+    # admit() saw the agent settings of HEAD; a run from elsewhere gets those of its base.
+    if base_commit != rev(repo, "HEAD^{commit}", here=True):
         from git_iterare.runner.trust import require_approval
 
         require_approval(repo, config, prompt_env, base=base_commit, agents=[agent.name])
@@ -203,7 +204,7 @@ def _base(repo: Repo, request: ExecuteRequest, prompt: Prompt) -> tuple[str, str
         return previous.head, previous.branch
     branch = request.branch or prompt.branch
     commit = _base_commit(repo, request.branch, prompt)
-    return commit, branch if branch is not None else _current_branch(repo)
+    return commit, branch if branch is not None else current_branch(repo)
 
 
 def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str, str]:
@@ -288,26 +289,6 @@ def relative_path(repo: Repo, path: Path) -> str:
         return str(path)
 
 
-def resolve_here(repo: Repo, commitish: str) -> str:
-    """The hex id of ``commitish`` as the worktree the command runs in sees it.
-
-    ``HEAD``, ``@{-1}`` and ``HEAD~2`` are per worktree: in a linked worktree they are its
-    own, not the main worktree's, so git runs on the current worktree's gitdir
-    (``.git/worktrees/<name>``), which shares refs and objects with the others.
-
-    Raises:
-        UserError: it names no commit.
-    """
-    from git_iterare import proc
-
-    result = proc.git("--git-dir", str(repo.git_dir), "rev-parse", "--verify", "--quiet",
-                      "--end-of-options", f"{commitish}^{{commit}}", scrub_git_env=True,
-                      check=False)
-    if result.returncode != 0:
-        raise UserError(f"{commitish!r} is not a commit in this repository")
-    return str(result.stdout.strip())
-
-
 def _base_commit(repo: Repo, flag: str | None, prompt: Prompt) -> str:
     """The hex id of the commit a run starts from: ``--branch`` (``flag``), else the
     prompt's frontmatter ``branch``, else HEAD.
@@ -317,7 +298,7 @@ def _base_commit(repo: Repo, flag: str | None, prompt: Prompt) -> str:
             to do.
     """
     try:
-        return resolve_here(repo, flag or prompt.branch or "HEAD")
+        return commit_of(repo, flag or prompt.branch or "HEAD", here=True)
     except UserError:
         pass
     listing = "choose one `git branch -a` lists, or `git fetch` it from its remote first"
@@ -330,22 +311,3 @@ def _base_commit(repo: Repo, flag: str | None, prompt: Prompt) -> str:
                         hint=f"fix its `branch:` or give --branch; {listing}")
     raise UserError("HEAD is no commit yet: the current branch has no commits",
                     hint="make a first commit, or give --branch")
-
-
-def _head_here(repo: Repo) -> str | None:
-    """HEAD's commit in the worktree the command runs in; None when it has none."""
-    try:
-        return resolve_here(repo, "HEAD")
-    except UserError:
-        return None
-
-
-def _current_branch(repo: Repo) -> str | None:
-    """The branch checked out in the worktree the command runs in; None when detached."""
-    from git_iterare import proc
-
-    result = proc.git("--git-dir", str(repo.git_dir), "symbolic-ref", "--quiet", "--short",
-                      "HEAD", scrub_git_env=True, check=False)
-    return result.stdout.strip() or None
-
-

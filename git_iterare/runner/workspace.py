@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -39,10 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from git_iterare import boundedfs, proc, ui
-from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.git import checkout, safegit
-from git_iterare.git.repo import Repo, common_git, reflog_identity
+from git_iterare.git.repo import (
+    Repo,
+    commit_of,
+    common_git,
+    is_ancestor,
+    reflog_identity,
+    rev,
+    tree_of,
+)
+from git_iterare.git.runrefs import read_run_ref, work_refs
 from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
@@ -167,19 +174,6 @@ def worktree_path(repo: Repo, run_id: str) -> Path:
 def gitdir_path(repo: Repo, run_id: str) -> Path:
     """``<common dir>/iterare/gitdirs/<id>``."""
     return repo.common_dir / "iterare" / "gitdirs" / run_id
-
-
-def resolve_commit(repo: Repo, commitish: str) -> str:
-    """Return the hex id of ``commitish``.
-
-    Raises:
-        UserError: it names no commit.
-    """
-    result = common_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                        f"{commitish}^{{commit}}", check=False)
-    if result.returncode != 0:
-        raise UserError(f"{commitish!r} is not a commit in this repository")
-    return str(result.stdout.strip())
 
 
 def ensure_excluded(repo: Repo) -> None:
@@ -384,7 +378,7 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
         ExternalError: ``git worktree add`` failed.
     """
     validate_run_id(run_id)
-    base_commit = resolve_commit(repo, base)
+    base_commit = commit_of(repo, base)
     uid, gid = agent_ids(agent_uid)
     branch = f"iterare/{run_id}"
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
@@ -606,117 +600,6 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
         agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs)
 
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-
-
-#: Most branches (and stash) of a run gitdir compared with its branch before cleanup.
-_MAX_RUN_REFS = 50
-#: The refs of a run gitdir that hold work: branches and the stash (tags and notes only
-#: name commits).
-_WORK_REFS = ("refs/heads/", "refs/stash")
-
-
-def _work_refs(gitdir: Path, own: str) -> list[tuple[str, str]] | None:
-    """The ``(name, hex id)`` of the branches and stash of a run gitdir other than its
-    own branch ``own`` (loose files, then ``packed-refs`` lines), read as plain files,
-    never through git; a symbolic ref is passed over (it names another). None when they
-    cannot all be told: more than :data:`_MAX_RUN_REFS`, or one of them, or
-    ``packed-refs``, cannot be read (a symlink, too large, not a regular file)."""
-    found: dict[str, str] = {}
-    try:
-        for prefix in _WORK_REFS:
-            for top, _, files in boundedfs.walk(gitdir / prefix.rstrip("/")):
-                for name in files:
-                    path = Path(top) / name
-                    value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES).decode(
-                        "ascii", "replace").strip()
-                    if HEX40.fullmatch(value):
-                        found.setdefault(path.relative_to(gitdir).as_posix(), value)
-            if (gitdir / prefix).is_file():  # refs/stash itself
-                value = boundedfs.read_regular(gitdir / prefix, lim.MAX_REF_FILE_BYTES
-                                               ).decode("ascii", "replace").strip()
-                if HEX40.fullmatch(value):
-                    found.setdefault(prefix, value)
-        packed = _packed_refs(gitdir)
-    except (OSError, OperationFailed):
-        return None
-    for value, name in packed:
-        if HEX40.fullmatch(value) and name.startswith(_WORK_REFS):
-            found.setdefault(name, value)
-    found.pop(own, None)
-    return list(found.items()) if len(found) <= _MAX_RUN_REFS else None
-
-
-def _packed_refs(gitdir: Path) -> list[tuple[str, str]]:
-    """``(id, name)`` of each line of a run gitdir's ``packed-refs`` (none without one),
-    as written, unchecked.
-
-    Raises:
-        OperationFailed: it is a symlink, not a regular file, or larger than
-            :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`.
-    """
-    try:
-        data = boundedfs.read_regular(gitdir / "packed-refs", lim.MAX_PACKED_REFS_BYTES,
-                                      limit_name="MAX_PACKED_REFS_BYTES")
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [(sha, name) for sha, _, name in (
-        line.partition(" ") for line in data.decode("utf-8", "replace").splitlines())]
-
-
-def read_run_ref(gitdir: Path, ref: str) -> str | None:
-    """Read ``ref`` from a run gitdir without following anything the agent could plant.
-
-    Looks at the loose ref file, then ``packed-refs``. Every path component must be a
-    plain directory/file (no symlinks), and the value a 40-hex id (no ``ref:``).
-
-    Args:
-        gitdir: the run gitdir.
-        ref: full ref name, ``refs/heads/iterare/<id>``.
-
-    Returns:
-        The hex id, or None when the ref does not exist.
-
-    Raises:
-        OperationFailed: the ref is a symlink, symbolic, not a hex id, not a regular file,
-            or larger than :data:`~git_iterare.limits.MAX_REF_FILE_BYTES`
-            (``packed-refs``: :data:`~git_iterare.limits.MAX_PACKED_REFS_BYTES`).
-    """
-    path = gitdir
-    for part in ref.split("/"):
-        path = path / part
-        if path.is_symlink():
-            raise OperationFailed(f"{path} is a symlink; refusing to read the run's ref")
-    try:
-        value = boundedfs.read_regular(path, lim.MAX_REF_FILE_BYTES,
-                                       limit_name="MAX_REF_FILE_BYTES").decode(
-            "utf-8", "replace").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    else:
-        if not HEX40.fullmatch(value):
-            raise OperationFailed(f"{path} does not hold a commit id (got {value[:60]!r})")
-        return value
-    for sha, name in _packed_refs(gitdir):
-        if name == ref:
-            if not HEX40.fullmatch(sha):
-                raise OperationFailed(f"{gitdir / 'packed-refs'}: bad id for {ref}")
-            return sha
-    return None
-
-
-def branch_head(repo: Repo, ref: str) -> str | None:
-    """The hex id ``ref`` points at in the main repository, None when it does not exist."""
-    result = common_git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
-    return str(result.stdout.strip()) if result.returncode == 0 else None
-
-
-def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
-    """True when ``ancestor`` is ``descendant`` or one of its ancestors (main repository)."""
-    return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
-                      check=False).returncode == 0
-
-
 def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | None:
     """Describe work of a run not yet on its branch, or None when there is none.
 
@@ -732,7 +615,7 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
         if run_head and (head is None or not is_ancestor(repo, run_head, head)):
             problems.append("the run gitdir has commits that were not imported")
         elif not problems:
-            refs = _work_refs(ws.gitdir, ws.ref)
+            refs = work_refs(ws.gitdir, ws.ref)
             stray = [name for name, value in refs or ()
                      if head is None or not is_ancestor(repo, value, head)]
             if refs is None:
@@ -752,7 +635,7 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
             tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
                                  unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)
-        if tree != common_git(repo, "rev-parse", f"{head}^{{tree}}").stdout.strip():
+        if tree != tree_of(repo, head):
             problems.append("the worktree has uncommitted changes")
     return "; ".join(problems) or None
 
@@ -772,7 +655,7 @@ def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
         OperationFailed: the previous run's branch is missing, or it has unfinished work;
             and whatever :func:`prepare_run` raises.
     """
-    head = branch_head(repo, previous.ref)
+    head = rev(repo, previous.ref)
     if head is None:
         raise OperationFailed(f"run {previous.run_id} has no branch {previous.branch}")
     pending = unfinished_work(repo, previous, head)
@@ -833,7 +716,7 @@ def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
             command to use).
         ExternalError: git failed.
     """
-    head = branch_head(repo, ws.ref)
+    head = rev(repo, ws.ref)
     if not force:
         problems = []
         if head is not None and not merged and not _merged(repo, head):

@@ -139,8 +139,8 @@ def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
 def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
     """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
     newest first."""
+    from git_iterare.git.runrefs import HEX40
     from git_iterare.runner.placement.tarball import members
-    from git_iterare.runner.workspace import HEX40
 
     found: list[tuple[float, str]] = []
     for member, _ in members(porter.get(f"{cache}/have")):

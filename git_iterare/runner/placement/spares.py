@@ -63,7 +63,7 @@ class Spare:
 
 def _spare_from(data: Mapping[str, object]) -> Spare | None:
     """The :class:`Spare` ``data`` names, when its names are a spare's volumes."""
-    from git_iterare.runner.workspace import HEX40
+    from git_iterare.git.runrefs import HEX40
     from git_iterare.sandbox.volumes import SPARE_VOLUME
 
     work, git, base = (data.get(k) for k in ("work", "git", "base"))
