@@ -32,7 +32,7 @@ CHILD = """
 import json, os, resource, sys, zlib
 from pathlib import Path
 from git_iterare.runner import importer
-from git_iterare.runner import workspace
+from git_iterare.runner import teardown, workspace
 from git_iterare.git import repo as repo_mod
 from git_iterare.errors import IterareError
 r = repo_mod.discover(sys.argv[1])
@@ -43,7 +43,7 @@ res = importer.finish_run(r, ws, {"Iterare-Run": ws.run_id}, "leftovers")
 out = {"rejected": res.rejected_head, "head": res.head,
        "skipped": [[s.path, s.reason] for s in res.skipped]}
 try:
-    workspace.cleanup_run(r, ws, force=True)
+    teardown.cleanup_run(r, ws, force=True)
     out["cleaned"] = not ws.worktree.exists() and not ws.gitdir.exists()
 except IterareError as exc:
     out["cleaned"] = exc.message

@@ -14,7 +14,7 @@ import pytest
 from git_iterare.errors import OperationFailed
 from git_iterare.git import repo as repo_mod
 from git_iterare.git.merge import merge_run
-from git_iterare.runner import importer, workspace
+from git_iterare.runner import importer, teardown
 from tests.conftest import git
 from tests.test_workspace import RUN, agent, finish, prepare
 
@@ -68,7 +68,7 @@ def test_sparse_checkout_never_turns_into_a_deletion(repo: Path, sparse_args: tu
     assert (repo / "app" / "a").read_text() == "a\nx\n"
     assert not (repo / "docs" / "d").exists()  # still out of the user's sparse checkout
     assert git("status", "--porcelain", cwd=repo).stdout == ""
-    workspace.cleanup_run(repo_mod.discover(repo), ws)
+    teardown.cleanup_run(repo_mod.discover(repo), ws)
     assert git("ls-tree", "-r", "--name-only", "HEAD", cwd=repo).stdout.split()[-1] == "docs/d"
 
 
@@ -109,7 +109,7 @@ def test_rot13_filter_unchanged_files_identical_changed_ones_cleaned(repo: Path,
     assert blob(repo, f"{result.head}:sub/plain.txt") == b"plain\n"
     assert sorted(changed_paths(repo, base, result.head)) == [
         "d.dat", "new.dat", "other.txt", "sub/.gitattributes", "sub/plain.txt"]
-    assert workspace.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
+    assert teardown.unfinished_work(repo_mod.discover(repo), ws, result.head) is None
 
 
 def test_agent_commit_of_smudged_file_is_cleaned_by_the_automatic_commit(repo: Path) -> None:
@@ -132,7 +132,7 @@ def test_reuse_runs_no_filter_the_agents_attributes_name(repo: Path, tmp_path: P
     (ws.worktree / "x.txt").write_text("x\n")
     first = finish(repo, ws)
     assert not marker.exists()
-    second = workspace.reuse_run(repo_mod.discover(repo), ws, "again-0123abcd",
+    second = teardown.reuse_run(repo_mod.discover(repo), ws, "again-0123abcd",
                                  alternates=str(repo / ".git" / "objects"))
     assert not marker.exists()
     assert (second.worktree / "d.dat").read_text() == "hello secret\n"  # rot still counts
@@ -245,7 +245,7 @@ def test_submodule_is_present_and_work_in_it_is_committed_there(repo: Path, tmp_
     merge_run(repo_mod.discover(repo), ws.branch)
     git("submodule", "update", "-q", cwd=repo)
     assert (repo / "vendor" / "lib" / "new.c").read_text() == "int added;\n"
-    workspace.cleanup_run(repo_mod.discover(repo), ws)
+    teardown.cleanup_run(repo_mod.discover(repo), ws)
 
 
 def test_uninitialized_submodule_keeps_the_agents_files(repo: Path, tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_uninitialized_submodule_keeps_the_agents_files(repo: Path, tmp_path: Pa
     result = finish(repo, ws)
     assert [s.path for s in result.skipped] == ["vendor/lib"]
     with pytest.raises(OperationFailed, match="submodule vendor/lib"):
-        workspace.cleanup_run(repo_mod.discover(repo), ws, merged=True)
+        teardown.cleanup_run(repo_mod.discover(repo), ws, merged=True)
     assert (sub / "made.c").read_text() == "int made;\n"
 
 

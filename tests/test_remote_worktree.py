@@ -12,7 +12,7 @@ import pytest
 
 from git_iterare.git import checkout
 from git_iterare.git import repo as repo_mod
-from git_iterare.runner import importer, workspace
+from git_iterare.runner import importer, teardown, workspace
 from tests.conftest import git
 
 RUN = "far-0123abcd"
@@ -60,8 +60,8 @@ def test_unfilled_worktree_holds_no_work_and_cleans_up(project: Path) -> None:
     ws = prepare_remote(project)
     r = repo_mod.discover(project)
     head = repo_mod.rev(r, ws.ref)
-    assert workspace.unfinished_work(r, ws, head) is None  # an empty copy is no deletion
-    done = workspace.cleanup_run(r, ws, merged=True)
+    assert teardown.unfinished_work(r, ws, head) is None  # an empty copy is no deletion
+    done = teardown.cleanup_run(r, ws, merged=True)
     assert done.removed_worktree and done.removed_gitdir
     assert not workspace.on_engine_path(ws).exists()
     assert not workspace.checkout_map_path(ws).exists()

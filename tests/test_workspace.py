@@ -20,7 +20,7 @@ from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import repo as repo_mod
 from git_iterare.git.hostexec import host_executable_changes
 from git_iterare.git.merge import diff_run, merge_run
-from git_iterare.runner import importer, workspace
+from git_iterare.runner import importer, teardown, workspace
 from git_iterare.sandbox import spec as sandbox_spec
 from tests.conftest import git
 
@@ -391,7 +391,7 @@ def test_malicious_agent_cannot_run_anything_on_the_host(
     assert [m.exists() for m in (m_filter, m_fsmon, m_hook, m_sub)] == [True] * 4
     for m in _markers(tmp_path):
         m.unlink(missing_ok=True)
-    cleanup = workspace.cleanup_run(repo_mod.discover(repo), ws, force=True)
+    cleanup = teardown.cleanup_run(repo_mod.discover(repo), ws, force=True)
     assert cleanup.removed_worktree and not ws.worktree.exists()
     assert [m for m in _markers(tmp_path) if m.exists()] == []
     assert fingerprint(repo / ".git") == before
@@ -439,7 +439,7 @@ def test_odd_refs_and_objects_are_not_imported(repo: Path) -> None:
     assert "corrupt or of the wrong type" in (again.rejected_head or "")
     assert (again.head, again.autocommitted) == (result.head, False)
     with pytest.raises(OperationFailed, match="commits that were not imported"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
 
 
 def _conflicting_run(repo: Path) -> workspace.RunWorkspace:
@@ -544,16 +544,16 @@ def test_cleanup_refuses_unmerged_and_unfinished_work(repo: Path) -> None:
     ws = prepare(repo)
     (ws.worktree / "work.txt").write_text("work\n")
     with pytest.raises(OperationFailed, match="the worktree has uncommitted changes") as err:
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     assert err.value.hint == (f"`git iterare merge {RUN}` first, or "
                               f"`git iterare cleanup --force {RUN}`")
     result = finish(repo, ws)
     with pytest.raises(OperationFailed, match="is not merged into any local branch"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     assert ws.worktree.is_dir() and ws.gitdir.is_dir()
     merge_run(r, f"iterare/{RUN}")
-    done = workspace.cleanup_run(r, ws)
-    assert done == workspace.CleanupResult(RUN, True, True, result.head)
+    done = teardown.cleanup_run(r, ws)
+    assert done == teardown.CleanupResult(RUN, True, True, result.head)
     assert not ws.worktree.exists() and not ws.gitdir.exists() and not ws.gitfile.exists()
     assert git("branch", "--list", "iterare/*", cwd=repo).stdout == ""
     assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 1
@@ -572,13 +572,13 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
     finish(repo, ws)
     merge_run(r, f"iterare/{RUN}")
     with pytest.raises(OperationFailed, match=r"not imported \(refs/"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     # Packed behind 60 tags, they are still found (tags once filled the refs looked at).
     for i in range(60):
         agent(ws, "tag", f"t{i}")
     agent(ws, "pack-refs", "--all")
     with pytest.raises(OperationFailed, match=r"not imported \(refs/heads/side, refs/stash"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     # An unreadable packed-refs could hide them: not taken as no work (the run's own
     # branch is a loose ref again, so only the check of the others reads it).
     own = ws.gitdir / "refs" / "heads" / "iterare" / RUN
@@ -588,9 +588,9 @@ def test_cleanup_refuses_work_left_on_a_stash_or_another_branch(repo: Path) -> N
     packed.rename(ws.gitdir / "packed-refs.real")
     packed.symlink_to("packed-refs.real")
     with pytest.raises(OperationFailed, match="could not all be checked"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     assert ws.gitdir.is_dir()
-    assert workspace.cleanup_run(r, ws, force=True).removed_gitdir
+    assert teardown.cleanup_run(r, ws, force=True).removed_gitdir
 
 
 def test_cleanup_takes_tags_and_notes_of_imported_work_as_no_work(repo: Path) -> None:
@@ -601,7 +601,7 @@ def test_cleanup_takes_tags_and_notes_of_imported_work_as_no_work(repo: Path) ->
     agent(ws, "notes", "add", "-m", "a note", "HEAD")
     finish(repo, ws)
     merge_run(r, f"iterare/{RUN}")
-    assert workspace.cleanup_run(r, ws).removed_gitdir
+    assert teardown.cleanup_run(r, ws).removed_gitdir
 
 
 def test_cleanup_force_keeps_objects(repo: Path) -> None:
@@ -610,9 +610,9 @@ def test_cleanup_force_keeps_objects(repo: Path) -> None:
     agent_commits(ws, "a.txt", "a\n", "a")
     head = agent(ws, "rev-parse", "HEAD").stdout.strip()
     with pytest.raises(OperationFailed, match="commits that were not imported"):
-        workspace.cleanup_run(r, ws)
+        teardown.cleanup_run(r, ws)
     finish(repo, ws)
-    done = workspace.cleanup_run(r, ws, force=True)
+    done = teardown.cleanup_run(r, ws, force=True)
     assert done.deleted_branch == head
     assert git("cat-file", "-t", head, cwd=repo).stdout == "commit\n"
 
@@ -622,9 +622,9 @@ def test_reuse_starts_from_previous_head(repo: Path) -> None:
     first = prepare(repo)
     (first.worktree / "a.txt").write_text("a\n")
     with pytest.raises(OperationFailed, match="unfinished work"):
-        workspace.reuse_run(r, first, "demo-89abcdef")
+        teardown.reuse_run(r, first, "demo-89abcdef")
     head = finish(repo, first).head
-    second = workspace.reuse_run(r, first, "demo-89abcdef",
+    second = teardown.reuse_run(r, first, "demo-89abcdef",
                                  alternates=str(r.common_dir / "objects"))
     assert second.base_commit == head
     assert (second.worktree / "a.txt").read_text() == "a\n"
@@ -915,9 +915,9 @@ def test_a_checkout_cut_short_by_a_kill_is_no_work_and_no_deletion(repo: Path) -
     r = repo_mod.discover(repo)
     ws = workspace.open_run(r, RUN, base)
     assert sorted(p.name for p in ws.worktree.iterdir()) == [".git", "a.txt"]
-    assert workspace.unfinished_work(r, ws, base) is None
+    assert teardown.unfinished_work(r, ws, base) is None
     result = finish(repo, ws)
     assert result.head == base  # nothing committed: no deletion of b.txt and c.txt
     assert git("rev-parse", f"iterare/{RUN}", cwd=repo).stdout.strip() == base
-    workspace.cleanup_run(r, ws)  # no --force needed
+    teardown.cleanup_run(r, ws)  # no --force needed
     assert not ws.worktree.exists()

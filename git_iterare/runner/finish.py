@@ -564,7 +564,8 @@ def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | Non
             still cannot be committed (then nothing changed).
     """
     from git_iterare.runner.importer import finish_run
-    from git_iterare.runner.workspace import open_run, unfinished_work
+    from git_iterare.runner.teardown import unfinished_work
+    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 

@@ -314,7 +314,7 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str, placement: Placement)
 
     Nothing is removed, and False returned, when the agent may have started (a container
     of the run exists or is recorded, or the engine cannot be asked) or when the run's
-    trees hold anything but its base (:func:`git_iterare.runner.workspace.cleanup_run`
+    trees hold anything but its base (:func:`git_iterare.runner.teardown.cleanup_run`
     refuses); the caller then records the failure instead.
 
     Returns:
@@ -324,7 +324,8 @@ def _undo_launch(repo: Repo, store: RunStore, run_id: str, placement: Placement)
     from dulwich.refs import Ref
 
     from git_iterare.runner.finish import has_worktree
-    from git_iterare.runner.workspace import cleanup_run, open_run
+    from git_iterare.runner.teardown import cleanup_run
+    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.cas import IDENTITY
     from git_iterare.runs.ids import run_ref
 

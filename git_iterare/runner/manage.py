@@ -330,7 +330,8 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
             ``force`` is not given.
     """
     from git_iterare import sandbox
-    from git_iterare.runner.workspace import cleanup_run, open_run
+    from git_iterare.runner.teardown import cleanup_run
+    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE, CLEANED
 
     record = settle(repo, record)

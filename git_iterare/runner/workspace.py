@@ -20,9 +20,10 @@ Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw),
 ``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
 
 Everything the agent can write (worktree, run gitdir) is read back only through
-:func:`read_run_ref` (no symlinks, no symbolic refs), :mod:`git_iterare.runner.importer`
-(dulwich) and :mod:`git_iterare.git.safegit` (hardened git); :func:`unfinished_work` tells
-whether a run's trees hold work not yet on its branch (the importer, cleanup and reuse ask).
+:mod:`git_iterare.git.runrefs` (no symlinks, no symbolic refs),
+:mod:`git_iterare.git.objectcopy` (dulwich, bounded) and :mod:`git_iterare.git.safegit`
+(hardened git); :mod:`git_iterare.runner.teardown` tells whether a run's trees hold work not
+yet on its branch and removes them.
 """
 
 from __future__ import annotations
@@ -44,12 +45,8 @@ from git_iterare.git.repo import (
     Repo,
     commit_of,
     common_git,
-    is_ancestor,
     reflog_identity,
-    rev,
-    tree_of,
 )
-from git_iterare.git.runrefs import read_run_ref, work_refs
 from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
@@ -341,8 +338,8 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
         fill_run(repo, ws)
     except BaseException:
         with contextlib.suppress(Exception):
-            _remove_run_files(repo, ws)
-            _delete_branch(repo, ws, ws.base_commit)
+            remove_run_files(repo, ws)
+            delete_branch(repo, ws, ws.base_commit)
         raise
     return ws
 
@@ -426,8 +423,8 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
             on_engine_path(ws).write_text("the worktree's checkout did not complete\n")
     except BaseException:  # leave nothing half-made behind: a retry would be refused
         with contextlib.suppress(Exception):
-            _remove_run_files(repo, ws)
-            _delete_branch(repo, ws, base_commit)
+            remove_run_files(repo, ws)
+            delete_branch(repo, ws, base_commit)
         raise
     return ws
 
@@ -600,88 +597,6 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
         agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs)
 
 
-def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | None:
-    """Describe work of a run not yet on its branch, or None when there is none.
-
-    Looks for commits in the run gitdir not imported, and for changes in the worktree not
-    committed (compared with the branch head ``head``).
-    """
-    problems = []
-    if ws.gitdir.is_dir():
-        try:
-            run_head = read_run_ref(ws.gitdir, ws.ref)
-        except OperationFailed as exc:
-            run_head, problems = None, [exc.message]
-        if run_head and (head is None or not is_ancestor(repo, run_head, head)):
-            problems.append("the run gitdir has commits that were not imported")
-        elif not problems:
-            refs = work_refs(ws.gitdir, ws.ref)
-            stray = [name for name, value in refs or ()
-                     if head is None or not is_ancestor(repo, value, head)]
-            if refs is None:
-                problems.append("the run gitdir has branches or a stash that could not "
-                                "all be checked")
-            elif stray:
-                problems.append("the run gitdir has commits that were not imported ("
-                                + ", ".join(stray[:3]) + (" and more" if stray[3:] else "")
-                                + ": git stash, or other branches)")
-    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink() \
-            and not worktree_on_engine(ws):  # an empty host copy holds no work
-        plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
-                                      checkout_map_path(ws), ws.ref, commit=False)
-        problems.extend(plan.pending)
-        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
-                              filters=plan.filter_text) as view:
-            tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
-                                 unchanged=plan.unchanged,
-                                 gitlinks=plan.gitlinks)
-        if tree != tree_of(repo, head):
-            problems.append("the worktree has uncommitted changes")
-    return "; ".join(problems) or None
-
-
-def reuse_run(repo: Repo, previous: RunWorkspace, run_id: str,
-              agent_uid: int | None = None, *, alternates: str = CONTAINER_OBJECTS
-              ) -> RunWorkspace:
-    """Start a new run from where ``previous`` ended (``--reuse RUN``).
-
-    The new run gets its own branch, created at the head of ``previous.branch`` in the
-    main repository, and its own worktree; the previous run is left as it is (its
-    worktree and branch stay until cleanup). The previous run must be finished: work the
-    agent left uncommitted, or commits not yet imported, would silently be missing from
-    the new run's base.
-
-    Raises:
-        OperationFailed: the previous run's branch is missing, or it has unfinished work;
-            and whatever :func:`prepare_run` raises.
-    """
-    head = rev(repo, previous.ref)
-    if head is None:
-        raise OperationFailed(f"run {previous.run_id} has no branch {previous.branch}")
-    pending = unfinished_work(repo, previous, head)
-    if pending:
-        raise OperationFailed(f"run {previous.run_id} has unfinished work ({pending})",
-                              hint="finish that run first so its work is committed")
-    return prepare_run(repo, run_id, head, agent_uid, alternates=alternates)
-
-
-@dataclass(frozen=True)
-class CleanupResult:
-    """What :func:`cleanup_run` removed.
-
-    Attributes:
-        run_id: the run.
-        removed_worktree: the worktree existed and was removed.
-        removed_gitdir: the run gitdir (and gitfile) existed and were removed.
-        deleted_branch: hex id the deleted branch pointed at, None when it did not exist.
-    """
-
-    run_id: str
-    removed_worktree: bool
-    removed_gitdir: bool
-    deleted_branch: str | None
-
-
 def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
     """The ``COMMON/worktrees/<name>`` dir whose ``gitdir`` file points at ``worktree``."""
     admin_root = repo.common_dir / "worktrees"
@@ -697,46 +612,7 @@ def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
     return None
 
 
-def cleanup_run(repo: Repo, ws: RunWorkspace, *, force: bool = False,
-                merged: bool = False) -> CleanupResult:
-    """Remove a run's worktree, run gitdir and branch.
-
-    Refuses, unless ``force``, when that would drop work: the branch head is not reachable
-    from any local branch outside ``iterare/*`` (not merged), the run gitdir has commits
-    not imported, or the worktree has changes not committed (run not finished). Commits
-    are never deleted from the object store (the run record keeps them reachable).
-
-    Args:
-        merged: the run's result is known to be merged (``git iterare merge --squash``
-            leaves its head unreachable from any branch): skip only the reachability
-            check; changes made in the worktree since are still protected.
-
-    Raises:
-        OperationFailed: unmerged or unfinished work and not ``force`` (hint names the
-            command to use).
-        ExternalError: git failed.
-    """
-    head = rev(repo, ws.ref)
-    if not force:
-        problems = []
-        if head is not None and not merged and not _merged(repo, head):
-            problems.append(f"{ws.branch} is not merged into any local branch")
-        pending = unfinished_work(repo, ws, head)
-        if pending:
-            problems.append(pending)
-        if problems:
-            raise OperationFailed(
-                f"run {ws.run_id} has work that would be lost: {'; '.join(problems)}",
-                hint=f"`git iterare merge {ws.run_id}` first, or "
-                     f"`git iterare cleanup --force {ws.run_id}`")
-    removed_worktree, removed_gitdir = _remove_run_files(repo, ws)
-    if head is not None:
-        _delete_branch(repo, ws, head)
-    return CleanupResult(run_id=ws.run_id, removed_worktree=removed_worktree,
-                         removed_gitdir=removed_gitdir, deleted_branch=head)
-
-
-def _remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
+def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     """Remove the run gitdir, the worktree, the gitfile and checkout map, then the
     worktree's registration, in that order: whichever step fails, the worktree (or its
     registration) is still there, so the run stays listed and cleanup can run again.
@@ -798,7 +674,7 @@ def _remove_run_tree(ws: RunWorkspace, path: Path) -> None:
                  f"then run `git iterare cleanup {ws.run_id}` again") from None
 
 
-def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
+def delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
     """Delete ``ws.ref`` if it still points at ``head`` (compare-and-swap, reflog reason).
 
     Raises:
@@ -816,8 +692,3 @@ def _delete_branch(repo: Repo, ws: RunWorkspace, head: str) -> None:
             raise OperationFailed(f"{ws.branch} moved while removing the run; run cleanup again")
 
 
-def _merged(repo: Repo, head: str) -> bool:
-    """True when ``head`` is reachable from a local branch outside ``iterare/``."""
-    out = common_git(repo, "for-each-ref", f"--contains={head}", "--format=%(refname)",
-                     "refs/heads/").stdout.split()
-    return any(not ref.startswith("refs/heads/iterare/") for ref in out)
