@@ -6,7 +6,6 @@ Subcommands are imported only when run (see :mod:`git_iterare.cli.registry`), so
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import sys
@@ -78,37 +77,8 @@ def common_options() -> list[click.Parameter]:
     ]
 
 
-def _show_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        click.echo(ctx.get_help(), color=ctx.color)
-        ctx.exit()
-
-
-def short_help_option(command: click.Command, ctx: click.Context) -> click.Option | None:
-    """``command``'s ``-h`` (short usage), as click's own help option but built without
-    click's gettext lookup, which costs every start the import of :mod:`locale`.
-
-    Returns:
-        The option (the same object on every call, as click needs), or None when
-        ``command`` has no help option.
-    """
-    names = command.get_help_option_names(ctx)
-    if not names or not command.add_help_option:
-        return None
-    option: click.Option | None = getattr(command, "_iterare_help_option", None)
-    if option is None:
-        option = click.Option([*names, "_iterare_help"], is_flag=True, expose_value=False,
-                              is_eager=True, callback=_show_help,
-                              help="Show this message and exit.")
-        command._iterare_help_option = option  # type: ignore[attr-defined]
-    return option
-
-
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
-
-    def get_help_option(self, ctx: click.Context) -> click.Option | None:
-        return short_help_option(self, ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -125,8 +95,6 @@ class LazyGroup(click.Group):
         if not any(p.name == "help" for p in command.params):
             command.params.extend(common_options())
             command.context_settings.setdefault("help_option_names", ["-h"])
-            command.get_help_option = functools.partial(  # type: ignore[method-assign]
-                short_help_option, command)
         return command
 
     def resolve_command(
