@@ -127,6 +127,11 @@ def test_predecessor_flags_accepted(repo: Path, tmp_path: Path) -> None:
     missing = iterare("list", "-p", str(tmp_path / "nope"), cwd=repo)
     assert (missing.returncode, missing.stderr) == (
         2, f"error: --project {tmp_path / 'nope'}: no such directory\n")
+    (tmp_path / "afile").write_text("")
+    a_file = iterare("list", "-p", str(tmp_path / "afile"), cwd=repo)
+    assert (a_file.returncode, a_file.stderr) == (
+        2, f"error: Invalid value for '--project' / '-p': Directory '{tmp_path / 'afile'}' "
+           "is a file. (see 'git iterare list -h')\n")
 
 
 # -- item 6: runs brought over with import-legacy -------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -82,29 +83,12 @@ def app() -> AppContext:
     return obj
 
 
-class _Directory(click.ParamType):
-    """A path given as a directory: click's ``Path(file_okay=False)`` without its gettext
-    lookup at start-up (the checks are in :func:`_set_project`)."""
-
-    name = "directory"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-                ) -> Any:
-        from pathlib import Path
-
-        return Path(value)
-
-
-def _set_project(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+def _set_project(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
     if value is None or ctx.resilient_parsing:
         return
     from git_iterare.errors import UserError
     from git_iterare.runner.session import open_repository
 
-    if value.exists() and not value.is_dir():
-        # As click.Path(file_okay=False) says it.
-        raise click.BadParameter(f"Directory {click.format_filename(value)!r} is a file.",
-                                 ctx, param)
     if not value.is_dir():
         raise UserError(f"--project {value}: no such directory")
     app()._repo = open_repository(value)
@@ -113,7 +97,7 @@ def _set_project(ctx: click.Context, param: click.Parameter, value: Any) -> None
 def project_option() -> Callable[[F], F]:
     """``-p/--project DIR`` (iterare's): work on the repository at DIR, not the current
     one."""
-    return click.option("--project", "-p", type=_Directory(),
+    return click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
                         metavar="DIR", expose_value=False, is_eager=True,
                         callback=_set_project,
                         help="Work on the repository at DIR (default: the current one).")

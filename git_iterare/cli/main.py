@@ -53,13 +53,6 @@ def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> Non
     ctx.exit(manpage.show(name))
 
 
-def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if not value or ctx.resilient_parsing:
-        return
-    click.echo(f"git iterare version {__version__}")
-    ctx.exit()
-
-
 def common_options() -> list[click.Parameter]:
     """Options every command takes: ``--color``, ``--verbose`` and ``--help`` (the manual).
 
@@ -135,11 +128,9 @@ def group_options() -> list[click.Parameter]:
             click.Option(["--context"], metavar="NAME", default=None, expose_value=False,
                          callback=_set_context,
                          help="Docker context to use ([docker] context); DOCKER_HOST and "
-                              "DOCKER_CONTEXT still come first."),
-            # Not click.version_option: its gettext lookup costs a start-up the locale module.
-            click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
-                         callback=_show_version, help="Show the version and exit.")],
+                              "DOCKER_CONTEXT still come first.")],
 )
+@click.version_option(__version__, message="%(prog)s version %(version)s")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Run an autonomous coding agent on a prompt in a firewalled Docker sandbox.
