@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runs_helpers import make_run
 
 #: Modules neither ``--version`` nor a warm ``list --format json`` needs.
@@ -40,6 +42,18 @@ def test_version_loads_no_agent_and_nothing_heavy(tmp_path: Path) -> None:
     # locale stays: click's own -h looks its help text up with gettext on every start (a
     # few milliseconds, too little to keep an option of our own for).
     assert not loaded & {*HEAVY, *AGENT_MODULES, "subprocess", "shutil"}
+
+
+@pytest.mark.parametrize("args", [["-h"], ["execute", "-h"], ["interactive", "-h"],
+                                  ["image", "-h"], ["completion", "bash"]])
+def test_help_and_completion_load_no_agent(args: list[str], tmp_path: Path) -> None:
+    # Agent names come from the registry; what only an agent's module knows is read for
+    # `credentials -h` and `image build` alone.
+    loaded = _loaded_after("import contextlib, io\n"
+                           "with contextlib.redirect_stdout(io.StringIO()):\n    "
+                           + _run_cli(*args).replace("\n", "\n    "), tmp_path)
+    assert "click" in loaded
+    assert not loaded & {*AGENT_MODULES, "git_iterare.agents.base"}
 
 
 def test_warm_json_list_loads_no_agent(repo: Path) -> None:

@@ -13,7 +13,8 @@ which says (see that class for the signatures; everything but :attr:`~.Agent.nam
   and ``ITERARE_<SECTION>_<KEY>`` accept them like git-iterare's own keys;
 * its program in the image: :meth:`~.Agent.install` (a shell script installing under
   ``$PREFIX``, see :class:`~.Install` and :func:`~.npm_install`); the image holds the agents
-  of ``[docker] agents`` and every agent a run asked for;
+  of ``[docker] agents`` and every agent a run asked for; :attr:`~.Agent.image_options`
+  are the options (:class:`~.ImageOption`) it adds to ``git iterare image build``;
 * its network: :meth:`~.Agent.required_domains` (the API hosts, or the gateway's);
 * how it starts: :meth:`~.Agent.command` (prompt by file), :meth:`~.Agent.limit_args`
   with :attr:`~.Agent.own_limits`, :meth:`~.Agent.interactive_command`,
@@ -34,7 +35,8 @@ The contract test (tests/test_agents.py) runs over every registered agent; an ag
 talks to a model adds a fake of its API under tests/fakeapi/ and an end-to-end test.
 Modules are imported only when asked for (:func:`get_agent`), and all of them the first
 time the configuration's key table is read (:func:`declared_keys`): keep their module-level
-imports light.
+imports light. The command line names agents with :func:`names` alone, and reads their
+modules only for ``credentials -h`` and ``image build`` (:mod:`git_iterare.runner.agent_list`).
 """
 
 from __future__ import annotations

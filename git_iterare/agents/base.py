@@ -18,12 +18,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from git_iterare.agents.values import Credentials, Event, Install, Part, RunResult
+from git_iterare.agents.values import Credentials, Event, ImageOption, Install, Part, RunResult
 from git_iterare.errors import UserError
 from git_iterare.settings import Key, Settings
 
-__all__ = ["PROMPT_FILE", "Agent", "Credentials", "Event", "Install", "Part", "RunResult",
-           "json_settings", "npm_install", "parse_json_object", "text_event"]
+__all__ = ["PROMPT_FILE", "Agent", "Credentials", "Event", "ImageOption", "Install", "Part",
+           "RunResult", "json_settings", "npm_install", "parse_json_object", "text_event"]
 
 if TYPE_CHECKING:
     from git_iterare.agents.credstore import CredentialStore
@@ -142,6 +142,10 @@ class Agent:
     #: Where its credentials are kept on the host and how ``git iterare credentials``
     #: stores them; None for an agent that needs none.
     credential_store: CredentialStore | None = None
+
+    #: Options this agent adds to ``git iterare image build``, each setting one of its
+    #: :attr:`config_keys` for the build (the version :meth:`install` reads, say).
+    image_options: tuple[ImageOption, ...] = ()
 
     def install(self, config: Settings) -> Install | None:
         """How the agent's program is installed into the sandbox image, or None when the

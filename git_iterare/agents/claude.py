@@ -36,6 +36,7 @@ from git_iterare.agents.base import (
     Agent,
     Credentials,
     Event,
+    ImageOption,
     Install,
     Part,
     RunResult,
@@ -188,6 +189,8 @@ class Claude(Agent):
     name = "claude"
     config_keys = KEYS
     credential_store = STORE
+    image_options = (ImageOption("--claude-version", "docker.claude_version",
+                                 "npm version of Claude Code"),)
 
     def install(self, config: Settings) -> Install:
         return npm_install("@anthropic-ai/claude-code",

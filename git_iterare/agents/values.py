@@ -1,6 +1,7 @@
 """The values an agent exchanges with the runner: credentials for the sandbox, its output
 understood (:class:`Event`, :class:`Part`), the outcome it reports (:class:`RunResult`) and
-how its program is installed (:class:`Install`).
+how its program is installed (:class:`Install`, with the :class:`ImageOption` values
+``git iterare image build`` takes for it).
 
 Plain data with no behaviour, so the modules that read or render them
 (:mod:`git_iterare.agents.render`, :mod:`git_iterare.agents.credstore`) need not import
@@ -115,3 +116,25 @@ class Install:
 
     script: str
     version: str
+
+
+@dataclass(frozen=True)
+class ImageOption:
+    """An option an agent adds to ``git iterare image build``: it sets one of the agent's
+    configuration keys for that build (``--claude-version V`` sets
+    ``docker.claude_version``).
+
+    Attributes:
+        flag: the long option, ``--`` and lower-case words joined by ``-``
+            (``--claude-version``).
+        key: the configuration key it sets, one of the agent's keys (``section.name``).
+        help: what the value is, without a full stop (``npm version of Claude Code``);
+            the command's help adds the key as a configuration file spells it
+            (``([docker] claude_version).``).
+        metavar: the value's name in the help (``V``).
+    """
+
+    flag: str
+    key: str
+    help: str
+    metavar: str = "V"

@@ -6,16 +6,19 @@ from __future__ import annotations
 import click
 
 from git_iterare import ui
+from git_iterare.cli.agent_options import LateHelpOption, agent_option
 from git_iterare.cli.context import app
+from git_iterare.runner import agent_list
 
 
 @click.command("credentials")
-@click.option("--agent", "-a", metavar="NAME",
-              help="Whose credentials: claude, codex or gemini (default: run.agent).")
+@agent_option("--agent", "-a", what="Whose credentials",
+              listed=agent_list.keeping_credentials)
 @click.option("--force", "-f", is_flag=True, help="Replace credentials already stored.")
-@click.option("--api-key-env", is_flag=True,
-              help="Store the API key in the agent's variable (ANTHROPIC_API_KEY, "
-                   "OPENAI_API_KEY).")
+@click.option("--api-key-env", is_flag=True, cls=LateHelpOption,
+              help="Store the API key in the agent's variable.",
+              late_help=lambda: "Store the API key in the agent's variable "
+                                f"({', '.join(agent_list.api_key_variables())}).")
 @click.option("--token-file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Read an API key or `claude setup-token` token from FILE (- for stdin).")
 @click.option("--login", is_flag=True,

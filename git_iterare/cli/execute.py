@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from git_iterare.cli.agent_options import agent_option
 from git_iterare.cli.context import app, docker_network_options, project_option
 from git_iterare.cli.numbers import VERBOSITY, Number
 
@@ -15,8 +16,7 @@ from git_iterare.cli.numbers import VERBOSITY, Number
 @click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
 @click.option("--reuse", "-r", metavar="RUN", help="Start from the result of run RUN.")
-@click.option("--agent",
-              help="Agent to run: claude, codex, gemini or shell (default: run.agent).")
+@agent_option("--agent", what="Agent to run")
 @click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
 @click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
 @click.option("--timeout", type=Number("seconds", whole=True, zero="no limit"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from git_iterare import ui
+from git_iterare.cli.agent_options import image_build_options
 from git_iterare.cli.context import app
 
 
@@ -18,7 +19,18 @@ def command(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-@command.command("build")
+class _Build(click.Command):
+    """``image build``: its own options, with those the agents add (``--claude-version``)
+    after ``--agents``. Those are read from the agents' modules only when ``build`` is
+    parsed or its help is shown."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        at = [param.name for param in params].index("agents") + 1
+        return [*params[:at], *image_build_options(), *params[at:]]
+
+
+@command.command("build", cls=_Build)
 @click.option("--base", metavar="IMAGE", default=None,
               help="Debian bookworm based image to build on ([docker] base_image).")
 @click.option("--ca-bundle", metavar="FILE", default=None,
@@ -27,20 +39,17 @@ def command(ctx: click.Context) -> None:
                    "([docker] ca_bundle).")
 @click.option("--agents", metavar="LIST", default=None,
               help="Agents to install, comma-separated ([docker] agents).")
-@click.option("--claude-version", metavar="V", default=None,
-              help="npm version of Claude Code ([docker] claude_version).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every step.")
 @click.option("--tag", metavar="NAME", default=None,
               help="Image to create ([docker] image).")
-def build(base: str | None, ca_bundle: str | None, agents: str | None,
-          claude_version: str | None, no_cache: bool, tag: str | None) -> None:
+def build(base: str | None, ca_bundle: str | None, agents: str | None, no_cache: bool,
+          tag: str | None) -> None:
     """Build the sandbox image (and the project's .iterare/Dockerfile on top)."""
     from git_iterare.runner import image
 
     ctx = app()
     ctx.overrides.update({"docker.base_image": base, "docker.ca_bundle": ca_bundle,
-                          "docker.agents": agents, "docker.claude_version": claude_version,
-                          "docker.image": tag})
+                          "docker.agents": agents, "docker.image": tag})
     config = ctx.config
     for ref in image.build(ctx.optional_repo(), config, no_cache=no_cache,
                            progress=ui.progress,

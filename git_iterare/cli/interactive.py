@@ -25,7 +25,8 @@ if TYPE_CHECKING:
               help="With --worktree: start from the result of RUN.")
 @click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",
               help="Pass the host variable NAME into the sandbox (repeatable).")
-@click.option("--shell", is_flag=True, help="Start a shell (session.shell) instead of Claude.")
+@click.option("--shell", is_flag=True,
+              help="Start a shell (session.shell) instead of the agent (run.agent).")
 @docker_network_options()
 @project_option()
 def command(worktree: bool, run_name: str | None, branch: str | None, reuse: str | None,

@@ -11,7 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "Set up .iterare/ (config, prompts, Dockerfile)"),
     "install": ("install", "Create the global configuration directory"),
     "config": ("config", "Show the effective configuration and its origins"),
-    "credentials": ("credentials", "Store Claude credentials for runs (0600, never printed)"),
+    "credentials": ("credentials", "Store an agent's credentials for runs (0600, never printed)"),
     "image": ("image", "Build the sandbox image or show its status"),
     "trust": ("trust", "Review and approve the sandbox settings a repository asks for"),
     "completion": ("completion", "Print a shell completion script for bash, zsh or fish"),

@@ -16,7 +16,8 @@
   containers are this machine's; :mod:`.secrets`, :mod:`.paths` -- per-run host state.
 * Facades for the command line, which reaches nothing below the runner itself:
   :mod:`.session` (repository, configuration, engine, verbosity), :mod:`.image`,
-  :mod:`.project` (``init``, ``install``) and :mod:`.credentials`.
+  :mod:`.project` (``init``, ``install``), :mod:`.credentials` and :mod:`.agent_list` (the
+  registered agents as help lists them).
 
 Heavy modules (docker, dulwich) are imported inside functions, so importing this package
 stays cheap; types from below are imported for annotations only (``TYPE_CHECKING``).
