@@ -58,6 +58,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
         click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
         if not follow:
             click.echo(f"follow it with: `git iterare log -f {record.id}`")
+            _watch(record.id)
             return
         from git_iterare.cli.log import follow_and_exit
     except KeyboardInterrupt as exc:
@@ -82,5 +83,14 @@ def _goes_on(run_id: str) -> None:
     from git_iterare.runner.interrupts import end_on_next_interrupt
 
     end_on_next_interrupt()
+    _watch(run_id)
     click.echo(interrupted_line(run_id, "interrupted"), err=True)
     sys.exit(ExitCode.INTERRUPTED)
+
+
+def _watch(run_id: str) -> None:
+    """Have run ``run_id``, which nobody follows from now on, finished when its agent ends
+    (:mod:`git_iterare.runner.watch`)."""
+    from git_iterare.runner.watch import watch
+
+    watch(app().repo, run_id)

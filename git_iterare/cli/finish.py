@@ -10,12 +10,14 @@ from git_iterare.cli.context import app
 
 @click.command("finish")
 @click.argument("run")
-def command(run: str) -> None:
+@click.option("--wait", is_flag=True,
+              help="Wait for RUN's sandbox to end, then finish it (and commit what is left).")
+def command(run: str, wait: bool) -> None:
     """Commit the work RUN left in its worktree when committing it at the end failed."""
     from git_iterare.runner.finish import finish_later
     from git_iterare.ui import sanitize_line
 
-    record, work = finish_later(app().repo, resolve_run(run).id)
+    record, work = finish_later(app().repo, resolve_run(run).id, wait=wait)
     if work is None:
         click.echo(sanitize_line(f"run {record.id}: nothing left to commit; its result is "
                                  f"{record.head or 'empty'}"))

@@ -252,10 +252,10 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -
 
     run_id = record.id
     info = container_of(repo, record)
-    if info is not None and info.state in LIVE_STATES:
+    while info is not None and info.state in LIVE_STATES:
         if not wait:
             return record
-        sandbox.wait(info.id)
+        sandbox.wait(info.id)  # returns early when the engine's connection times out
         info = sandbox.inspect(info.id)
     if info is None and record.container is None and launch_pending(repo, record):
         return record  # still being launched by its execute process
@@ -359,7 +359,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     egress = _egress(repo, record.id)
     record = store.transition(
         record.id, status, exit_code=exit_code, error=error, cost_usd=result.cost_usd,
-        tokens=dict(result.tokens), turns=result.turns, egress=egress)
+        tokens=dict(result.tokens), turns=result.turns, egress=egress,
+        **_ended_at(record, info))
     if commits:
         store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
                                  "agent": record.agent, "status": status})
@@ -375,6 +376,20 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     if bug is not None:
         raise bug
     return record
+
+
+def _ended_at(record: RunRecord, info: ContainerInfo | None) -> dict[str, str]:
+    """``{"finished": ...}``: when the agent's container exited, by the engine's clock,
+    for a run finished later than that (nobody followed it); nothing when that time is
+    unknown or not after the run's start (an engine whose clock is off), and the run's end
+    is then when it is recorded."""
+    from git_iterare.runs.status import parse_iso
+
+    ended, started = parse_iso(info.ended_at if info else None), parse_iso(record.started)
+    if info is None or info.ended_at is None or ended is None or started is None \
+            or ended < started or ended > _dt.datetime.now(_dt.timezone.utc):
+        return {}
+    return {"finished": info.ended_at}
 
 
 def expected_errors() -> tuple[type[Exception], ...]:
@@ -541,7 +556,8 @@ def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[Ru
     return finished
 
 
-def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | None]:
+def finish_later(repo: Repo, run_id: str, *, wait: bool = False
+                 ) -> tuple[RunRecord, FinishResult | None]:
     """``git iterare finish``: commit the work a run left on disk, after the fact.
 
     For a run whose work could not be committed when it ended (``extra.unfinished``, see
@@ -555,6 +571,8 @@ def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | Non
     Args:
         repo: the repository.
         run_id: the run.
+        wait: wait for an active run's sandbox to end first (else an active run whose
+            sandbox still runs is refused).
 
     Returns:
         ``(record afterwards, importer.FinishResult or None when nothing was left)``.
@@ -575,7 +593,7 @@ def finish_later(repo: Repo, run_id: str) -> tuple[RunRecord, FinishResult | Non
         raise OperationFailed(f"run {run_id} ran on another machine or repository",
                               hint="finish it where it ran")
     if record.status in ACTIVE:
-        record = finish(repo, run_id)
+        record = finish(repo, run_id, wait=wait)
         if record.status in ACTIVE:
             raise OperationFailed(f"run {run_id} is still {record.status}",
                                   hint=f"wait for it (`git iterare log -f {run_id}`) or stop it")

@@ -84,7 +84,17 @@ def container_info(container: Container) -> ContainerInfo:
         oom_killed=field(attrs, "State", "OOMKilled") is True,
         memory_bytes=memory if isinstance(memory, int) and memory > 0 else None,
         started=_time(text(attrs, "State", "StartedAt")) is not None,
+        ended_at=_iso(_time(text(attrs, "State", "FinishedAt"))) if ended else None,
     )
+
+
+def _iso(when: float | None) -> str | None:
+    """A POSIX timestamp as the records write times (ISO 8601 UTC, whole seconds)."""
+    import datetime as dt
+
+    if when is None:
+        return None
+    return dt.datetime.fromtimestamp(int(when), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _time(value: str) -> float | None:

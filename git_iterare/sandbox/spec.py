@@ -313,6 +313,8 @@ class ContainerInfo:
         oom_killed: the kernel killed a process of it for exceeding its memory limit.
         memory_bytes: its memory limit in bytes, None when unlimited or unknown.
         started: the engine started it at some time (False for one only created).
+        ended_at: when it exited, by the engine's clock (ISO 8601 UTC, ``...Z``), else
+            None.
     """
 
     id: str
@@ -325,3 +327,4 @@ class ContainerInfo:
     oom_killed: bool = False
     memory_bytes: int | None = None
     started: bool = True
+    ended_at: str | None = None

@@ -1,0 +1,41 @@
+"""Finishing a run nobody follows as soon as its agent ends.
+
+``execute`` without ``--follow`` returns while the run goes on. Left alone, the run would
+be finished by whichever command next looks at it, maybe hours later: its network sidecar
+would stay up until then. So ``execute`` starts a watcher: ``git iterare finish --wait
+RUN`` in a process of its own session (Ctrl-C and a closed terminal leave it alone) that
+waits for the sandbox and finishes the run (its commit, record and notes) the moment it
+ends, then removes the sandbox. Finishing is idempotent and locked per run, so a user's
+``log -f`` or ``stop`` meanwhile is no race. What the watcher says goes to the run's
+state folder (``watch.log``); a watcher that cannot be started, or dies, only leaves the
+run to the next command, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from git_iterare.git.repo import Repo
+from git_iterare.runner.paths import state_dir
+
+#: The watcher's program: ``git iterare finish --wait RUN`` in this interpreter.
+_PROGRAM = ("import sys; from git_iterare.cli.main import run; "
+            "sys.exit(run(['git-iterare', 'finish', '--wait', sys.argv[1]]))")
+
+
+def watch(repo: Repo, run_id: str) -> int | None:
+    """Start the watcher of run ``run_id``, in the current directory and environment;
+    return its process id, or None when it could not be started (nothing is raised: the
+    run is finished by the next command that looks at it)."""
+    log = state_dir(repo, run_id) / "watch.log"
+    try:
+        with open(log, "ab") as out:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _PROGRAM, run_id], stdin=subprocess.DEVNULL,
+                stdout=out, stderr=out, start_new_session=True, close_fds=True,
+                env={**os.environ, "NO_COLOR": "1"})
+    except OSError:
+        return None
+    return child.pid
