@@ -43,8 +43,9 @@ def test_a_run_nobody_follows_is_finished_as_its_agent_ends(project: Path) -> No
     while _containers(project):  # the sidecar ended with its agent
         assert time.monotonic() < deadline, _containers(project)
         time.sleep(0.5)
-    ran = (parse_iso(done["finished"]) - parse_iso(done["started"])).total_seconds()
-    assert 1 <= ran <= 30, done
+    finished, began = parse_iso(done["finished"]), parse_iso(done["started"])
+    assert finished is not None and began is not None, done
+    assert 1 <= (finished - began).total_seconds() <= 30, done
 
 
 def test_a_run_finished_late_keeps_its_containers_end_as_its_finish(
