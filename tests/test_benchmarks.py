@@ -1,0 +1,62 @@
+"""Every benchmark of benchmarks/ runs once, at its smallest size, so none can rot: each
+must print its figures. A benchmark may miss its goal on a loaded machine (it then says
+so and exits 1); a crash, or figures missing, fails the test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engines import DindEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench(module: str, *args: str, env: dict[str, str] | None = None,
+          timeout: float = 900) -> str:
+    """Run ``python -m benchmarks.MODULE ARGS`` from the checkout; its standard output.
+    Fails unless it exited 0, or 1 saying it missed its goal."""
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    said = done.stdout + done.stderr
+    missed = done.returncode == 1 and ("over goal" in said or "over its goal" in said
+                                        or module == "sandbox_start")
+    assert done.returncode == 0 or missed, said
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_startup() -> None:
+    assert "git iterare --version:" in bench("startup", "2")
+
+
+def test_records_list() -> None:
+    out = bench("records_list", "3")
+    assert "3 runs: created in" in out and "ratio" in out, out
+
+
+@pytest.mark.docker
+def test_execute_start(sandbox_image: str) -> None:
+    out = bench("execute_start", "--image", sandbox_image, "--runs", "1", "--burst", "2")
+    assert "execute until the agent starts:" in out, out
+    assert "the plain launch" in out, out
+    assert "2 runs at once: all ended" in out and "lost: 0" in out, out
+
+
+@pytest.mark.docker
+def test_sandbox_start(sandbox_image: str) -> None:
+    out = bench("sandbox_start", "--image", sandbox_image, "--runs", "1", "--domains", "5")
+    assert "bare docker run (true):" in out and "sandbox, 5 domains:" in out, out
+
+
+@pytest.mark.docker
+def test_remote_start(dind_engine: DindEngine, sandbox_image: str) -> None:
+    dind_engine.load_image(sandbox_image)
+    out = bench("remote_start", "--image", sandbox_image, "--mb", "1", "--runs", "1",
+                env=dind_engine.tls_env())
+    assert "first run (no cache)" in out and "second run shipped:" in out, out
