@@ -297,10 +297,12 @@ def remove_leftovers(inner: Any, repo: Path) -> None:
     themselves included."""
     import docker.errors
 
-    for container in inner.containers.list(all=True,
-                                           filters={"label": f"dev.iterare.repo={repo}"}):
+    # The low-level list: the models layer inspects each container it lists, and a porter
+    # that ends meanwhile (auto-removed) would make that fail.
+    for container in inner.api.containers(all=True,
+                                          filters={"label": f"dev.iterare.repo={repo}"}):
         with contextlib.suppress(docker.errors.APIError):  # or the engine removes it
-            container.remove(force=True)
+            inner.api.remove_container(container["Id"], force=True)
     for volume in inner.volumes.list(filters={"label": f"dev.iterare.repo={repo}"}):
         for attempt in range(20):
             try:
