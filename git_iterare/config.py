@@ -315,7 +315,8 @@ def parse_toml_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        loaded: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+        return loaded
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -75,7 +75,7 @@ def run(
     text: bool = True,
     capture: bool = True,
     own_group: bool = False,
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[Any]:
     """Run a command and return its result.
 
     Args:
@@ -135,8 +135,8 @@ def run(
 def git(
     *args: str | os.PathLike[str],
     cwd: str | os.PathLike[str] | Path | None = None,
-    **kwargs,
-) -> subprocess.CompletedProcess:
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[Any]:
     """Run ``git ARGS`` through :func:`run`; keyword arguments are passed on."""
     return run(["git", *args], cwd=cwd, **kwargs)
 

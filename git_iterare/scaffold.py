@@ -11,8 +11,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare.config import KEYS, format_value, global_config_dir
+from git_iterare.config import KEYS, format_value
 from git_iterare.errors import UserError
+from git_iterare.settings import global_config_dir
 
 EXAMPLE_PROMPT = """\
 ---

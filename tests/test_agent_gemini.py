@@ -68,7 +68,7 @@ def test_bad_base_url() -> None:
 
 
 def test_credentials_from_the_environment_then_the_store() -> None:
-    from git_iterare.config import global_config_dir
+    from git_iterare.settings import global_config_dir
 
     creds = gemini.credentials(make_config(), {"GEMINI_API_KEY": "AIza-test"})
     assert creds == Credentials(env={"GEMINI_API_KEY": "AIza-test"})

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 import stat
 from pathlib import Path
 
 from git_iterare import scaffold
-from git_iterare.config import KEYS, tomllib
+from git_iterare.config import KEYS
 from tests.conftest import git, iterare
 
 FILES = ["config.toml", "Dockerfile", "prompts/example.md", ".gitignore"]

@@ -20,7 +20,7 @@ from git_iterare.runner import launch
 from git_iterare.runner.interrupts import RunGoesOn
 from git_iterare.runner.session import load_config
 from git_iterare.runs.store import RunStore
-from git_iterare.sandbox import docker_backend, engine
+from git_iterare.sandbox import docker_backend, engine, sidecar
 from git_iterare.sandbox.engine_client import client
 from tests.conftest import git, iterare
 from tests.engines import DindEngine
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.docker
 
 def _interrupt_after_begin(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine makes the sidecar, then Ctrl-C arrives before its answer is used."""
-    real = docker_backend.create_sidecar
+    real = sidecar.create_sidecar
 
     def create(*args: Any, **kwargs: Any) -> Any:
         real(*args, **kwargs)

@@ -345,7 +345,7 @@ def test_what_a_killed_claim_or_sweep_left_is_removed(tmp_path: Path,
     spare.remove_all(root, "/repo")
     assert removed == []  # taken just now: those claims are going on
     later = time.time() + 2 * spare.LEFTOVER_AGE
-    monkeypatch.setattr(spare.time, "time", lambda: later)
+    monkeypatch.setattr("time.time", lambda: later)
     spare.remove_all(root, "/repo")
     assert sorted(removed) == ["dddd", "eeee"]
     assert list(root.iterdir()) == []

@@ -649,7 +649,7 @@ def test_agent_ids_are_no_accounts_and_not_the_users(monkeypatch: pytest.MonkeyP
     taken = {sandbox_spec.AGENT_ID_BASE, sandbox_spec.AGENT_ID_BASE + 1}
     monkeypatch.setattr(sandbox_spec, "_has_account", lambda n: n in taken)
     assert sandbox_spec.agent_ids() == (sandbox_spec.AGENT_ID_BASE + 2,) * 2
-    monkeypatch.setattr(sandbox_spec.os, "getuid", lambda: sandbox_spec.AGENT_ID_BASE + 2)
+    monkeypatch.setattr("os.getuid", lambda: sandbox_spec.AGENT_ID_BASE + 2)
     assert sandbox_spec.agent_ids() == (sandbox_spec.AGENT_ID_BASE + 3,) * 2
     assert workspace.agent_ids(1234) == (1234, 1234)
     with pytest.raises(UserError, match="must not run as root"):

@@ -166,7 +166,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def retry_line(data: Mapping[str, Any]) -> str:
+def retry_line(data: Mapping[str, object]) -> str:
     """The line an ``api_retry`` event shows: ``waiting for the API: 429 rate_limit, retry 3
     of 10 in 8 s`` (``cannot connect`` when no answer came). Claude Code names no host in
     it: the API is api.anthropic.com, or the gateway of ``claude.base_url``."""

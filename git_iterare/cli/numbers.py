@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 
-class Number(click.ParamType):
+class Number(click.ParamType):  # type: ignore[type-arg]  # generic only in click 8.2
     """A whole number (``whole=True``) or any finite number within ``minimum..maximum``.
 
     Args:

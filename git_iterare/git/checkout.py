@@ -26,10 +26,12 @@ import hashlib
 import os
 import re
 import stat
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 from git_iterare.git import filters, safegit
@@ -110,7 +112,7 @@ def raw_id(path: Path) -> str | None:
         return None
 
 
-def _git(git_dir: Path, *args: str, check: bool = True):
+def _git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[Any]:
     return proc.git("--git-dir", str(git_dir), *args, scrub_git_env=True, check=check)
 
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 
@@ -38,7 +40,8 @@ OFFLINE_LFS_URL = "http://127.0.0.1:9/iterare-host-side-lfs-is-offline"
 _DIR_UNSAFE = re.compile(r"[\s\"\\\x00-\x1f\x7f]")
 
 
-def _git(git_dir: Path, *args: str, check: bool = True, text: bool = True):
+def _git(git_dir: Path, *args: str, check: bool = True, text: bool = True
+         ) -> subprocess.CompletedProcess[Any]:
     return proc.git("--git-dir", str(git_dir), *args, scrub_git_env=True, check=check,
                     text=text)
 

@@ -30,9 +30,11 @@ import itertools
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import ExitCode, ExternalError, OperationFailed, UserError
@@ -99,7 +101,8 @@ def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> 
     return int(result.returncode)
 
 
-def _git(top: Path, *args: str, check: bool = True, own_group: bool = False):
+def _git(top: Path, *args: str, check: bool = True, own_group: bool = False
+         ) -> subprocess.CompletedProcess[Any]:
     return proc.git(*NO_HOOKS, *args, cwd=top, check=check, own_group=own_group)
 
 

@@ -46,6 +46,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import OperationFailed
@@ -324,7 +325,8 @@ class SafeGit:
             "GIT_OPTIONAL_LOCKS": "0",
         }
 
-    def git(self, *args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    def git(self, *args: str, check: bool = True, **kwargs: Any
+            ) -> subprocess.CompletedProcess[Any]:
         """Run ``git ARGS`` in this view (cwd is the scratch dir, never the worktree)."""
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_iterare.config import DEFAULT_IMAGE, Config, global_config_dir
+from git_iterare.config import DEFAULT_IMAGE, Config
 from git_iterare.errors import UserError
 from git_iterare.git.repo import Repo
 from git_iterare.sandbox.approvals import (
@@ -43,6 +43,7 @@ from git_iterare.sandbox.approvals import (
     merged,
     unapproved,
 )
+from git_iterare.settings import global_config_dir
 
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,

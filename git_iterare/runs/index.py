@@ -62,7 +62,7 @@ class Entry:
 
     def __init__(self, run_id: str, commit: str, data: dict[str, Any] | None,
                  problem: str | None = None, item_json: str | None = None, *,
-                 values: list | None = None, others: dict[str, Any] | None = None,
+                 values: list[Any] | None = None, others: dict[str, Any] | None = None,
                  lazy: str | None = None, fast: tuple[Any, Any] | None = None):
         self.run_id = run_id
         self.commit = commit

@@ -39,7 +39,8 @@ from typing import Any
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import read_ref
-from git_iterare.runs.record import CLEANED, LOST, RunRecord
+from git_iterare.runs.record import RunRecord
+from git_iterare.runs.status import CLEANED, LOST
 from git_iterare.runs.store import RunStore
 
 #: Largest iterare log imported, in bytes (the first part of a longer one is kept).

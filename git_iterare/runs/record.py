@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from git_iterare.errors import OperationFailed
-from git_iterare.runs.status import (  # noqa: F401 - re-exported for callers
+from git_iterare.runs.status import (
     ACTIVE,
     CLEANED,
     CREATED,
@@ -36,6 +36,12 @@ from git_iterare.runs.status import (  # noqa: F401 - re-exported for callers
     now_iso,
     parse_iso,
 )
+
+#: The statuses and transitions are :mod:`git_iterare.runs.status`'s, named here too.
+__all__ = ["ACTIVE", "CLEANED", "CREATED", "ENDED", "FAILED", "FORMAT_VERSION", "LOST",
+           "MERGED", "RUNNING", "STARTING", "STATUSES", "STATUS_RANK", "STOPPED", "SUCCEEDED",
+           "TIMED_OUT", "TRANSITIONS", "CorruptRecord", "InvalidTransition", "RunRecord",
+           "check_transition", "now_iso", "parse_iso", "validate_dict"]
 
 FORMAT_VERSION = 1
 

@@ -25,17 +25,7 @@ from dulwich.repo import Repo as DulwichRepo
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import IDENTITY, Unchanged, add_object, cas_update, oid, read_ref
-from git_iterare.runs.record import (
-    ACTIVE,
-    CLEANED,
-    ENDED,
-    RUNNING,
-    STARTING,
-    CorruptRecord,
-    RunRecord,
-    check_transition,
-    now_iso,
-)
+from git_iterare.runs.record import CorruptRecord, RunRecord
 from git_iterare.runs.snapshot import (
     LOG_JSONL,
     PROMPT_MD,
@@ -43,6 +33,15 @@ from git_iterare.runs.snapshot import (
     Snapshot,
     open_repo,
     read_snapshot,
+)
+from git_iterare.runs.status import (
+    ACTIVE,
+    CLEANED,
+    ENDED,
+    RUNNING,
+    STARTING,
+    check_transition,
+    now_iso,
 )
 
 _FILE_MODE = stat.S_IFREG | 0o644

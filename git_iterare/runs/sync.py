@@ -31,8 +31,9 @@ from git_iterare import proc
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
-from git_iterare.runs.record import STATUS_RANK, CorruptRecord
+from git_iterare.runs.record import CorruptRecord
 from git_iterare.runs.snapshot import LOG_JSONL, Snapshot, read_snapshot
+from git_iterare.runs.status import STATUS_RANK
 from git_iterare.runs.store import RunStore, write_record_commit
 
 REMOTE_NS = "refs/iterare-remote/"
@@ -87,7 +88,7 @@ def namespace(remote: str) -> str:
 
 
 def _git(store: RunStore, *args: str) -> str:
-    return proc.git("--git-dir", str(store.common_dir), *args, scrub_git_env=True).stdout
+    return str(proc.git("--git-dir", str(store.common_dir), *args, scrub_git_env=True).stdout)
 
 
 def _remote_refs(store: RunStore, remote: str) -> dict[str, str]:
@@ -202,7 +203,7 @@ def _easy_merge(repo: Any, old: bytes | None, theirs: bytes, outcome: list[str]
     return None
 
 
-def _rank(snap: Snapshot, repo_commit: Commit) -> tuple:
+def _rank(snap: Snapshot, repo_commit: Commit) -> tuple[Any, ...]:
     rec = snap.record
     latest = max(x or "" for x in (rec.created, rec.started, rec.finished))
     return (STATUS_RANK.get(rec.status, 0), latest, repo_commit.commit_time)

@@ -37,7 +37,7 @@ def _api_class() -> Any:
     if _API_CLASS is None:
         import docker
 
-        class EngineAPIClient(docker.APIClient):
+        class EngineAPIClient(docker.APIClient):  # type: ignore[misc]  # untyped SDK
             def merge_environment_settings(self, url: Any, proxies: Any, stream: Any,
                                            verify: Any, cert: Any) -> Any:
                 settings = super().merge_environment_settings(url, proxies, stream, verify,
@@ -106,7 +106,8 @@ def import_docker(engine: Engine) -> ModuleType:
         docker.transport.SSHHTTPAdapter = SSHHTTPAdapter
         docker.api.client.SSHHTTPAdapter = adapter_class(SSHHTTPAdapter)
         docker.transport.iterare_one_pool = True
-    return docker
+    module: ModuleType = docker
+    return module
 
 
 #: Connections kept open to an ``ssh://`` engine (see :func:`_connect`).
@@ -143,7 +144,7 @@ def _connect(engine: Engine) -> Client:
         logging.getLogger("urllib3.connectionpool").addHandler(logging.NullHandler())
     api_class = _api_class()
 
-    class EngineClient(docker.DockerClient):
+    class EngineClient(docker.DockerClient):  # type: ignore[misc]  # untyped SDK
         def __init__(self) -> None:  # docker.DockerClient only makes its APIClient
             api = api_class.__new__(api_class)
             if engine.tls is not None:

@@ -18,7 +18,7 @@ def adapter_class(base: type[Any]) -> type[Any]:
     """A subclass of ``base`` (the SDK's ``SSHHTTPAdapter``) that keys its pools by the
     engine, not by the request URL."""
 
-    class OnePoolSSHAdapter(base):
+    class OnePoolSSHAdapter(base):  # type: ignore[misc]  # the SDK has no types
         def get_connection(self, url: str, proxies: Any = None) -> Any:
             # The pool's host is the adapter's own; the URL only chose the pool.
             return super().get_connection(self.ssh_host, proxies)
