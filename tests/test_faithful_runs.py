@@ -4,6 +4,7 @@ into a detached HEAD or from a recorded commit, through real git."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -12,6 +13,7 @@ from git_iterare.errors import UserError
 from git_iterare.git.merge import detached_head, merge_run
 from git_iterare.git.repo import discover
 from git_iterare.runner.finish import _outcome
+from git_iterare.runs.extra import RunExtra
 from git_iterare.runs.record import RunRecord
 from git_iterare.sandbox.docker_backend import ran_seconds
 from tests.conftest import git
@@ -19,7 +21,8 @@ from tests.runs_helpers import commit_on_branch, head_of
 
 
 def _record(timeout: int, **extra: object) -> RunRecord:
-    return RunRecord(id="run-0123abcd", name="run", extra={"timeout": timeout, **extra},
+    return RunRecord(id="run-0123abcd", name="run",
+                     extra=cast("RunExtra", {"timeout": timeout, **extra}),
                      started="2000-01-01T00:00:00Z")
 
 

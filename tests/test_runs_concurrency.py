@@ -41,11 +41,12 @@ def test_concurrent_updates_are_never_lost(repo: Path) -> None:
              for w in range(PROCESSES)]
     assert [p.wait(timeout=600) for p in procs] == [0] * PROCESSES
     store = RunStore(repo)
-    markers = store.get(shared.id).extra["markers"]
+    markers = store.get(shared.id).to_dict()["extra"]["markers"]
     expected = {f"{w}:{i}" for w in range(PROCESSES) for i in range(UPDATES)}
     assert len(markers) == PROCESSES * UPDATES and set(markers) == expected
     for w in range(PROCESSES):
-        assert store.get(own[w].id).extra["markers"] == [f"{w}:{i}" for i in range(UPDATES)]
+        assert store.get(own[w].id).to_dict()["extra"]["markers"] == [
+            f"{w}:{i}" for i in range(UPDATES)]
     chain = git("rev-list", "--first-parent", "--count", f"refs/iterare/runs/{shared.id}",
                 cwd=repo).stdout
     assert int(chain) == PROCESSES * UPDATES + 1

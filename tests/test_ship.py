@@ -120,11 +120,15 @@ def test_only_a_unix_socket_gets_the_local_placement() -> None:
 
 
 def test_a_records_placement_is_its_field_or_for_older_records_its_engine() -> None:
+    from typing import cast
+
+    from git_iterare.runs.extra import RunExtra
     from git_iterare.runs.record import RunRecord
 
     def record(extra: dict[str, object], placement: str | None = None) -> RunRecord:
         return RunRecord(id="r-1", name="r", prompt_name="p", base_commit="0" * 40,
-                         agent="shell", status="running", extra=extra, placement=placement)
+                         agent="shell", status="running", extra=cast("RunExtra", extra),
+                         placement=placement)
 
     assert kind_of(record({}, "remote")) == "remote"
     assert kind_of(record({"engine": {"url": "ssh://box"}}, "local")) == "local"

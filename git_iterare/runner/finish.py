@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, RunResult
     from git_iterare.git.safegit import Skipped
     from git_iterare.runner.importer import FinishResult
+    from git_iterare.runs.extra import Unfinished
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.spec import ContainerInfo
@@ -198,8 +199,8 @@ def stop_over_budget(repo: Repo, record: RunRecord, agent: Agent, spent: float |
         return False
     if spent is None or spent < budget:
         return False
-    RunStore(repo).update(record.id, lambda r: r.replace(
-        extra={**r.extra, "budget_exceeded": True}), f"{record.id} over its budget")
+    RunStore(repo).update(record.id, lambda r: r.with_extra(budget_exceeded=True),
+                          f"{record.id} over its budget")
     sandbox.stop(container)
     return True
 
@@ -296,8 +297,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         store.set_log(record.id, log)
     result = counted.result(exit_code=exit_code)
     if result.disputed:
-        store.update(record.id, lambda r: r.replace(
-            extra={**r.extra, DISPUTED: {"reports": result.disputed}}),
+        store.update(record.id, lambda r: r.with_extra(
+            disputed={"reports": result.disputed}),
             f"{record.id} result disputed")
     status, error = _outcome(record, exit_code, result, vanished,
                              None if info is None else info.ran_seconds,
@@ -312,7 +313,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         status, error = LOST, ("the Docker engine ended the sandbox (it restarted, or the "
                                "sandbox was killed there); its work so far is kept")
     if error and error.startswith(BUDGET_STOP):
-        store.update(record.id, lambda r: r.replace(extra={**r.extra, "stop_reason": "budget"}),
+        store.update(record.id, lambda r: r.with_extra(stop_reason="budget"),
                      f"{record.id} stopped at its budget")
     if record.base_commit and has_worktree(repo, record):
         # Where the sandbox did not work on the host's trees, they come back now. When that
@@ -368,8 +369,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         sandbox.remove(record.id, str(repo.main_work_tree))
         if placement.clear(record):
             # Nothing of it is left there: cleanup need not reach that engine again.
-            record = store.update(record.id, lambda r: r.replace(
-                extra={**r.extra, ENGINE_CLEARED: True}), f"{record.id} engine cleared")
+            record = store.update(record.id, lambda r: r.with_extra(engine_cleared=True),
+                                  f"{record.id} engine cleared")
     except Exception as exc:  # the result is recorded; a leftover container is minor
         ui.warn(f"run {record.id}: could not remove its container: {exc}")
     shutil.rmtree(state_dir(repo, record.id) / "secrets", ignore_errors=True)
@@ -424,8 +425,8 @@ def _unfinished(store: RunStore, record: RunRecord, status: str, error: str | No
     from git_iterare.runs.status import FAILED
 
     reason = exc.message if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
-    info = {"outcome": status, "error": error, "reason": reason}
-    store.update(record.id, lambda r: r.replace(extra={**r.extra, "unfinished": info}),
+    info: Unfinished = {"outcome": status, "error": error, "reason": reason}
+    store.update(record.id, lambda r: r.with_extra(unfinished=info),
                  f"{record.id} unfinished")
     return FAILED, (f"{error + '; ' if error else ''}its work could not be committed "
                     f"({reason}); it is kept in .iterare/worktrees/{record.id}, and "
@@ -437,19 +438,21 @@ def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> N
     files over the limits) and keep them in the record's ``extra.skipped``: at most
     :data:`~git_iterare.limits.MAX_SKIPPED_NAMED` paths, the rest counted."""
     from git_iterare.limits import MAX_SKIPPED_NAMED
+    from git_iterare.runs.extra import SkippedPath
     from git_iterare.ui import elide_path
     from git_iterare.ui import sanitize_line as sanitize
 
-    named = [{"path": s.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-              "reason": s.reason} for s in skipped[:MAX_SKIPPED_NAMED]]
+    named = [SkippedPath(path=s.path.encode("utf-8", "surrogateescape").decode("utf-8",
+                                                                            "replace"),
+                         reason=s.reason) for s in skipped[:MAX_SKIPPED_NAMED]]
     more = max(0, len(skipped) - MAX_SKIPPED_NAMED)
     shown = ", ".join(f"{elide_path(sanitize(s['path']))} ({s['reason']})"
                       for s in named[:5])
     rest = len(skipped) - min(5, len(named))
     ui.warn(f"run {run_id}: not committed: {shown}" + (f" and {rest} more" if rest else "")
             + f" (listed by `git iterare show {run_id}`)")
-    store.update(run_id, lambda r: r.replace(
-        extra={**r.extra, "skipped": {"paths": named, "more": more}}), f"{run_id} skipped")
+    store.update(run_id, lambda r: r.with_extra(skipped={"paths": named, "more": more}),
+                 f"{run_id} skipped")
 
 
 def has_worktree(repo: Repo, record: RunRecord) -> bool:
@@ -544,8 +547,7 @@ def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[Ru
         if record.container and timeout and age_seconds(record.started) > timeout + TIMEOUT_GRACE:
             info = container_of(repo, record)
             if info is not None and info.state in LIVE_STATES:
-                store.update(record.id, lambda r: r.replace(
-                    extra={**r.extra, "timed_out": True}), "timed out")
+                store.update(record.id, lambda r: r.with_extra(timed_out=True), "timed out")
                 with using(engine_of(record)):
                     sandbox.stop(info.id)
         elif record.container and record.extra.get("max_budget_usd"):

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from git_iterare.runner.interrupts import HeldInterrupts
     from git_iterare.runner.placement import Placement
     from git_iterare.runner.warmup import Plain
+    from git_iterare.runs.extra import RunExtra
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.image import ImageRef
@@ -69,7 +70,7 @@ class LaunchPlan:
     image: ImageRef
     policy: EgressPolicy
     limits: Limits
-    extra: dict[str, object]
+    extra: RunExtra
 
     @property
     def placement(self) -> Placement:
@@ -126,7 +127,7 @@ def plan(repo: Repo, config: Config, checked: Checked,
     policy = with_networks(checked.policy, checked.networks)
     image = ensure_image(config, repo, progress, **checked.held._asdict())
     request = checked.request
-    extra: dict[str, object] = {
+    extra: RunExtra = {
         "timeout": checked.timeout, **checked.budget, "env": list(checked.secret_env),
         "interactive": request.tty, "networks": list(checked.networks),
         "workspace_mounts": list(workspace_mounts(repo, checked.admitted.mounts,
@@ -248,9 +249,9 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         warm.drop(taken)
         raise
     # What crossed the wire and where its sidecar came from, for `show` and benchmarks.
+    extra: RunExtra = {**record.extra, **trees.facts, "sidecar": started.sidecar}
     running = store.transition(record.id, RUNNING, container=started.container,
-                               worktree=str(trees.workspace.worktree),
-                               extra={**record.extra, **trees.facts, "sidecar": started.sidecar})
+                               worktree=str(trees.workspace.worktree), extra=extra)
     warm.after(repo, running, spec, taken is not None)
     return running
 

@@ -89,7 +89,7 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
                               hint="stop it where it was started")
     info = container_of(repo, record)
     if info is not None:
-        store.update(run_id, lambda r: r.replace(extra={**r.extra, "stop_requested": True}),
+        store.update(run_id, lambda r: r.with_extra(stop_requested=True),
                      "stop requested")
         with using(engine_of(record)):
             sandbox.stop(info.id, grace_seconds)
@@ -278,11 +278,12 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
         # cleanup checks a branch still holds it (a merge undone with git reset leaves
         # the status "merged", and the run's work only here).
         from git_iterare.runner.ownership import machine_id
+        from git_iterare.runs.extra import MergedAs
 
-        where = {"commit": result.head_after, "host": machine_id(),
-                 "repo": str(repo.main_work_tree)}
-        record = store.update(record.id, lambda r: r.replace(
-            extra={**r.extra, "merged_as": where}), f"{record.id} merged as")
+        where = MergedAs(commit=result.head_after, host=machine_id(),
+                         repo=str(repo.main_work_tree))
+        record = store.update(record.id, lambda r: r.with_extra(merged_as=where),
+                              f"{record.id} merged as")
     return MergeOutcome(record=record, result=result)
 
 
@@ -315,11 +316,12 @@ def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:
 def _left_uncommitted(record: RunRecord, worktree: Path) -> list[str]:
     """The paths the automatic commit skipped (``extra.skipped``: over the limits, special
     files) that are still in the run's worktree."""
-    skipped = (record.extra or {}).get("skipped") or {}
-    paths = [item.get("path", "") for item in skipped.get("paths", [])
-             if isinstance(item, dict)]
-    return [p for p in paths if p and not p.startswith("/") and ".." not in p.split("/")
-            and os.path.lexists(worktree / p)]
+    skipped = (record.extra or {}).get("skipped")
+    items = skipped.get("paths") if isinstance(skipped, dict) else None
+    paths = [item.get("path") for item in items if isinstance(item, dict)] \
+        if isinstance(items, list) else []
+    return [p for p in paths if isinstance(p, str) and p and not p.startswith("/")
+            and ".." not in p.split("/") and os.path.lexists(worktree / p)]
 
 
 def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:

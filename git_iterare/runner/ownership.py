@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from git_iterare.git.repo import Repo
 
 if TYPE_CHECKING:
+    from git_iterare.runs.extra import RunExtra
     from git_iterare.runs.record import RunRecord
     from git_iterare.sandbox.engine import Engine
     from git_iterare.sandbox.spec import ContainerInfo
@@ -29,7 +30,7 @@ def machine_id() -> str:
     return value or socket.gethostname()
 
 
-def origin(repo: Repo) -> dict[str, object]:
+def origin(repo: Repo) -> RunExtra:
     """What a new record stores to say where its run executes: ``{"host", "repo",
     "engine"}``, the engine as ``{"name", "url"}`` (its docker context and endpoint, no
     secrets; see :meth:`git_iterare.sandbox.engine.Engine.describe`).
@@ -39,8 +40,9 @@ def origin(repo: Repo) -> dict[str, object]:
     """
     from git_iterare.sandbox.engine import current
 
+    described = current().describe()
     return {"host": machine_id(), "repo": str(repo.main_work_tree),
-            "engine": current().describe()}
+            "engine": {"name": described["name"], "url": described["url"]}}
 
 
 def engine_of(record: RunRecord) -> Engine:

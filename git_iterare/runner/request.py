@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from git_iterare.prompt import Prompt
     from git_iterare.runner.guard import Admitted
     from git_iterare.runner.placement import Placement
+    from git_iterare.runs.extra import RunExtra
     from git_iterare.sandbox.policy import EgressPolicy
     from git_iterare.sandbox.spec import Limits
 
@@ -99,7 +100,7 @@ class Checked:
     credentials: Credentials
     policy: EgressPolicy
     timeout: int
-    budget: dict[str, float | int | None]
+    budget: RunExtra
     base_commit: str
     base_branch: str | None
     placement: Placement
@@ -247,8 +248,7 @@ def sandbox_limits(config: Config) -> Limits:
     return limits
 
 
-def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest
-               ) -> dict[str, float | int | None]:
+def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest) -> RunExtra:
     """The run's spend and turn limits for its record's ``extra``: ``max_budget_usd``
     (US dollars) and ``max_turns``, each from the request (flags), else the prompt's
     frontmatter, else ``run.max_budget_usd`` / ``run.max_turns``; 0 means no limit, and

@@ -12,9 +12,13 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.errors import OperationFailed
+from git_iterare.runs.extra import RunExtra
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 from git_iterare.runs.status import (
     ACTIVE,
     CLEANED,
@@ -97,7 +101,7 @@ class RunRecord:
     head: str | None = None
     egress: dict[str, Any] | None = None
     changes: dict[str, int] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: RunExtra = field(default_factory=lambda: RunExtra())
     #: Top-level keys of run.json this version does not know; written back as they were.
     unknown: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -108,6 +112,12 @@ class RunRecord:
             TypeError: a field name that does not exist.
         """
         return dataclasses.replace(self, **fields)
+
+    def with_extra(self, **changes: Unpack[RunExtra]) -> RunRecord:
+        """Return a copy whose ``extra`` has ``changes`` (typed keys of
+        :class:`~git_iterare.runs.extra.RunExtra`) over the keys it had."""
+        extra: RunExtra = {**self.extra, **changes}
+        return dataclasses.replace(self, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object written as ``run.json`` (``"v"`` first, then fields, then unknown)."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from git_iterare.runs.extra import RunExtra
+
 if TYPE_CHECKING:
     from git_iterare.git.repo import Repo
     from git_iterare.runner.workspace import RunWorkspace
@@ -40,7 +42,7 @@ class RunTrees:
     owned: tuple[Path, ...] = ()
     volumes: VolumeTrees | None = None
     wrapper: tuple[str, ...] = ()
-    facts: dict[str, object] = field(default_factory=dict)
+    facts: RunExtra = field(default_factory=lambda: RunExtra())
 
 
 class Placement(Protocol):

@@ -39,6 +39,7 @@ from git_iterare.runner.placement.tarball import (
     replace_contents,
     write_new,
 )
+from git_iterare.runs.extra import RunExtra
 from git_iterare.sandbox.spec import (
     GITDIR_PATH,
     LABEL_REPO,
@@ -122,7 +123,7 @@ class Remote:
         workspace = wsp.make_run(repo, record.id, base, on_engine=True)
         labels = _labels(repo, record)
         make_volumes(repo, trees, labels, spare=spare)
-        facts: dict[str, object] = {}
+        facts = RunExtra()
         image = str((record.extra or {}).get("sidecar_image") or "")
         ids = (workspace.agent_uid, workspace.agent_gid)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
+from git_iterare.runs import extra
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
 
 #: The marker files of ``container/engine-checkout`` in the run gitdir: while PENDING is
@@ -119,7 +120,8 @@ class Shipped:
     objects: int
     file_bytes: int
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> extra.Shipped:
+        """As the record keeps it (``extra.shipped``)."""
         return {"pack_bytes": self.pack_bytes, "objects": self.objects,
                 "file_bytes": self.file_bytes}
 

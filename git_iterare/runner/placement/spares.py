@@ -37,6 +37,7 @@ from git_iterare.runner.placement.ship import (
     gitdir_archive,
     worktree_archive,
 )
+from git_iterare.runs import extra
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, WORK_PATH
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class Spare:
     git: str
     base: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> extra.Spare:
+        """As the record keeps it (``extra.spare``)."""
         return {"work": self.work, "git": self.git, "base": self.base}
 
 

@@ -1,0 +1,133 @@
+"""The keys of a run record's ``extra`` object, typed (gititerare-records(5)).
+
+``extra`` stays a JSON object in ``run.json``, so records of every version read unchanged,
+and keys this version does not know are kept as they are. Here each key git-iterare
+writes has its type, grouped by who writes it. A record may come from someone else
+(``git iterare fetch``) or be crafted: these are the shapes git-iterare writes, not a
+promise about what a record holds, so readers still check values (:func:`number`,
+:func:`text`, ``isinstance``) before they act on them.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class Engine(TypedDict):
+    """The engine a run used: its docker context and endpoint (no key material)."""
+
+    name: str
+    url: str
+
+
+class Spare(TypedDict):
+    """A spare worktree on a remote engine that the run took over."""
+
+    work: str
+    git: str
+    base: str
+
+
+class Shipped(TypedDict):
+    """What crossed the wire to a remote engine: pack and index bytes, objects in that
+    pack, bytes of the other files."""
+
+    pack_bytes: int
+    objects: int
+    file_bytes: int
+
+
+class Unfinished(TypedDict):
+    """Work the end of the run could not commit: the agent's outcome, its error, and why
+    the commit failed (``git iterare finish`` clears it)."""
+
+    outcome: str
+    error: str | None
+    reason: str
+
+
+class SkippedPath(TypedDict):
+    """A worktree path the automatic commit left out, and why."""
+
+    path: str
+    reason: str
+
+
+class Skipped(TypedDict):
+    """The paths the automatic commit left out (the first ones), and how many more."""
+
+    paths: list[SkippedPath]
+    more: int
+
+
+class MergedAs(TypedDict):
+    """The commit HEAD was at after the last merge, and where it merged."""
+
+    commit: str
+    host: str
+    repo: str
+
+
+class Disputed(TypedDict):
+    """The agent's log held more than one result report."""
+
+    reports: int
+
+
+class RunExtra(TypedDict, total=False):
+    """A run record's ``extra``: every key is optional.
+
+    What ``execute`` gave the run: ``timeout`` (seconds, 0: none), ``max_budget_usd``
+    and ``max_turns`` (None: none), ``env`` (the names of the variables passed in),
+    ``interactive``, ``networks``, ``workspace_mounts`` (mount points below the
+    worktree), ``sidecar_image`` (git-iterare's own image id).
+
+    Where it runs: ``host`` (machine id), ``repo`` (main worktree), ``engine``.
+
+    How it was started: ``sidecar`` (``spare``, ``own``; ``ahead`` in older records),
+    ``spare``, ``shipped``; ``engine_cleared`` once nothing of it is left on a remote
+    engine.
+
+    How it ended: ``timed_out``, ``stop_requested``, ``budget_exceeded``,
+    ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``.
+
+    After: ``merged_as``. An import of iterare's: ``legacy``.
+    """
+
+    timeout: int
+    max_budget_usd: float | None
+    max_turns: int | None
+    env: list[str]
+    interactive: bool
+    networks: list[str]
+    workspace_mounts: list[str]
+    sidecar_image: str
+    host: str
+    repo: str
+    engine: Engine
+    sidecar: str
+    spare: Spare
+    shipped: Shipped
+    engine_cleared: bool
+    timed_out: bool
+    stop_requested: bool
+    budget_exceeded: bool
+    stop_reason: str
+    unfinished: Unfinished
+    skipped: Skipped
+    disputed: Disputed
+    merged_as: MergedAs
+    legacy: dict[str, object]
+
+
+def number(value: object) -> float | None:
+    """``value`` when it is a number (not a bool), else None: how a reader takes a
+    number from a record it did not write."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def text(value: object) -> str | None:
+    """``value`` when it is a string, else None."""
+    return value if isinstance(value, str) else None
