@@ -30,9 +30,12 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.errors import OperationFailed, UserError
+
+if TYPE_CHECKING:
+    from git_iterare.config import Config
 
 #: The engine used when nothing names another one.
 DEFAULT_URL = "unix:///var/run/docker.sock"
@@ -277,7 +280,7 @@ def from_docker_host(env: Mapping[str, str]) -> Engine | None:
     return Engine(DEFAULT_CONTEXT, url, tls, "DOCKER_HOST")
 
 
-def select_engine(config: Any | None = None, env: Mapping[str, str] | None = None) -> Engine:
+def select_engine(config: Config | None = None, env: Mapping[str, str] | None = None) -> Engine:
     """The engine the docker CLI would use, with ``[docker] context`` of the user's
     configuration between ``DOCKER_CONTEXT`` and ``currentContext`` (see the module
     docstring).
@@ -317,7 +320,7 @@ _ACTIVE: contextvars.ContextVar[Engine | None] = contextvars.ContextVar("iterare
                                                                        default=None)
 
 
-def configure(config: Any | None) -> None:
+def configure(config: Config | None) -> None:
     """Use ``config``'s ``docker.context`` when choosing the default engine (on first
     use, by :func:`current`); commands call this when they load their configuration."""
     global _CONFIG, _CONFIGURED
@@ -360,7 +363,7 @@ def using(engine: Engine | None) -> Iterator[Engine]:
         _ACTIVE.reset(token)
 
 
-def engine_for(described: Any, env: Mapping[str, str] | None = None) -> Engine:
+def engine_for(described: object, env: Mapping[str, str] | None = None) -> Engine:
     """Find the engine a run record names (:meth:`Engine.describe`) again.
 
     Only engines the user's own settings name are candidates: the current engine, and

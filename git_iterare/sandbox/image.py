@@ -36,11 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import docker_errors
 from git_iterare.sandbox.engine_client import client
+
+if TYPE_CHECKING:
+    from git_iterare.settings import Settings
 
 DEFAULT_BASE_IMAGE = "node:20-bookworm-slim"
 #: Where git-iterare keeps its own image when ``docker.image`` names someone else's.
@@ -431,7 +434,15 @@ def project_image_name(image: str, digest: str) -> str:
     return f"{repository}:project-{digest[:12]}"
 
 
-def ensure_image(config: Any, repo: Any = None,
+class Project(Protocol):
+    """What the image needs of a repository: where its ``.iterare/`` is (the project
+    Dockerfile's folder)."""
+
+    @property
+    def iterare_dir(self) -> Path: ...
+
+
+def ensure_image(config: Settings, repo: Project | None = None,
                  progress: Progress = lambda line: None, *, agents: Sequence[str] = (),
                  installs: Mapping[str, AgentInstall] | None = None) -> ImageRef:
     """The image a run uses, building what is missing or stale.
@@ -449,7 +460,8 @@ def ensure_image(config: Any, repo: Any = None,
 
     Args:
         config: a :class:`git_iterare.config.Config`.
-        repo: a :class:`git_iterare.git.repo.Repo`, or None (no project layer).
+        repo: the repository (a :class:`git_iterare.git.repo.Repo`), or None (no project
+            layer).
         progress: receives one line per build step.
         agents: the agents the image must hold, by name.
         installs: how to install every agent that has an install step, by name (also
@@ -518,7 +530,7 @@ IMAGE_REFERENCE = re.compile(
     r":[0-9a-fA-F]{32,})?|sha256:[0-9a-f]{64}|[0-9a-f]{12,64})")
 
 
-def _configured_image(config: Any) -> str:
+def _configured_image(config: Settings) -> str:
     """``docker.image``, or :data:`DEFAULT_IMAGE_NAME` for iterare's image.
 
     Raises:
@@ -556,7 +568,7 @@ def _current(status: ImageStatus, wanted: Sequence[str],
 StatusOf = Callable[[str], ImageStatus]
 
 
-def ready_sidecar_image(config: Any, status_of: StatusOf, *,
+def ready_sidecar_image(config: Settings, status_of: StatusOf, *,
                         agents: Sequence[str] = (),
                         installs: Mapping[str, AgentInstall] | None = None) -> str | None:
     """The id of the image :func:`ensure_image` would give the sidecar (its ``sidecar``),
@@ -578,7 +590,7 @@ def ready_sidecar_image(config: Any, status_of: StatusOf, *,
                                  installs) else None
 
 
-def _own_image(config: Any, name: str, status: ImageStatus, progress: Progress,
+def _own_image(config: Settings, name: str, status: ImageStatus, progress: Progress,
                agents: Sequence[str], installs: Mapping[str, AgentInstall]) -> ImageRef:
     """git-iterare's own image ``name``, built when missing or built from another context
     than the one for its agents and ``agents`` (then from the base it was built from)."""

@@ -21,9 +21,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from git_iterare.errors import UserError
+
+if TYPE_CHECKING:
+    from git_iterare.config import Config
 
 #: Names every sandbox may reach: GitHub (git over HTTPS, API, raw files, archives,
 #: release downloads) and the npm registry.
@@ -199,7 +202,7 @@ class EgressPolicy:
         return False
 
 
-def policy_from_config(config: Any, agent_domains: Iterable[str] = ()) -> EgressPolicy:
+def policy_from_config(config: Config, agent_domains: Iterable[str] = ()) -> EgressPolicy:
     """Build a run's policy: the agent's domains, :data:`BASE_DOMAINS`, then config.
 
     Args:
