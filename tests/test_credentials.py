@@ -241,3 +241,65 @@ def test_an_unknown_agent_given_with_agent_names_that_option(tmp_path: Path,
     assert done.stderr == ("error: unknown agent 'nosuch' (valid: claude, codex, gemini, "
                            "shell) (give --agent one of them: `git iterare credentials "
                            "--agent NAME`)\n")
+
+
+def _iterare_leftovers(folder: Path) -> None:
+    """What iterare's runs leave in its credentials directory: Docker, told to bind-mount
+    ``.credentials.json`` and ``.claude.json`` that did not exist, made them directories."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name in (".credentials.json", ".claude.json"):
+        (folder / name).mkdir(mode=0o755)
+
+
+def test_force_with_iterare_directories_keeps_the_stored_key(tmp_path: Path, store: Path
+                                                             ) -> None:
+    iterare("credentials", cwd=tmp_path, input="sk-ant-api03-first\n")
+    _iterare_leftovers(store)
+    done = iterare("credentials", "--force", cwd=tmp_path, input="sk-ant-api03-second\n")
+    one, two = store / ".credentials.json", store / ".claude.json"
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"error: {one}, {two}: directories where credential files belong (Docker "
+               f"makes a directory when it mounts a missing file, as iterare's runs did) "
+               f"(remove them: rmdir {one} {two})\n")
+    assert (store / "anthropic-api-key").read_text() == "sk-ant-api03-first\n"
+    assert mode(one) == 0o755
+    one.rmdir()
+    two.rmdir()
+    done = iterare("credentials", "--force", cwd=tmp_path, input="sk-ant-api03-second\n")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (store / "anthropic-api-key").read_text() == "sk-ant-api03-second\n"
+
+
+def test_without_force_a_directory_is_named_not_called_credentials(tmp_path: Path,
+                                                                   store: Path) -> None:
+    _iterare_leftovers(store)
+    (store / ".claude.json").rmdir()
+    (store / ".credentials.json" / "junk").write_text("x")
+    done = iterare("credentials", cwd=tmp_path, input="sk-ant-api03-first\n")
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {store / '.credentials.json'}: a directory where a credential "
+           f"file belongs (Docker makes a directory when it mounts a missing file, as iterare's "
+           f"runs did) (remove it: rm -r {store / '.credentials.json'})\n")
+    assert not (store / "anthropic-api-key").exists()
+
+
+def test_loading_refuses_a_directory_without_changing_it(store: Path) -> None:
+    # execute: only iterare's leftovers in the directory, no credential.
+    _iterare_leftovers(store)
+    with pytest.raises(UserError) as caught:
+        STORE.load(cfg())
+    assert caught.value.message == (
+        f"{store / '.credentials.json'}, {store / '.claude.json'}: directories where "
+        "credential files belong (Docker makes a directory when it mounts a missing file, "
+        "as iterare's runs did)")
+    assert mode(store / ".credentials.json") == 0o755
+
+
+def test_a_failed_write_leaves_the_stored_credentials(store: Path) -> None:
+    STORE.store_token(cfg(), "sk-ant-api03-first")
+    # The new token's temporary file cannot be made: the write fails as a full disk would.
+    (store / f".claude-oauth-token.tmp{os.getpid()}").mkdir()
+    with pytest.raises(FileExistsError):
+        STORE.store_token(cfg(), "sk-ant-oat01-second", force=True)
+    assert (store / "anthropic-api-key").read_text() == "sk-ant-api03-first\n"
+    assert not (store / "claude-oauth-token").exists()

@@ -26,10 +26,10 @@ from git_iterare import proc
 from git_iterare.agents.credstore import (
     CredentialStore,
     Stored,
-    prepare,
     read_secret,
     read_token,
-    write_private,
+    refuse_non_files,
+    replace_files,
 )
 from git_iterare.errors import UserError
 from git_iterare.settings import Settings, global_config_dir
@@ -90,6 +90,8 @@ class ClaudeStore(CredentialStore):
             value = read_token(folder / filename)
             if value is not None:
                 return Credentials(env={var: value})
+        # iterare's runs may have left both as directories: name both at once.
+        refuse_non_files([folder / CREDENTIALS_JSON, folder / CLAUDE_JSON])
         login = read_secret(folder / CREDENTIALS_JSON)
         if login is None:
             return None
@@ -104,11 +106,10 @@ class ClaudeStore(CredentialStore):
         """Store an API key (``sk-ant-api...``) or an OAuth token (anything else)."""
         proc.register_secret(token)
         is_api_key = token.startswith("sk-ant-api")
-        folder = self.directory(config)
-        prepare(folder, self.files, force, self.label)
-        path = folder / (API_KEY_FILE if is_api_key else OAUTH_TOKEN_FILE)
-        write_private(path, token.encode() + b"\n")
-        return Stored("Claude API key" if is_api_key else "Claude OAuth token", (path,))
+        paths = replace_files(self.directory(config), self.files,
+                              {API_KEY_FILE if is_api_key else OAUTH_TOKEN_FILE:
+                               token.encode() + b"\n"}, force, self.label)
+        return Stored("Claude API key" if is_api_key else "Claude OAuth token", paths)
 
     def host_login(self, home: Path) -> Path | None:
         source = claude_login_files(home)[0]
@@ -127,14 +128,11 @@ class ClaudeStore(CredentialStore):
             json.loads(data)
         except ValueError:
             raise UserError(f"{source}: not JSON; is it a Claude Code login?") from None
-        folder = self.directory(config)
-        prepare(folder, self.files, force, self.label)
-        paths = [folder / CREDENTIALS_JSON]
-        write_private(paths[0], data)
+        new = {CREDENTIALS_JSON: data}
         if settings.is_file():
-            paths.append(folder / CLAUDE_JSON)
-            write_private(paths[1], settings.read_bytes())
-        return Stored("Claude Code login", tuple(paths))
+            new[CLAUDE_JSON] = settings.read_bytes()
+        paths = replace_files(self.directory(config), self.files, new, force, self.label)
+        return Stored("Claude Code login", paths)
 
 
 #: The store of the claude agent.

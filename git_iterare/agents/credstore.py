@@ -51,6 +51,50 @@ class Stored:
         return f"stored {self.kind} in {', '.join(map(str, self.paths))} (mode 0600)"
 
 
+def refuse_non_files(paths: Sequence[Path]) -> None:
+    """Refuse directories (or other non-files) where credential files belong.
+
+    iterare (iterare-llm) bind-mounted ``.credentials.json`` and ``.claude.json`` from its
+    credentials directory; where one was missing, Docker created a directory in its place
+    (what the engine does for a bind-mount source that does not exist). Such a directory
+    is nobody's credential: it is named for the user to remove, never changed.
+
+    Args:
+        paths: where credential files belong (symbolic links followed); missing ones are
+            fine.
+
+    Raises:
+        UserError: some are directories or other non-regular files; one line naming them
+            all and the command that removes them.
+    """
+    bad: list[Path] = []
+    empty_dirs = True
+    for path in paths:
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(mode):
+            continue
+        bad.append(path)
+        try:
+            empty_dirs = empty_dirs and stat.S_ISDIR(mode) and not any(os.scandir(path))
+        except OSError:
+            empty_dirs = False
+    if not bad:
+        return
+    several = len(bad) > 1
+    if all(path.is_dir() for path in bad):
+        what = "directories" if several else "a directory"
+    else:
+        what = "not regular files" if several else "not a regular file"
+    belongs = "credential files belong" if several else "a credential file belongs"
+    raise UserError(f"{', '.join(map(str, bad))}: {what} where {belongs} (Docker makes a "
+                    f"directory when it mounts a missing file, as iterare's runs did)",
+                    hint=f"remove {'them' if several else 'it'}: "
+                         f"{'rmdir' if empty_dirs else 'rm -r'} {' '.join(map(str, bad))}")
+
+
 def check_private(path: Path) -> None:
     """Make a credential file others can read private again, or refuse it.
 
@@ -60,11 +104,12 @@ def check_private(path: Path) -> None:
 
     Raises:
         FileNotFoundError: there is no such file.
-        UserError: the file is readable by others and is not the user's own, or the mode
-            cannot be changed.
+        UserError: it is no regular file (:func:`refuse_non_files`), or it is readable by
+            others and is not the user's own, or the mode cannot be changed.
     """
     from git_iterare import ui
 
+    refuse_non_files([path])
     info = path.stat()
     mode = stat.S_IMODE(info.st_mode)
     if not mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -147,16 +192,38 @@ def clean_token(text: str, source: str) -> str:
 
 
 def existing(folder: Path, names: Sequence[str]) -> list[Path]:
-    """The files of ``names`` already in ``folder``."""
-    return [folder / name for name in names if (folder / name).exists()]
-
-
-def prepare(folder: Path, names: Sequence[str], force: bool, label: str) -> None:
-    """Create ``folder`` 0700; remove the files of ``names`` in it when ``force``, else
-    refuse to replace them.
+    """The files of ``names`` already in ``folder``.
 
     Raises:
-        UserError: some exist and ``force`` is false (``label`` names whose they are).
+        UserError: some are directories or other non-files (:func:`refuse_non_files`).
+    """
+    found = [folder / name for name in names if (folder / name).exists()]
+    refuse_non_files(found)
+    return found
+
+
+def replace_files(folder: Path, names: Sequence[str], new: Mapping[str, bytes], force: bool,
+                  label: str) -> tuple[Path, ...]:
+    """Store ``new`` in ``folder`` (made 0700) as the one set of credentials among the
+    files of ``names``.
+
+    Nothing is removed before the new files are written: each is written 0600 and renamed
+    into place (:func:`write_private`), and only then are the other files of ``names``
+    removed, so a failure leaves the credentials stored before.
+
+    Args:
+        folder: the store's directory.
+        names: every file name the store writes there.
+        new: file name (one of ``names``) to content, in the order written.
+        force: replace credentials already stored.
+        label: whose credentials, in messages.
+
+    Returns:
+        The paths written, in the order of ``new``.
+
+    Raises:
+        UserError: some exist and ``force`` is false, or one of ``names`` is a directory
+            (:func:`refuse_non_files`); nothing was changed.
     """
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     if stat.S_IMODE(folder.stat().st_mode) & 0o077:
@@ -165,8 +232,13 @@ def prepare(folder: Path, names: Sequence[str], force: bool, label: str) -> None
     if found and not force:
         raise UserError(f"{label} credentials already stored in {found[0]}",
                         hint="use --force to replace them")
+    for name, data in new.items():
+        write_private(folder / name, data)
+    written = tuple(folder / name for name in new)
     for path in found:
-        path.unlink()
+        if path not in written:
+            path.unlink(missing_ok=True)
+    return written
 
 
 class CredentialStore:
@@ -309,8 +381,6 @@ class KeyFileStore(CredentialStore):
 
     def store_token(self, config: Settings, token: str, *, force: bool = False) -> Stored:
         proc.register_secret(token)
-        folder = self.directory(config)
-        prepare(folder, self.files, force, self.label)
-        path = folder / self.key_file
-        write_private(path, token.encode() + b"\n")
-        return Stored(f"{self.label} API key", (path,))
+        paths = replace_files(self.directory(config), self.files,
+                              {self.key_file: token.encode() + b"\n"}, force, self.label)
+        return Stored(f"{self.label} API key", paths)
