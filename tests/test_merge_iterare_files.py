@@ -59,3 +59,72 @@ def test_merge_flags_a_symlink_named_dot_iterare(repo: Path) -> None:
     assert ("  ! A  .iterare  (git iterare's project directory: a file or symlink here "
             "redirects what the next runs read)\n") in refused.stderr
     assert not os.path.lexists(repo / ".iterare")
+
+
+def _deleting_run(repo: Path, paths: list[str]) -> str:
+    """A finished run whose branch deletes ``paths`` of main."""
+    from git_iterare.runs.store import RunStore
+    from tests.runs_helpers import make_run
+
+    store = RunStore(repo)
+    rec = make_run(repo, "wipe", created=T0)
+    git("checkout", "-q", "-b", f"iterare/{rec.id}", "main", cwd=repo)
+    git("rm", "-q", "--", *paths, cwd=repo)
+    git("commit", "-qm", "delete", cwd=repo)
+    head = head_of(repo)
+    git("checkout", "-q", "main", cwd=repo)
+    store.transition(rec.id, "running", started=T0)
+    store.set_head(rec.id, head)
+    store.transition(rec.id, "succeeded", finished=T1, exit_code=0)
+    return rec.id
+
+
+def _files(repo: Path, names: list[str]) -> None:
+    for name in names:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(f"{name}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "files", cwd=repo)
+
+
+def test_merge_asks_before_deleting_a_file_under_dot_iterare(repo: Path) -> None:
+    _files(repo, [".iterare/config.toml", *(f"src/f{i}.py" for i in range(8))])
+    rid = _deleting_run(repo, [".iterare/config.toml"])
+    refused = iterare("merge", rid, cwd=repo)
+    assert (refused.returncode, refused.stderr.splitlines()) == (1, [
+        f"run {rid} changes 1 file:",
+        "    D  .iterare/config.toml",
+        f"warning: run {rid} deletes 1 file under .iterare/ (git iterare's settings, "
+        f"Dockerfile and prompts of the next runs); see them with "
+        f"`git iterare diff --stat {rid}`",
+        "error: merge cancelled: the run deletes 1 file under .iterare/ (git iterare's "
+        "settings, Dockerfile and prompts of the next runs) (review them, then rerun with "
+        "--yes)"])
+    assert (repo / ".iterare" / "config.toml").exists()
+    assert iterare("merge", "--yes", rid, cwd=repo).returncode == 0
+    assert not (repo / ".iterare" / "config.toml").exists()
+
+
+def test_merge_asks_before_deleting_most_of_the_base_but_not_a_few_files(repo: Path
+                                                                          ) -> None:
+    _files(repo, [f"src/f{i}.py" for i in range(9)])  # and README.md: 10 files
+    few = _deleting_run(repo, ["src/f0.py", "src/f1.py"])
+    done = iterare("merge", few, cwd=repo)
+    assert (done.returncode, done.stdout) == (0, f"run {few} merged\n")
+    assert "delete" not in done.stderr
+    most = _deleting_run(repo, [f"src/f{i}.py" for i in range(2, 6)])  # 4 of the 8 left
+    refused = iterare("merge", most, cwd=repo)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-1] == (
+        "error: merge cancelled: the run deletes 4 of the 8 files of its base (review "
+        "them, then rerun with --yes)")
+
+
+def test_deleting_many_files_counts_whatever_their_share() -> None:
+    from git_iterare.git.deletions import MANY_FILES, Deletions
+
+    assert Deletions(deleted=MANY_FILES, iterare=0, base_files=10_000).many
+    assert not Deletions(deleted=MANY_FILES - 1, iterare=0, base_files=10_000).many
+    assert Deletions(deleted=1, iterare=0, base_files=1).warning() == (
+        "deletes 1 of the 1 files of its base")
+    assert Deletions(deleted=0, iterare=0, base_files=0).warning() is None

@@ -43,7 +43,8 @@ def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
               help="Squash the run's changes into one new commit on the current branch.")
 @click.option("--no-ff", "no_ff", is_flag=True, help="Always create a merge commit.")
 @click.option("--yes", "-y", is_flag=True,
-              help="Merge without asking when files that run on the host changed.")
+              help="Merge without asking when files that run on the host changed, or the "
+                   "run deletes files under .iterare/ or many of its base's.")
 @project_option()
 def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
     """Merge the result of RUN (default: the most recent run) into the current branch."""
@@ -54,15 +55,22 @@ def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
 
     record = resolve_run(run)
 
-    def confirm(changes: list[Any]) -> bool:
+    def confirm(review: Any) -> bool:
         paint = lambda text, *styles: ui.paint(text, *styles, stream=sys.stderr)  # noqa: E731
-        for line in review_lines(record.id, changes, paint):
+        for warning in review.warnings:
+            ui.warn(f"run {record.id}: {warning}")
+        for line in review_lines(record.id, review.changes, paint):
             click.echo(line, err=True, color=True)  # ui.paint decided; names are sanitized
-        risky = sum(1 for change in changes if change.reason)
-        if not risky:
+        risky = review.host_executables
+        if risky:
+            ui.warn(f"{risky} of them would run on this machine or make a tool run "
+                    f"something (marked !); read them with "
+                    f"`git iterare diff {record.id} -- PATH`")
+        if review.deletions:
+            ui.warn(f"run {record.id} {review.deletions}; see them with "
+                    f"`git iterare diff --stat {record.id}`")
+        if not risky and not review.deletions:
             return True
-        ui.warn(f"{risky} of them would run on this machine or make a tool run something "
-                f"(marked !); read them with `git iterare diff {record.id} -- PATH`")
         return confirm_or_refuse("Merge anyway?", yes)
 
     def confirm_detached(head: str) -> bool:

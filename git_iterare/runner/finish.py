@@ -342,11 +342,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                        "deletions": work.changes.deletions}
             if work.skipped:
                 _note_skipped(store, record.id, work.skipped)
-            for note in work.notes:
-                ui.warn(f"run {record.id}: {note}")
-            if work.rejected_head:
-                ui.warn(f"run {record.id}: the agent's branch was not imported "
-                        f"({work.rejected_head}); its files were committed instead")
+            _note_history(store, record.id, work)
         except expected_errors() as exc:
             status, error = _unfinished(store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
@@ -453,6 +449,28 @@ def _note_skipped(store: RunStore, run_id: str, skipped: Sequence[Skipped]) -> N
             + f" (listed by `git iterare show {run_id}`)")
     store.update(run_id, lambda r: r.with_extra(skipped={"paths": named, "more": more}),
                  f"{run_id} skipped")
+
+
+def _note_history(store: RunStore, run_id: str, work: FinishResult) -> None:
+    """Warn about each unusual way the agent's commits came back (``work.notes``, and why
+    its branch was not imported: the agent rewrote history, say by a reset and a new
+    commit, or diverged from it, and its files were committed on top instead), and keep
+    those lines in the record's ``extra.warnings`` (``show`` and ``merge`` repeat them)."""
+    lines = list(work.notes)
+    if work.rejected_head:
+        lines.append(f"the agent's branch was not imported ({work.rejected_head}); its "
+                     "files were committed instead")
+    for line in lines:
+        ui.warn(f"run {run_id}: {line}")
+    if not lines:
+        return
+
+    def add(r: RunRecord) -> RunRecord:
+        kept = [w for w in r.extra.get("warnings") or [] if isinstance(w, str)]
+        return r.replace(extra={**r.extra, "warnings": kept + [
+            line for line in lines if line not in kept]})
+
+    store.update(run_id, add, f"{run_id} warnings")
 
 
 def has_worktree(repo: Repo, record: RunRecord) -> bool:
@@ -634,6 +652,7 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False
             store.set_head(record.id, work.head, changes)
         if work.skipped:
             _note_skipped(store, record.id, work.skipped)
+        _note_history(store, record.id, work)
         new = work.commits
         if head:  # those up to the recorded head were annotated when the run ended
             from git_iterare.git.repo import common_git

@@ -206,6 +206,30 @@ class MergeOutcome:
     result: MergeResult
 
 
+@dataclass(frozen=True)
+class MergeReview:
+    """What ``merge`` shows before merging, and asks about.
+
+    Attributes:
+        changes: every changed file (``reason`` set on those that would execute on the
+            host).
+        warnings: the record's warnings about how the agent's commits came back (it
+            rewrote history, say), one line each (:func:`runs.render.recorded_warnings`).
+        deletions: one line (without the run's name) when the run deletes files under
+            ``.iterare/`` or many of its base's (:mod:`git_iterare.git.deletions`), else
+            None.
+    """
+
+    changes: list[FileChange]
+    warnings: tuple[str, ...] = ()
+    deletions: str | None = None
+
+    @property
+    def host_executables(self) -> int:
+        """How many changed files would execute on the host."""
+        return sum(1 for change in self.changes if change.reason)
+
+
 def host_executable_changes(repo: Repo, record: RunRecord) -> list[HostExecChange]:
     """Files changed by a run that would execute on the host (hooks, build scripts, ...)."""
     from git_iterare.git.hostexec import host_executable_changes as changes
@@ -222,7 +246,7 @@ def changed_files(repo: Repo, record: RunRecord) -> list[FileChange]:
 
 
 def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
-          confirm: Callable[[list[FileChange]], bool],
+          confirm: Callable[[MergeReview], bool],
           confirm_detached: Callable[[str], bool] = lambda head: True) -> MergeOutcome:
     """Merge a finished run's result into the current branch of the worktree the command
     runs in.
@@ -234,9 +258,8 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
         repo: the repository.
         record: the run.
         squash, no_ff: as ``git merge``.
-        confirm: called with every changed file (:class:`git_iterare.git.hostexec.FileChange`,
-            ``reason`` set on those that would execute on the host); returns whether to
-            go on.
+        confirm: called with the :class:`MergeReview` (every changed file, the record's
+            warnings, the deletions worth a question); returns whether to go on.
         confirm_detached: called with HEAD's commit (hex) when HEAD is detached, before
             anything else is shown; returns whether to merge into it.
 
@@ -263,10 +286,18 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
                               "it and no branch would hold the result; not merging",
                               hint="switch to a branch first (git switch NAME), or rerun "
                                    "with --yes")
-    _base_commit(record, "merge")
-    if not confirm(changed_files(repo, record)):
-        raise OperationFailed("merge cancelled: the run changes files that run on your "
-                              "machine", hint="review them, then rerun with --yes")
+    from git_iterare.git.deletions import deletions
+    from git_iterare.runs.render import recorded_warnings
+
+    changes = changed_files(repo, record)
+    review = MergeReview(changes, tuple(recorded_warnings(record)),
+                         deletions(repo, _base_commit(record, "merge"), changes).warning())
+    if not confirm(review):
+        what = [part for part, present in (
+            ("changes files that run on your machine", review.host_executables),
+            (review.deletions, review.deletions)) if present]
+        raise OperationFailed(f"merge cancelled: the run {' and '.join(map(str, what))}",
+                              hint="review them, then rerun with --yes")
     message = f"Merge run {record.id} ({record.prompt_name or record.name})"
     result = merge_run(repo, _merge_ref(repo, record, head), squash=squash, no_ff=no_ff,
                        message=message)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from git_iterare.agents.labels import REPORTED, disputed
 from git_iterare.runs.index import CORRUPT, Entry, list_item, span
 from git_iterare.runs.status import parse_iso
-from git_iterare.ui import sanitize, sanitize_line, usd
+from git_iterare.ui import bounded_line, sanitize, sanitize_line, usd
 
 if TYPE_CHECKING:
     from git_iterare.runs.record import RunRecord
@@ -301,6 +301,21 @@ def _not_committed(skipped: Any, paint: Any) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+def recorded_warnings(rec: RunRecord) -> list[str]:
+    """The record's ``extra.warnings`` (how the agent's commits came back, kept by
+    :func:`git_iterare.runner.finish._note_history`), each made one line; the first
+    :data:`MAX_WARNINGS_SHOWN` of them (a fetched record may hold anything)."""
+    found = rec.extra.get("warnings")
+    if not isinstance(found, list):
+        return []
+    return [bounded_line(w) for w in found if isinstance(w, str)][
+        :MAX_WARNINGS_SHOWN]
+
+
+#: Most of a record's warnings shown.
+MAX_WARNINGS_SHOWN = 10
+
+
 #: Version of the ``show --format json`` document.
 SHOW_JSON_VERSION = 1
 
@@ -429,6 +444,8 @@ def show_text(shown: Shown, now: _dt.datetime, paint: Any) -> str:
     field("policy", json.dumps(rec.policy, sort_keys=True) if rec.policy else None)
     field("extra", json.dumps(rec.extra, sort_keys=True) if rec.extra else None)
     field("error", rec.error, "red")
+    for line in recorded_warnings(rec):
+        field("warning", line, "yellow")
     out.append("")
     out.append(paint("Prompt:", "bold"))
     out.extend(f"    {line}" for line in sanitize(prompt).splitlines())
