@@ -89,6 +89,53 @@ def test_legacy_image_in_project_config_asks_nothing(repo: Path) -> None:
     assert "asks for nothing beyond the defaults" in trust.stdout, trust.stdout
 
 
+def _uncomment_iterare_example(repo: Path) -> None:
+    """What a user of iterare does with its ``init``'s config: uncomment the example
+    ``[firewall] allowed_domains`` it offers."""
+    config = repo / ".iterare" / "config.toml"
+    text = config.read_text()
+    example = '# [firewall]\n# allowed_domains = ["pypi.org", "files.pythonhosted.org"]\n'
+    assert example in text
+    config.write_text(text.replace(example, example.replace("# ", "")))
+
+
+def test_iterare_example_config_is_approved_at_the_terminal(
+        repo: Path, legacy: Legacy | None, hermetic_env: Path) -> None:
+    from tests.terminal import in_terminal
+
+    init_project(legacy, repo)
+    _uncomment_iterare_example(repo)
+    (repo / ".iterare" / "prompts" / "t.md").write_text("---\nagent: shell\n---\necho hi\n")
+    commit_all(repo, "iterare init, its example allowlist")
+    no_engine = {"DOCKER_HOST": "unix:///nonexistent.sock"}
+    refusal = ("error: this repository asks for settings you have not approved "
+               "(firewall.allowed_domains); review them with `git iterare trust`")
+    # Without a terminal: the one-line refusal.
+    done = iterare("execute", "t", cwd=repo, env=no_engine)
+    assert (done.returncode, done.stderr) == (2, refusal + "\n")
+    # On a terminal: what is asked, and the question; Enter (no, the default) refuses alike.
+    argv = ["env", "NO_COLOR=1", "DOCKER_HOST=unix:///nonexistent.sock",
+            "git", "iterare", "execute", "t"]
+    code, out = in_terminal(argv, repo, b"\r", b"[y/N] ")
+    lines = out.decode().replace("\r\n", "\n").splitlines()
+    assert code == 2, out
+    assert lines == [
+        f"repository: {repo}",
+        "asks for (from .iterare/config.toml, Dockerfile, include, prompts and agent settings):",
+        '  firewall.allowed_domains = ["pypi.org", "files.pythonhosted.org"]',
+        "not approved yet",
+        "Approve this for the repository and go on? [y/N] ",
+        refusal]
+    assert git("for-each-ref", "refs/iterare/", cwd=repo).stdout == ""
+    # y approves it there, and the run goes on (to the engine, absent here).
+    code, out = in_terminal(argv, repo, b"y\r", b"[y/N] ")
+    assert code == 1, out
+    assert out.decode().rstrip().endswith("error: cannot reach the Docker engine at "
+                                          "unix:///nonexistent.sock (is dockerd running?)")
+    trust = iterare("trust", "--show", cwd=repo)
+    assert "all of it is approved" in trust.stdout, trust.stdout
+
+
 # -- item 2: flags, compose networks --------------------------------------------------------
 
 def test_compose_network_name(tmp_path: Path) -> None:

@@ -431,8 +431,8 @@ def test_terminal_asks_and_no_stops_with_nothing_created(clone: Path, hermetic_e
     assert "      RUN echo extra > /etc/extra" in output
     assert "Approve this for the repository and go on? [y/N]" in output
     assert output.rstrip().endswith(
-        "error: not approved; nothing was started (review the settings with "
-        "`git iterare trust`)")
+        f"{REFUSED} (Dockerfile, firewall.allowed_domains, mounts.volumes); review them "
+        "with `git iterare trust`")
     assert "cannot reach the Docker engine" not in output
     nothing_created(clone)
     assert not trust_dir(hermetic_env).exists()

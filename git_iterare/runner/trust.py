@@ -392,8 +392,9 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
     """The gate: return when what ``repo`` asks for is approved, else ask or refuse.
 
     Call it before anything is created and before the project Dockerfile is built. On a
-    terminal (stdin and stderr are ttys) the summary is shown and y/N asked; yes stores
-    the approval. Without one the run is refused.
+    terminal (stdin and stderr are ttys) the summary is shown and y/N asked, as direnv's
+    ``allow`` and editors' workspace trust do; yes stores the approval. Without one, or
+    with any other answer (the default is no), it is refused.
 
     Args:
         repo: the repository, or None (outside one nothing is asked for).
@@ -406,8 +407,8 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
         agents: the agents whose settings count (the one a run starts); all when None.
 
     Raises:
-        UserError: something is not approved and there is no terminal (naming the items
-            and ``git iterare trust``), or the user answered no.
+        UserError: something is not approved and there is no terminal, or the user
+            answered no (naming the items and ``git iterare trust``).
     """
     if repo is None or repo.project_tree is None:
         return
@@ -419,10 +420,8 @@ def require_approval(repo: Repo | None, config: Config, prompt_env: Sequence[str
         return
     if ask is None and _on_terminal():
         ask = _ask_terminal
-    if ask is None:
+    # No terminal, or the answer no (the default): one refusal naming what is asked for.
+    if ask is None or not ask(render(current)):
         raise UserError(f"{NOT_APPROVED} ({', '.join(missing)}); review them with "
                         f"`git iterare trust`")
-    if not ask(render(current)):
-        raise UserError("not approved; nothing was started",
-                        hint="review the settings with `git iterare trust`")
     approve(current)
