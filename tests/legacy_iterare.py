@@ -9,9 +9,11 @@ the tests use its ``init`` output recorded in ``tests/data/legacy`` (see the REA
 iterare's ``execute`` needs its image ``sohonet/iterare-llm`` from Docker Hub, which these
 machines cannot reach, so a run is made the way its ``execute`` makes one, by its own
 functions: ``generate_run_name``, ``create_worktree`` (a worktree ``workspaces/<run>`` on
-branch ``<run>``), ``register_run`` (the runs file) and the log file its
+branch ``<run>``), ``prepare_workspace`` (its ``.claude-auto-config.json`` and
+``.claude-prompt.md`` in the worktree, from the prompt file ``.iterare/prompts/<name>.md``
+when there is one), ``register_run`` (the runs file) and the log file its
 ``launch_container`` creates, into which its container tees Claude Code's stream-json
-output (here ``tests/data/claude-stream.jsonl``, recorded from the real Claude Code).
+output (by default ``tests/data/claude-stream.jsonl``, recorded from the real Claude Code).
 """
 
 from __future__ import annotations
@@ -37,10 +39,15 @@ import json, os, sys
 from pathlib import Path
 from iterare_llm.git import create_worktree
 from iterare_llm.paths import get_log_file_path
+from iterare_llm.prompt import parse_prompt_file
 from iterare_llm.run import generate_run_name, get_runs_file, register_run
+from iterare_llm.workspace import prepare_workspace
 project, prompt_name, stream = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 run_name = generate_run_name(prompt_name)
 worktree = create_worktree(project, run_name, sys.argv[4])
+prompt_file = project / ".iterare" / "prompts" / f"{prompt_name}.md"
+content = parse_prompt_file(prompt_file).content if prompt_file.is_file() else "Do it.\\n"
+prepare_workspace(worktree, content)
 register_run(project, run_name, prompt_name)
 log_file = get_log_file_path(run_name)
 log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -79,10 +86,12 @@ class Legacy:
         done = self.run("init", str(project), cwd=project)
         assert done.returncode == 0, done.stderr
 
-    def make_run(self, project: Path, prompt_name: str, base: str = "main") -> dict[str, str]:
-        """A run as iterare's ``execute`` makes it (see the module docstring)."""
+    def make_run(self, project: Path, prompt_name: str, base: str = "main",
+                 stream: Path = CLAUDE_STREAM) -> dict[str, str]:
+        """A run as iterare's ``execute`` makes it (see the module docstring), its log
+        ``stream``."""
         done = subprocess.run([str(self.bin / "python"), "-c", _MAKE_RUN, str(project),
-                               prompt_name, str(CLAUDE_STREAM), base], cwd=project,
+                               prompt_name, str(stream), base], cwd=project,
                               text=True, capture_output=True, check=False, env=_env())
         assert done.returncode == 0, done.stderr
         result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])

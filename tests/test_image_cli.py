@@ -206,3 +206,17 @@ def test_engine_unreachable_is_one_line(tmp_path: Path) -> None:
         assert result.stderr.splitlines()[-1] == (
             "error: cannot reach the Docker engine at unix:///nonexistent.sock "
             "(is dockerd running?)")
+
+
+def test_status_of_iterares_image_is_that_of_the_image_runs_use(tmp_path: Path) -> None:
+    # iterare's image stands for git-iterare's own: execute never uses it, nor does status.
+    from git_iterare.config import DEFAULT_IMAGE
+
+    env = {"ITERARE_DOCKER_IMAGE": "sohonet/iterare-llm:latest"}
+    result = iterare("image", "status", cwd=tmp_path, env=env)
+    own = iterare("image", "status", cwd=tmp_path, env={"ITERARE_DOCKER_IMAGE": DEFAULT_IMAGE})
+    assert (result.returncode, result.stdout) == (own.returncode, own.stdout)
+    assert result.stdout.splitlines()[1] == f"image: {DEFAULT_IMAGE}"
+    assert result.stderr == (
+        f"note: docker.image sohonet/iterare-llm:latest is iterare's image; runs use "
+        f"git-iterare's own image {DEFAULT_IMAGE} instead\n" + own.stderr)

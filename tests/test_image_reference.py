@@ -19,17 +19,17 @@ BAD = ["../containers/x", "x/../y", " x", "x y", "X:1", "a//b", "-x", "x:", "a:b
 
 @pytest.mark.parametrize("name", GOOD)
 def test_image_references_are_taken(name: str) -> None:
-    assert image._configured_image({"docker.image": name}) == name
+    assert image.configured_image({"docker.image": name}) == name
 
 
 @pytest.mark.parametrize("name", BAD)
 def test_anything_else_is_refused_with_one_line(name: str) -> None:
     with pytest.raises(UserError) as refused:
-        image._configured_image({"docker.image": name})
+        image.configured_image({"docker.image": name})
     assert refused.value.render().count("\n") <= 1
     assert "is not an image name" in str(refused.value)
 
 
 def test_iterares_image_stands_for_git_iterares_own() -> None:
-    assert image._configured_image({"docker.image": "sohonet/iterare-llm:latest"}) == \
+    assert image.configured_image({"docker.image": "sohonet/iterare-llm:latest"}) == \
         image.DEFAULT_IMAGE_NAME

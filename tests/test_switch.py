@@ -201,7 +201,7 @@ def test_imported_runs_work_with_every_command(repo: Path, legacy: Legacy | None
 
     imported = iterare("import-legacy", cwd=repo)
     assert imported.returncode == 0, imported.stderr
-    assert f"created  {rid} -> {rid} (lost)" in imported.stdout
+    assert f"created  {rid} -> {rid} (succeeded)" in imported.stdout
     rec = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
     assert (rec["base_commit"], rec["base_branch"], rec["branch"]) == (base, "main", rid)
     assert rec["changes"] == {"files": 1, "insertions": 1, "deletions": 0}
@@ -212,7 +212,7 @@ def test_imported_runs_work_with_every_command(repo: Path, legacy: Legacy | None
     # iterare's log is imported and rendered (its own `iterare log` renders it too).
     theirs = legacy.run("log", rid, cwd=repo)
     ours = iterare("log", rid, cwd=repo)
-    assert ours.stderr == ""
+    assert (ours.returncode, ours.stderr) == (0, "")
     assert "I will create the file." in theirs.stdout and "I will create the file." in ours.stdout
     assert "Log: 0 lines" not in iterare("show", rid, cwd=repo).stdout
 
@@ -225,9 +225,15 @@ def test_imported_runs_work_with_every_command(repo: Path, legacy: Legacy | None
     rec = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
     assert rec["head"] == tip
 
+    # iterare's own .claude-auto-config.json and .claude-prompt.md are in the worktree,
+    # untracked: they are no work that cleanup would lose; the unmerged branch is.
+    assert git("status", "--porcelain", cwd=worktree).stdout == (
+        "?? .claude-auto-config.json\n?? .claude-prompt.md\n")
     refused = iterare("cleanup", "-y", rid, cwd=repo)
-    assert refused.returncode == 1
-    assert f"branch {rid} is not merged into any local branch" in refused.stderr
+    assert (refused.returncode, refused.stderr) == (
+        1, f"error: run {rid} has work that would be lost: branch {rid} is not merged into "
+           f"any local branch (`git iterare merge {rid}` first, or "
+           f"`git iterare cleanup --force {rid}`)\n")
     assert worktree.is_dir()
     merged = iterare("merge", "-y", rid, cwd=repo)
     assert merged.returncode == 0, merged.stderr
@@ -237,6 +243,72 @@ def test_imported_runs_work_with_every_command(repo: Path, legacy: Legacy | None
     assert not worktree.exists()
     assert git("branch", "--list", rid, cwd=repo).stdout == ""
     assert rid not in git("worktree", "list", cwd=repo).stdout
+
+
+def _stream(tmp_path: Path, name: str, last: dict[str, object] | None) -> Path:
+    """The recorded Claude Code stream with its final result event changed by ``last``
+    (None: without one, as when the container was killed)."""
+    from tests.legacy_iterare import CLAUDE_STREAM
+
+    lines = CLAUDE_STREAM.read_text().splitlines()
+    result = json.loads(lines[-1])
+    assert result["type"] == "result"
+    lines = lines[:-1] + ([json.dumps({**result, **last})] if last is not None else [])
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_imported_runs_tell_how_they_ended(repo: Path, legacy: Legacy | None,
+                                           tmp_path: Path) -> None:
+    if legacy is None:
+        pytest.skip("no Python 3.13 for iterare-llm 0.2.3 (see tests/data/legacy/README.md)")
+    init_project(legacy, repo)
+    (repo / ".iterare" / "prompts" / "docs.md").write_text(
+        "---\nworkspace: docs\n---\nWrite the docs.\n")
+    commit_all(repo, "iterare init")
+    done = legacy.make_run(repo, "docs")["run"]
+    failed = legacy.make_run(repo, "docs", stream=_stream(tmp_path, "failed.log", {
+        "subtype": "error_max_turns", "is_error": True, "result": "Ran out of turns.",
+        "total_cost_usd": 1.25}))["run"]
+    cut = legacy.make_run(repo, "docs", stream=_stream(tmp_path, "cut.log", None))["run"]
+    imported = iterare("import-legacy", cwd=repo)
+    assert imported.returncode == 0, imported.stderr
+    assert sorted(imported.stdout.splitlines()[:3]) == sorted([
+        f"created  {done} -> {done} (succeeded)", f"created  {failed} -> {failed} (failed)",
+        f"created  {cut} -> {cut} (lost)"])
+    listed = {line.split("\t")[0]: line.split("\t") for line in iterare(
+        "list", "--format", "porcelain", cwd=repo).stdout.splitlines()}
+    reported = json.loads(_stream(tmp_path, "ok.log", {}).read_text().splitlines()[-1])
+    assert (listed[done][1], listed[done][5]) == (
+        "succeeded", str(reported["total_cost_usd"]))
+    assert (listed[failed][1], listed[failed][5]) == ("failed", "1.25")
+    assert (listed[cut][1], listed[cut][5]) == ("lost", "-")
+    assert "error:     Ran out of turns." in iterare("show", failed, cwd=repo).stdout
+    # The prompt text iterare gave Claude Code, from its .claude-prompt.md.
+    shown = iterare("show", done, cwd=repo).stdout
+    assert shown.split("Prompt:\n", 1)[1].split("\n\n", 1)[0] == "    Write the docs."
+
+
+def test_an_earlier_import_of_a_lost_run_is_given_its_outcome(repo: Path) -> None:
+    from tests.legacy_iterare import CLAUDE_STREAM
+    from tests.test_cli_import_legacy import legacy_file
+
+    rid = "fix-api-abc12345"
+    git("worktree", "add", "-q", "-b", rid, str(repo / "workspaces" / rid), "main", cwd=repo)
+    path = legacy_file(repo)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({rid: {"prompt_name": "fix-api", "timestamp": 1767225600.5,
+                                      "project_dir": str(repo)}}))
+    assert iterare("import-legacy", cwd=repo).returncode == 0  # no log yet: lost
+    # What an import before outcomes were read left: a lost record holding the log.
+    from git_iterare.runs.store import RunStore
+
+    RunStore(repo).set_log(rid, CLAUDE_STREAM.read_bytes())
+    again = iterare("import-legacy", cwd=repo)
+    assert again.stdout.splitlines()[0] == f"exists   {rid} -> {rid} (succeeded)"
+    rec = json.loads(git("show", f"refs/iterare/runs/{rid}:run.json", cwd=repo).stdout)
+    assert (rec["status"], rec["finished"], rec["turns"]) == ("succeeded", None, 2)
 
 
 def test_imported_run_without_known_base(repo: Path, legacy: Legacy | None) -> None:

@@ -68,9 +68,10 @@ def status(fmt: str) -> None:
     from git_iterare.runner import image
     from git_iterare.ui import sanitize
 
-    name = app().config["docker.image"]
     report = image.status(app().config)
     info = report.image
+    if report.note:
+        click.echo(f"note: {report.note}", err=True)
     if fmt == "json":
         click.echo(json.dumps({"name": info.name, "present": info.present, "id": info.id,
                                "created": info.created, "labels": dict(info.labels),
@@ -85,7 +86,8 @@ def status(fmt: str) -> None:
             for key in sorted(info.labels):
                 click.echo(f"label {key}: {info.labels[key]}")
     if not info.present:
-        raise OperationFailed(f"image {name} is missing", hint="run `git iterare image build`")
+        raise OperationFailed(f"image {info.name} is missing",
+                              hint="run `git iterare image build`")
 
 
 def _share_common_options() -> None:

@@ -24,11 +24,14 @@ class ImageReport:
         image: what the engine knows about ``docker.image``.
         engine_label: how messages name the engine (``unix:///var/run/docker.sock``).
         engine: the engine as a run record keeps it (``{"name", "url"}``).
+        note: one line when ``docker.image`` is not the image runs use (iterare's image
+            stands for git-iterare's own), else None.
     """
 
     image: ImageStatus
     engine_label: str
     engine: dict[str, str]
+    note: str | None = None
 
 
 def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
@@ -57,7 +60,7 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
     from git_iterare import proc
     from git_iterare.agents import image_agents
     from git_iterare.runner.trust import require_approval
-    from git_iterare.sandbox.image import build_image, ensure_image
+    from git_iterare.sandbox.image import build_image, configured_image, ensure_image
 
     project = repo is not None and repo.main_work_tree is not None
     if project:
@@ -65,9 +68,10 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
         # with the user's approval (git iterare trust).
         require_approval(repo, config, agents=())  # a build starts no agent
     ca = config["docker.ca_bundle"]
-    announce(f"building {config['docker.image']} from {config['docker.base_image']}")
+    name = configured_image(config)  # iterare's image stands for git-iterare's own
+    announce(f"building {name} from {config['docker.base_image']}")
     held = image_agents(config)
-    ref = build_image(config["docker.image"], base=config["docker.base_image"],
+    ref = build_image(name, base=config["docker.base_image"],
                       ca_bundle=Path(ca).expanduser() if ca else None,
                       agents=held.agents, installs=held.installs, no_cache=no_cache,
                       progress=progress, verbose=proc.VERBOSE)
@@ -80,15 +84,22 @@ def build(repo: Repo | None, config: Config, *, no_cache: bool = False,
 
 
 def status(config: Config) -> ImageReport:
-    """What the engine in use knows about ``docker.image``.
+    """What the engine in use knows about the image runs use: ``docker.image``, or
+    git-iterare's own where that is iterare's (:func:`sandbox.image.configured_image`).
 
     Raises:
         OperationFailed: the engine is unreachable.
-        UserError: the engine configuration is invalid.
+        UserError: the engine configuration is invalid, or ``docker.image`` is no image
+            name.
     """
     from git_iterare.sandbox.engine import current
-    from git_iterare.sandbox.image import image_status
+    from git_iterare.sandbox.image import configured_image, image_status
 
+    name = configured_image(config)
+    note = None
+    if name != config["docker.image"]:
+        note = (f"docker.image {config['docker.image']} is iterare's image; runs use "
+                f"git-iterare's own image {name} instead")
     engine = current()
-    return ImageReport(image=image_status(config["docker.image"]), engine_label=engine.label,
-                       engine=engine.describe())
+    return ImageReport(image=image_status(name), engine_label=engine.label,
+                       engine=engine.describe(), note=note)

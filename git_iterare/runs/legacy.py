@@ -16,13 +16,16 @@ An imported run:
   "branch: Created from X"), else the merge base of the branch and ``HEAD``; when neither
   is known it stays None and ``diff``/``merge`` say so (see :func:`base_of`);
 * gets iterare's log as its ``log.jsonl`` (at most :data:`MAX_LEGACY_LOG_BYTES`);
-* has status ``lost`` while its branch exists (iterare did not record how a run ended)
-  and ``cleaned`` once it is gone; its ``head`` follows the branch until cleanup
-  (:func:`follow`), and ``cleanup`` removes iterare's worktree and branch
-  (:func:`cleanup`).
+* has, while its branch exists, the status its log's final report gives (``succeeded``
+  or ``failed``, with the cost, tokens and turns; ``lost`` without one, see
+  :mod:`git_iterare.runs.legacy_outcome`), and ``cleaned`` once it is gone; its ``head``
+  follows the branch until cleanup (:func:`follow`), and ``cleanup`` removes iterare's
+  worktree and branch (:func:`cleanup`), iterare's own files in it being no work;
+* gets as ``prompt.md`` the prompt text iterare left in its worktree
+  (``.claude-prompt.md``), else an empty one.
 
-Its prompt text was not kept: ``prompt.md`` is empty. Re-importing skips runs that
-already have a record.
+Re-importing skips runs that already have a record, giving a ``lost`` one the outcome its
+log tells.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from git_iterare.errors import OperationFailed, UserError
-from git_iterare.runs import ids
+from git_iterare.runs import ids, legacy_outcome
 from git_iterare.runs.cas import read_ref
 from git_iterare.runs.record import RunRecord
 from git_iterare.runs.status import CLEANED, LOST
@@ -192,9 +195,12 @@ def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
             if not [h for h in holders if h != ref and not h.startswith("refs/heads/iterare/")]:
                 problems.append(f"branch {branch} is not merged into any local branch")
         if registered and worktree.is_dir():
-            status = proc.git("-C", str(worktree), "status", "--porcelain",
+            status = proc.git("-C", str(worktree), "status", "--porcelain", "-z",
                               "--untracked-files=normal", cwd=top, check=False)
-            if status.returncode != 0 or status.stdout.strip():
+            # iterare's own files, written by its execute, are not the run's work.
+            ours = {f"?? {name}" for name in legacy_outcome.PREDECESSOR_FILES}
+            if status.returncode != 0 or [entry for entry in status.stdout.split("\0")
+                                          if entry and entry not in ours]:
                 problems.append(f"{worktree} has uncommitted changes")
         if problems:
             raise OperationFailed(
@@ -206,6 +212,19 @@ def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
                  check=False)
     if exists:
         proc.git("branch", "-D", "--", branch, cwd=top, check=False)
+
+
+def _settle_lost(store: RunStore, record: RunRecord) -> RunRecord:
+    """An earlier import's ``lost`` run given the outcome its stored log tells
+    (:func:`legacy_outcome.outcome`); other records as they are."""
+    if not is_legacy(record) or record.status != LOST:
+        return record
+    ended = legacy_outcome.outcome(store.read_log(record.id))
+    if ended.status == LOST:
+        return record
+    fields = ended.fields()
+    return store.transition(record.id, str(fields.pop("status")), finished=record.finished,
+                            **fields)
 
 
 def _registered_worktree(top: Path, worktree: Path) -> bool:
@@ -292,30 +311,35 @@ def import_runs(store: RunStore, project_dir: Path, path: Path | None = None) ->
             results.append(Imported(legacy_name, None, "skipped", "not a usable run name"))
             continue
         if run_id in existing:
-            results.append(Imported(legacy_name, run_id, "exists", store.get(run_id).status))
+            results.append(Imported(legacy_name, run_id, "exists",
+                                    _settle_lost(store, store.get(run_id)).status))
             continue
         project = Path(str(info.get("project_dir") or project_dir))
         worktree = project / "workspaces" / legacy_name
         head = read_ref(store.repo, f"refs/heads/{legacy_name}".encode()) \
             if ids.name_problem(legacy_name) is None or ids.is_run_id(legacy_name) else None
-        status = LOST if head else CLEANED
+        log = read_log(log_file(legacy_name))
+        ended = legacy_outcome.outcome(log) if head else None
+        status = ended.status if ended else CLEANED
         base_commit, base_branch = (base_of(store.common_dir, legacy_name, project_dir)
                                     if head else (None, None))
         created = _iso(info.get("timestamp"))
         prompt_name = info.get("prompt_name") if isinstance(info.get("prompt_name"), str) \
             else None
         times = {"created": created} if created else {}
+        has_worktree = bool(head) and worktree.is_dir()
         store.create(
             ids.validate_name(run_id.rsplit("-", 1)[0]), run_id=run_id,
-            prompt_name=prompt_name, prompt_path=None, prompt_text="",
-            base_commit=base_commit, base_branch=base_branch, agent="claude", status=status,
+            prompt_name=prompt_name, prompt_path=None,
+            prompt_text=legacy_outcome.prompt_text(worktree) if has_worktree else "",
+            base_commit=base_commit, base_branch=base_branch, agent="claude",
+            **(ended.fields() if ended else {"status": status}),
             branch=legacy_name, head=head.decode() if head else None,
-            worktree=str(worktree) if head and worktree.is_dir() else None,
+            worktree=str(worktree) if has_worktree else None,
             extra={"legacy": {"run_name": legacy_name, "timestamp": info.get("timestamp"),
                               "project_dir": info.get("project_dir"), "file": str(source)}},
             **times,
         )
-        log = read_log(log_file(legacy_name))
         if log:
             store.set_log(run_id, log)
         if head and base_commit:

@@ -19,6 +19,7 @@ from git_iterare.runs.status import parse_iso
 from git_iterare.ui import bounded_line, sanitize, sanitize_line, usd
 
 if TYPE_CHECKING:
+    from git_iterare.agents.values import Event
     from git_iterare.runs.record import RunRecord
 
 #: Version of the ``list --format json`` document.
@@ -248,7 +249,6 @@ def log_summary(log: bytes, agent: str | None = None) -> tuple[int, str | None]:
     Lines are counted without being copied.
     """
     from git_iterare.agents import for_record
-    from git_iterare.limits import MAX_LINE_BYTES, MAX_SUMMARY_EVENTS
 
     count = 0
     start = 0
@@ -258,6 +258,17 @@ def log_summary(log: bytes, agent: str | None = None) -> tuple[int, str | None]:
         if log[start:end].strip():
             count += 1
         start = end + 1
+    summary = for_record(agent).summarize(tail_events(log, agent)).summary
+    return count, summary or None
+
+
+def tail_events(log: bytes, agent: str | None = None) -> list[Event]:
+    """The events of the last :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` lines of a
+    ``log.jsonl``, as the agent that wrote it (``agent``, a record's ``agent`` field) reads
+    them, oldest first; lines over :data:`~git_iterare.limits.MAX_LINE_BYTES` are skipped."""
+    from git_iterare.agents import for_record
+    from git_iterare.limits import MAX_LINE_BYTES, MAX_SUMMARY_EVENTS
+
     tail: list[str] = []
     end = len(log)
     while end > 0 and len(tail) < MAX_SUMMARY_EVENTS:
@@ -267,8 +278,7 @@ def log_summary(log: bytes, agent: str | None = None) -> tuple[int, str | None]:
         if raw.strip() and len(raw) <= MAX_LINE_BYTES:
             tail.append(raw.decode("utf-8", "replace"))
     reader = for_record(agent)
-    summary = reader.summarize([reader.parse_line(line) for line in reversed(tail)]).summary
-    return count, summary or None
+    return [reader.parse_line(line) for line in reversed(tail)]
 
 
 def engine_text(extra: Any) -> str | None:

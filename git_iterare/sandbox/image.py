@@ -471,7 +471,7 @@ def ensure_image(config: Settings, repo: Project | None = None,
         UserError: bad CA bundle, or an unreadable project Dockerfile.
         OperationFailed: the engine is unreachable or a build failed.
     """
-    name = _configured_image(config)
+    name = configured_image(config)
     if is_legacy_image(config["docker.image"]):
         progress(f"note: docker.image {config['docker.image']} is iterare's image; running "
                  f"git-iterare's own image {DEFAULT_IMAGE_NAME} instead")
@@ -530,7 +530,7 @@ IMAGE_REFERENCE = re.compile(
     r":[0-9a-fA-F]{32,})?|sha256:[0-9a-f]{64}|[0-9a-f]{12,64})")
 
 
-def _configured_image(config: Settings) -> str:
+def configured_image(config: Settings) -> str:
     """``docker.image``, or :data:`DEFAULT_IMAGE_NAME` for iterare's image.
 
     Raises:
@@ -582,7 +582,7 @@ def ready_sidecar_image(config: Settings, status_of: StatusOf, *,
     Raises:
         whatever ``status_of`` raises.
     """
-    status = status_of(_configured_image(config))
+    status = status_of(configured_image(config))
     if status.present and status.labels.get(LABEL_CONTEXT_HASH) is None:
         status = status_of(DEFAULT_IMAGE_NAME)  # a user's own image: the sidecar's is ours
     installs = installs or {}
