@@ -118,7 +118,7 @@ def test_real_program_commits_through_a_fake_of_its_api(
 def test_real_codex_looks_up_no_name_behind_a_gateway(agent_user: str | None,
                                                       shared_dir: Path) -> None:
     """With its gateway on 127.0.0.1, Codex resolves no name at all (telemetry and plugin
-    downloads are off), so the gateway is the only domain a run needs."""
+    downloads are off), so a run needs no allowlisted name, only the gateway's CIDR."""
     from tests.fakeapi.netwatch import API_PORT
 
     codex = agents.get_agent("codex")
@@ -128,8 +128,11 @@ def test_real_codex_looks_up_no_name_behind_a_gateway(agent_user: str | None,
     prompt.write_text("Say hello.\n")
     subprocess.run(["chown", "-R", str(agent_user), str(shared_dir)], check=True)
     gateway = f"http://127.0.0.1:{API_PORT}/v1"
-    cfg = config.load(None, {"codex.base_url": gateway}, env={}, git_entries=[])
-    assert codex.required_domains(cfg) == [f"127.0.0.1:{API_PORT}"]
+    cfg = config.load(None, {"codex.base_url": gateway,
+                             "firewall.allowed_cidrs": ["127.0.0.1/32"]},
+                      env={}, git_entries=[])
+    # A gateway by address needs no allowlisted name: the CIDR lets it through.
+    assert codex.required_domains(cfg) == []
     env = {"HOME": str(shared_dir / "home"), "PATH": f"{bin_dir}:/usr/bin:/bin",
            **codex.environment(cfg), **codex.credentials(cfg, {"OPENAI_API_KEY": "k"}).env}
     spec = shared_dir / "spec.json"

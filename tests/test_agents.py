@@ -145,6 +145,29 @@ def test_claude_bad_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
         agents.get_agent("claude").required_domains(make_config(claude_base_url="gw:80"))
 
 
+@pytest.mark.parametrize("name, url, cidr", [
+    ("claude", "http://198.18.7.1:8080/v1", "198.18.7.0/24"),
+    ("gemini", "https://[fd00::7]/google", "fd00::/64"),
+    ("codex", "http://10.2.3.4/v1", "10.2.3.4/32")])
+def test_a_gateway_given_by_address_is_reached_through_allowed_cidrs(
+        monkeypatch: pytest.MonkeyPatch, name: str, url: str, cidr: str) -> None:
+    for var in ("ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    agent = agents.get_agent(name)
+    key = f"{name}_base_url"
+    # An address is no allowlist entry: the CIDR the user allowed lets it through.
+    allowed = make_config(**{key: url, "firewall_allowed_cidrs": ["192.0.2.0/24", cidr]})
+    assert agent.required_domains(allowed) == []
+    address = url.split("/")[2].rsplit(":", 1)[0].strip("[]") if "[" not in url else "fd00::7"
+    with pytest.raises(UserError) as refused:
+        agent.required_domains(make_config(**{key: url}))
+    suffix = "128" if ":" in address else "32"
+    assert refused.value.render() == (
+        f"{name}.base_url: the gateway's host {address} is an address, which the sandbox "
+        f"reaches only when firewall.allowed_cidrs holds it (add \"{address}/{suffix}\" to "
+        f"allowed_cidrs under [firewall], or name the gateway by its host name)")
+
+
 def test_claude_credentials_from_env_first() -> None:
     creds = agents.get_agent("claude").credentials(
         make_config(), {"CLAUDE_CODE_OAUTH_TOKEN": "oat", "ANTHROPIC_API_KEY": "key"})

@@ -181,6 +181,24 @@ def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
     assert iterare("cleanup", "-y", rid, cwd=project).returncode == 0
 
 
+def test_claude_reaches_a_gateway_given_by_address(project: Path, tmp_path: Path) -> None:
+    # No name at all: the address, which firewall.allowed_cidrs holds, is all it reaches.
+    with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"]) as api:
+        port = api.url.rsplit(":", 1)[1]
+        with (project / ".iterare" / "config.toml").open("a") as config:
+            config.write(f'[claude]\nbase_url = "http://{NET["GATEWAY_V4"]}:{port}"\n'
+                         f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
+        git("commit", "-qam", "gateway by address", cwd=project)
+        assert iterare("trust", "--yes", cwd=project).returncode == 0
+        prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
+        env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
+        started = iterare("execute", "notes", "-f", cwd=project, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+    rid = run_id(started.stdout)
+    assert record(project, rid)["status"] == "succeeded"
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
+
+
 def test_files_the_agent_locked_are_committed_and_cleaned_up(project: Path) -> None:
     """Folders and files the agent made mode 000 (in the worktree and its gitdir) are the
     user's again at finish: the work is committed and cleanup removes everything."""

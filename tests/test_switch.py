@@ -136,6 +136,31 @@ def test_iterare_example_config_is_approved_at_the_terminal(
     assert "all of it is approved" in trust.stdout, trust.stdout
 
 
+def test_a_read_write_mount_the_agent_cannot_write_is_named(repo: Path) -> None:
+    """iterare's template mount, ``./data:/workspace/data:rw``: the agent's uid is no host
+    account's, so only the bits for others let it write; a folder that does not says so."""
+    data = repo / "data"
+    data.mkdir()
+    data.chmod(0o755)
+    user_config('[mounts]\nvolumes = ["./data:/workspace/data:rw", "./open:/workspace/open"]\n')
+    (repo / "open").mkdir()
+    (repo / "open").chmod(0o777)
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "prompts" / "t.md").write_text("---\nagent: shell\n---\necho hi\n")
+    commit_all(repo, "prompt")
+    done = iterare("execute", "t", cwd=repo, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"warning: mounts.volumes entry './data:/workspace/data:rw': the agent cannot write "
+        f"in {data} (yours, mode 0755): it runs as a uid of its own, which owns nothing "
+        f"there; mount it :ro, or let every user write there (chmod o+wx {data})",
+        "error: cannot reach the Docker engine at unix:///nonexistent.sock (is dockerd "
+        "running?)"]
+    user_config('[mounts]\nvolumes = ["./data:/workspace/data:ro"]\n')
+    done = iterare("execute", "t", cwd=repo, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert "warning" not in done.stderr
+
+
 # -- item 2: flags, compose networks --------------------------------------------------------
 
 def test_compose_network_name(tmp_path: Path) -> None:

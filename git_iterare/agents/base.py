@@ -86,6 +86,44 @@ def gateway_url(config: Settings, key: str, env_var: str,
     return url
 
 
+def gateway_domains(config: Settings, url: str, key: str, env_var: str) -> list[str]:
+    """The allowlist entries an agent's gateway ``url`` needs: its host name, with the port
+    the URL names (the firewall opens 80 and 443 for a name, or only the port given); none
+    for an address, which the sandbox reaches through ``firewall.allowed_cidrs`` alone (an
+    allowlist entry is a name the resolver answers).
+
+    Args:
+        config: the effective configuration (``firewall.allowed_cidrs`` is read).
+        url: the gateway, an http(s) URL (:func:`gateway_url`), or "" for none.
+        key, env_var: the agent's setting and variable, naming where ``url`` came from.
+
+    Raises:
+        UserError: the host is an address no ``firewall.allowed_cidrs`` entry holds.
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return []
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return [f"{host}:{parts.port}" if parts.port else host]
+    for entry in config["firewall.allowed_cidrs"]:
+        try:
+            if address in ipaddress.ip_network(str(entry), strict=False):
+                return []
+        except ValueError:
+            continue  # the policy names a bad entry with its origin
+    where = key if config[key] else env_var
+    raise UserError(f"{where}: the gateway's host {address} is an address, which the "
+                    "sandbox reaches only when firewall.allowed_cidrs holds it",
+                    hint=f'add "{address}/{address.max_prefixlen}" to allowed_cidrs under '
+                         "[firewall], or name the gateway by its host name")
+
+
 def text_event(line: str) -> Event:
     """A plain output line."""
     return Event(kind="text", parts=(Part("text", line),), line=line)

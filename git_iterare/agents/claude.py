@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from git_iterare.agents.base import (
     Agent,
@@ -40,6 +39,7 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_domains,
     gateway_url,
     json_settings,
     npm_install,
@@ -199,11 +199,7 @@ class Claude(Agent):
     def required_domains(self, config: Settings) -> list[str]:
         url = base_url(config)
         if url:
-            parts = urlsplit(url)
-            if not parts.hostname:
-                return []
-            # The firewall opens 80 and 443 for a name, or only the port it names.
-            return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
+            return gateway_domains(config, url, "claude.base_url", "ANTHROPIC_BASE_URL")
         return list(ANTHROPIC_DOMAINS)
 
     def command(self, *, prompt_file: str, config: Settings) -> list[str]:

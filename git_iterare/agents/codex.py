@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from git_iterare.agents.base import (
     Agent,
@@ -45,6 +44,7 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_domains,
     gateway_url,
     npm_install,
     parse_json_object,
@@ -183,11 +183,7 @@ class Codex(Agent):
         return npm_install("@openai/codex", config["codex.version"] or "latest", "codex")
 
     def required_domains(self, config: Settings) -> list[str]:
-        parts = urlsplit(base_url(config))
-        if not parts.hostname:
-            return []
-        # The firewall opens 80 and 443 for a name, or only the port it names.
-        return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
+        return gateway_domains(config, base_url(config), "codex.base_url", "OPENAI_BASE_URL")
 
     def command(self, *, prompt_file: str, config: Settings) -> list[str]:
         argv = ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check",

@@ -51,7 +51,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from git_iterare.agents.base import (
     Agent,
@@ -59,6 +58,7 @@ from git_iterare.agents.base import (
     Install,
     Part,
     RunResult,
+    gateway_domains,
     gateway_url,
     json_settings,
     npm_install,
@@ -210,11 +210,7 @@ class Gemini(Agent):
     def required_domains(self, config: Settings) -> list[str]:
         url = base_url(config)
         if url:
-            parts = urlsplit(url)
-            if not parts.hostname:
-                return []
-            # The firewall opens 80 and 443 for a name, or only the port it names.
-            return [f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname]
+            return gateway_domains(config, url, "gemini.base_url", "GOOGLE_GEMINI_BASE_URL")
         return list(GEMINI_DOMAINS)
 
     def _argv(self, config: Settings) -> list[str]:

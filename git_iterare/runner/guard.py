@@ -105,12 +105,49 @@ def admit(repo: Repo | None, config: Config, *, prompt_env: Sequence[str] = (),
             the user has not approved (see
             :func:`git_iterare.runner.trust.require_approval`).
     """
+    from git_iterare import ui
     from git_iterare.runner.trust import require_approval
 
     network = checked_network(config)
     mounts = extra_mounts(config, repo)
     require_approval(repo, config, prompt_env, agents=None if agent is None else [agent])
+    for line in unwritable_mounts(config["mounts.volumes"], mounts):
+        ui.warn(line)
     return Admitted(tuple(mounts), network)
+
+
+def unwritable_mounts(specs: Sequence[str], mounts: Sequence[Mount]) -> list[str]:
+    """One line for each read-write mount the agent cannot write: it runs as a uid and gid
+    no host account or group has (:func:`git_iterare.sandbox.agent_ids`), so only the
+    permission bits for others let it write in the mounted folder (``o+wx``) or file
+    (``o+w``). Giving the tree to the agent for the run, as its worktree is, would change
+    the owner and modes of the user's own files (and of any other user's among them) and
+    clash with other runs that mount them; so the line says why and what to do instead.
+
+    Args:
+        specs: ``[mounts] volumes`` as written, in the order of ``mounts``.
+        mounts: what :func:`extra_mounts` made of them.
+    """
+    import stat
+
+    lines = []
+    for spec, mount in zip(specs, mounts, strict=True):
+        if mount.read_only:
+            continue
+        try:
+            info = mount.host_path.stat()
+        except OSError:
+            continue  # the launch names a source that went away
+        needed = (stat.S_IWOTH | stat.S_IXOTH) if stat.S_ISDIR(info.st_mode) else stat.S_IWOTH
+        if info.st_mode & needed == needed:
+            continue
+        owner = "yours" if info.st_uid == os.getuid() else f"uid {info.st_uid}'s"
+        lines.append(
+            f"mounts.volumes entry {spec!r}: the agent cannot write in {mount.host_path} "
+            f"({owner}, mode {stat.S_IMODE(info.st_mode):04o}): it runs as a uid of its own, "
+            f"which owns nothing there; mount it :ro, or let every user write there "
+            f"(chmod o+w{'x' if stat.S_ISDIR(info.st_mode) else ''} {mount.host_path})")
+    return lines
 
 
 def check_network_on_engine(network: str) -> None:
