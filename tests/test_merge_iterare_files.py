@@ -61,24 +61,6 @@ def test_merge_flags_a_symlink_named_dot_iterare(repo: Path) -> None:
     assert not os.path.lexists(repo / ".iterare")
 
 
-def _deleting_run(repo: Path, paths: list[str]) -> str:
-    """A finished run whose branch deletes ``paths`` of main."""
-    from git_iterare.runs.store import RunStore
-    from tests.runs_helpers import make_run
-
-    store = RunStore(repo)
-    rec = make_run(repo, "wipe", created=T0)
-    git("checkout", "-q", "-b", f"iterare/{rec.id}", "main", cwd=repo)
-    git("rm", "-q", "--", *paths, cwd=repo)
-    git("commit", "-qm", "delete", cwd=repo)
-    head = head_of(repo)
-    git("checkout", "-q", "main", cwd=repo)
-    store.transition(rec.id, "running", started=T0)
-    store.set_head(rec.id, head)
-    store.transition(rec.id, "succeeded", finished=T1, exit_code=0)
-    return rec.id
-
-
 def _files(repo: Path, names: list[str]) -> None:
     for name in names:
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +71,7 @@ def _files(repo: Path, names: list[str]) -> None:
 
 def test_merge_asks_before_deleting_a_file_under_dot_iterare(repo: Path) -> None:
     _files(repo, [".iterare/config.toml", *(f"src/f{i}.py" for i in range(8))])
-    rid = _deleting_run(repo, [".iterare/config.toml"])
+    rid = agent_run(repo, {}, "wipe", removed=[".iterare/config.toml"])
     refused = iterare("merge", rid, cwd=repo)
     assert (refused.returncode, refused.stderr.splitlines()) == (1, [
         f"run {rid} changes 1 file:",
@@ -108,11 +90,12 @@ def test_merge_asks_before_deleting_a_file_under_dot_iterare(repo: Path) -> None
 def test_merge_asks_before_deleting_most_of_the_base_but_not_a_few_files(repo: Path
                                                                           ) -> None:
     _files(repo, [f"src/f{i}.py" for i in range(9)])  # and README.md: 10 files
-    few = _deleting_run(repo, ["src/f0.py", "src/f1.py"])
+    few = agent_run(repo, {}, "wipe", removed=["src/f0.py", "src/f1.py"])
     done = iterare("merge", few, cwd=repo)
     assert (done.returncode, done.stdout) == (0, f"run {few} merged\n")
     assert "delete" not in done.stderr
-    most = _deleting_run(repo, [f"src/f{i}.py" for i in range(2, 6)])  # 4 of the 8 left
+    # 4 of the 8 files left
+    most = agent_run(repo, {}, "wipe", removed=[f"src/f{i}.py" for i in range(2, 6)])
     refused = iterare("merge", most, cwd=repo)
     assert refused.returncode == 1
     assert refused.stderr.splitlines()[-1] == (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,10 @@ OSC_RESULT = '{"type":"result","result":"\\u001b]2;X\\u0007\\u001b[31m all good"
 TERMINAL_BYTES = (b"\x1b", b"\x07", b"\x9b", "\u202e".encode())
 
 
-def agent_run(repo: Path, files: dict[str, str], name: str = "agent") -> str:
-    """A finished run of Claude whose branch adds ``files`` (name -> text) on top of main."""
+def agent_run(repo: Path, files: dict[str, str], name: str = "agent",
+              removed: Sequence[str] = ()) -> str:
+    """A finished run of Claude whose branch adds ``files`` (name -> text) on top of main
+    and deletes the files ``removed``."""
     store = RunStore(repo)
     rec = make_run(repo, name, created=T0, agent="claude")
     git("checkout", "-q", "-b", f"iterare/{rec.id}", "main", cwd=repo)
@@ -41,6 +44,8 @@ def agent_run(repo: Path, files: dict[str, str], name: str = "agent") -> str:
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
         git("add", "--", path, cwd=repo)
+    if removed:
+        git("rm", "-q", "--", *removed, cwd=repo)
     git("commit", "-qm", "agent work", cwd=repo)
     head = head_of(repo)
     git("checkout", "-q", "main", cwd=repo)

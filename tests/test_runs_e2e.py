@@ -184,12 +184,7 @@ def test_claude_code_end_to_end(project: Path, tmp_path: Path) -> None:
 def test_claude_reaches_a_gateway_given_by_address(project: Path, tmp_path: Path) -> None:
     # No name at all: the address, which firewall.allowed_cidrs holds, is all it reaches.
     with FakeAnthropic(CLAUDE_TURNS, tmp_path / "requests.jsonl", host=NET["GATEWAY_V4"]) as api:
-        port = api.url.rsplit(":", 1)[1]
-        with (project / ".iterare" / "config.toml").open("a") as config:
-            config.write(f'[claude]\nbase_url = "http://{NET["GATEWAY_V4"]}:{port}"\n'
-                         f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
-        git("commit", "-qam", "gateway by address", cwd=project)
-        assert iterare("trust", "--yes", cwd=project).returncode == 0
+        _claude_project(project, api.url.rsplit(":", 1)[1], host=NET["GATEWAY_V4"])
         prompt(project, "notes", "Add a notes file and commit it.\n", front="agent: claude\n")
         env = {"ANTHROPIC_API_KEY": "sk-ant-api03-test-key-not-real"}
         started = iterare("execute", "notes", "-f", cwd=project, env=env)
@@ -649,9 +644,11 @@ def test_login_in_the_sandbox_stores_private_credentials(
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
 
 
-def _claude_project(project: Path, port: str) -> None:
+def _claude_project(project: Path, port: str, host: str = "fakeapi.test") -> None:
+    """The project's Claude gateway: the fake API at ``host:port`` (a name that answers
+    the gateway's address, or that address), whose CIDR entry opens it."""
     with (project / ".iterare" / "config.toml").open("a") as config:
-        config.write(f'[claude]\nbase_url = "http://fakeapi.test:{port}"\n'
+        config.write(f'[claude]\nbase_url = "http://{host}:{port}"\n'
                      f'[firewall]\nallowed_cidrs = ["{NET["GATEWAY_V4"]}/32"]\n')
     git("commit", "-qam", "gateway", cwd=project)
     assert iterare("trust", "--yes", cwd=project).returncode == 0
