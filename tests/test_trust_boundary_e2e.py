@@ -225,3 +225,31 @@ def test_cleanup_gives_back_trees_an_interrupted_launch_left_to_the_agent(
     assert cleaned.returncode == 0, cleaned.stderr
     assert not any(p.exists() for p in trees)
     assert not out.parent.exists()
+
+
+def test_iterare_directories_in_a_users_credentials_folder(user: pwd.struct_passwd,
+                                                           user_repo: Path) -> None:
+    """iterare's runs made Docker (root) create .credentials.json and .claude.json as
+    directories in the user's credentials folder: --force keeps the stored key and names
+    them, and the command it names removes them, unprivileged."""
+    folder = Path(user.pw_dir) / ".config" / "iterare"
+
+    def store(token: str, *flags: str) -> subprocess.CompletedProcess:
+        return as_user(user, "sh", "-c", f"echo {token} | git iterare credentials --agent "
+                       f"claude {' '.join(flags)} --token-file -", cwd=user_repo)
+
+    stored = store("sk-ant-api03-first")
+    assert stored.returncode == 0, stored.stderr
+    for name in (".credentials.json", ".claude.json"):
+        (folder / name).mkdir(mode=0o755)  # root's, as Docker made them
+    one, two = folder / ".credentials.json", folder / ".claude.json"
+    again = store("sk-ant-api03-second", "--force")
+    assert (again.returncode, again.stderr) == (
+        2, f"error: {one}, {two}: directories where credential files belong (Docker makes "
+           f"a directory when it mounts a missing file, as iterare's runs did) (remove them: "
+           f"rmdir {one} {two})\n")
+    assert (folder / "anthropic-api-key").read_text() == "sk-ant-api03-first\n"
+    assert as_user(user, "rmdir", str(one), str(two), cwd=user_repo).returncode == 0
+    again = store("sk-ant-api03-second", "--force")
+    assert again.returncode == 0, again.stderr
+    assert (folder / "anthropic-api-key").read_text() == "sk-ant-api03-second\n"
