@@ -293,10 +293,9 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
     review = MergeReview(changes, tuple(recorded_warnings(record)),
                          deletions(repo, _base_commit(record, "merge"), changes).warning())
     if not confirm(review):
-        what = [part for part, present in (
-            ("changes files that run on your machine", review.host_executables),
-            (review.deletions, review.deletions)) if present]
-        raise OperationFailed(f"merge cancelled: the run {' and '.join(map(str, what))}",
+        what = ["changes files that run on your machine"] if review.host_executables else []
+        what += [review.deletions] if review.deletions else []
+        raise OperationFailed(f"merge cancelled: the run {' and '.join(what)}",
                               hint="review them, then rerun with --yes")
     message = f"Merge run {record.id} ({record.prompt_name or record.name})"
     result = merge_run(repo, _merge_ref(repo, record, head), squash=squash, no_ff=no_ff,
