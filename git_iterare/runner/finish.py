@@ -466,9 +466,9 @@ def _note_history(store: RunStore, run_id: str, work: FinishResult) -> None:
         return
 
     def add(r: RunRecord) -> RunRecord:
-        kept = [w for w in r.extra.get("warnings") or [] if isinstance(w, str)]
-        return r.replace(extra={**r.extra, "warnings": kept + [
-            line for line in lines if line not in kept]})
+        found = r.extra.get("warnings")
+        kept = [w for w in found if isinstance(w, str)] if isinstance(found, list) else []
+        return r.with_extra(warnings=kept + [line for line in lines if line not in kept])
 
     store.update(run_id, add, f"{run_id} warnings")
 

@@ -89,7 +89,8 @@ class RunExtra(TypedDict, total=False):
     engine.
 
     How it ended: ``timed_out``, ``stop_requested``, ``budget_exceeded``,
-    ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``.
+    ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``, ``warnings``
+    (lines about how the agent's commits came back, repeated by ``show`` and ``merge``).
 
     After: ``merged_as``. An import of iterare's: ``legacy``.
     """
@@ -116,6 +117,7 @@ class RunExtra(TypedDict, total=False):
     unfinished: Unfinished
     skipped: Skipped
     disputed: Disputed
+    warnings: list[str]
     merged_as: MergedAs
     legacy: dict[str, object]
 
