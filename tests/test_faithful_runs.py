@@ -33,6 +33,8 @@ OK, BAD = RunResult(is_error=False), RunResult(is_error=True)
     # found: finished long after its timeout (started in 2000), the agent exited 0 in time
     (3, 0, 0.5, OK, ("succeeded", None)),
     (3, 124, 3.01, BAD, ("timed-out", "killed after the 3 s timeout")),
+    # the engine noted its start a moment late: the limit was still what ended it
+    (3, 124, 2.97, BAD, ("timed-out", "killed after the 3 s timeout")),
     (3, 137, 13.2, BAD, ("timed-out", "killed after the 3 s timeout (it ignored SIGTERM; "
                                       "SIGKILL 10 s later)")),
     (60, 124, 0.2, BAD, ("failed", "the agent exited with status 124")),

@@ -16,6 +16,8 @@ from tests.test_output_sanitized import agent_run
 
 #: path -> a part of the reason it is flagged with, one or more per kind.
 FLAGGED = {
+    # git's own and its filters' settings a repository carries (found by a hostile test)
+    ".lfsconfig": "git-lfs endpoints",
     # linter and tool configuration that loads code
     ".pylintrc": "init-hook is Python code",
     "pylintrc": "init-hook is Python code",

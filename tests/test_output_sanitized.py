@@ -238,3 +238,21 @@ def test_a_long_path_is_cut_in_the_middle_keeping_its_file_name() -> None:
     assert len(cut) == 120 and cut.startswith("ddd") and cut.endswith("/report.txt")
     assert "..." in cut
     assert elide_path("src/short.py") == "src/short.py"
+
+
+def test_diff_makes_what_the_agent_wrote_visible_and_keeps_gits_own_output(repo: Path) -> None:
+    """A file the run wrote holds an OSC 52 sequence (it writes the clipboard): ``diff``
+    shows it as text, as ``show -p`` does, while the diff is otherwise git's."""
+    from tests.runs_helpers import commit_on_branch, make_run
+
+    head = commit_on_branch(repo, "iterare/osc-0123abcd", "evil.txt",
+                            "plain\n\x1b]52;c;ZWNobyBwd25lZAo=\x07\n")
+    record = make_run(repo, "osc", status="succeeded", head=head)
+    shown = iterare("diff", record.id, cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, shown.stdout
+    assert "+^[]52;c;ZWNobyBwd25lZAo=^G\n" in shown.stdout, shown.stdout
+    assert "+++ b/evil.txt\n" in shown.stdout and "+plain\n" in shown.stdout
+    forced = iterare("diff", record.id, "--color=always", cwd=repo)
+    assert "\x1b[32mplain\x1b[m" in forced.stdout, forced.stdout  # git's colors kept
+    assert "\x1b[32m^[]52;c;ZWNobyBwd25lZAo=^G\x1b[m" in forced.stdout, forced.stdout

@@ -207,6 +207,8 @@ def test_the_users_own_settings_need_no_trust(repo: Path) -> None:
     ('[docker]\ncpus = 2.5\n', "docker.cpus"),
     ('[run]\ntimeout = 0\n', "run.timeout"),
     ('[run]\ntimeout = 999999\n', "run.timeout"),
+    # A spare sidecar kept longer than the built-in ten minutes (found by a hostile test).
+    ('[docker]\nspare_seconds = 3600\n', "docker.spare_seconds"),
 ])
 def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) -> None:
     (repo / ".iterare" / "prompts").mkdir(parents=True)
@@ -222,7 +224,8 @@ def test_narrower_limits_need_no_approval(repo: Path) -> None:
     (repo / ".iterare" / "prompts").mkdir(parents=True)
     (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
     (repo / ".iterare" / "config.toml").write_text(
-        '[docker]\nmemory = "1g"\npids = 64\ncpus = 1\n[run]\ntimeout = 60\n')
+        '[docker]\nmemory = "1g"\npids = 64\ncpus = 1\nspare_seconds = 0\n'
+        '[run]\ntimeout = 60\n')
     # Past the gate, at the (missing) engine.
     assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
 

@@ -18,6 +18,9 @@ def command(remote: str | None) -> None:
     store = RunStore(app().repo)
     name = sync.check_remote_arg(remote) if remote else sync.default_remote(
         store)
-    result = sync.fetch(store, name)
+    from git_iterare.runner.ownership import is_local
+
+    repo = app().repo
+    result = sync.fetch(store, name, lambda record: is_local(repo, record))
     for line in sync.describe(result):
         click.echo(sanitize_line(line))

@@ -31,6 +31,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,12 @@ def _top(repo: Repo) -> Path:
 
 
 def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> int:
-    """Run ``git diff [OPTIONS] BASE HEAD -- [PATHS]`` with output to the terminal.
+    """Run ``git diff [OPTIONS] BASE HEAD -- [PATHS]`` and show its output, through the
+    pager git would use on a terminal (:func:`git_iterare.ui.page`).
+
+    What the agent wrote is untrusted: every character of the diff a terminal would act
+    on is made visible (:func:`git_iterare.ui.sanitize`), but for the colors git itself
+    adds (on a terminal, as ``git diff`` colors there, unless the options say otherwise).
 
     Args:
         repo: the user's repository.
@@ -96,9 +102,25 @@ def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> 
     if "--" in args:
         cut = args.index("--")
         args, paths = args[:cut], args[cut + 1:]
-    result = proc.git("diff", *args, base, head, "--", *paths, cwd=_top(repo),
-                      check=False, capture=False)
+    from git_iterare import ui
+
+    colors = [] if any(a.startswith(("--color", "--no-color")) for a in args) else [
+        "--color=always" if ui.color_enabled(sys.stdout) else "--no-color"]
+    result = proc.git("diff", *colors, *args, base, head, "--", *paths, cwd=_top(repo),
+                      check=False, text=False)
+    if result.returncode not in (0, 1):  # git's own error: as git says it
+        sys.stderr.write(bytes(result.stderr).decode("utf-8", "replace"))
+        return int(result.returncode)
+    text = bytes(result.stdout).decode("utf-8", "surrogateescape")
+    ui.page("".join(part if _SGR.fullmatch(part) else ui.sanitize(part)
+                    for part in _SGR_SPLIT.split(text)), "diff", cwd=_top(repo))
     return int(result.returncode)
+
+
+#: The color escapes git writes (``ESC [ ... m``), which are kept; everything else a
+#: terminal acts on is made visible.
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_SGR_SPLIT = re.compile(r"(\x1b\[[0-9;]*m)")
 
 
 def _git(top: Path, *args: str, check: bool = True, own_group: bool = False

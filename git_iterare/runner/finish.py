@@ -38,6 +38,10 @@ LAUNCH_GRACE = 300
 #: notices (the sandbox's own ``timeout`` normally ends it first).
 TIMEOUT_GRACE = 60
 
+#: Seconds by which a container's recorded run time may fall short of its limit when
+#: ``timeout`` ended it (see :func:`_outcome`).
+START_SLACK = 1.0
+
 #: Exit status of coreutils ``timeout`` when the limit was reached.
 TIMEOUT_EXIT = 124
 
@@ -112,8 +116,10 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
                            f"limit is docker.memory = {_size(memory_bytes)}); raise "
                            "docker.memory in the config")
     timeout = record.extra.get("timeout") or 0
+    # The engine notes a container's start a moment after its process began: a run whose
+    # limit was reached at once (its sidecar ready ahead) may have "run" a little less.
     limit_reached = bool(timeout) and exit_code in (TIMEOUT_EXIT, TIMEOUT_KILLED) and (
-        ran_seconds is None or ran_seconds >= timeout)
+        ran_seconds is None or ran_seconds + START_SLACK >= timeout)
     if record.extra.get("timed_out") or limit_reached:
         forced = exit_code == TIMEOUT_KILLED and not record.extra.get("timed_out")
         return st.TIMED_OUT, (f"killed after the {timeout} s timeout"

@@ -510,7 +510,10 @@ def _cleanup_elsewhere(repo: Repo, record: RunRecord, *, force: bool) -> RunReco
     ref = f"refs/heads/{branch}"
     head = rev(repo, f"{ref}^{{commit}}")
     if head:
-        if not force and not merge_holds(repo, record) and not _reachable_elsewhere(repo, head):
+        # A merge claimed elsewhere covers the commit the record names, not commits made
+        # here on top of it (the record may come from whoever can push to the remote).
+        merged = merge_holds(repo, record) and head == record.head
+        if not force and not merged and not _reachable_elsewhere(repo, head):
             raise OperationFailed(f"run {record.id}: {branch} is not merged into any local "
                                   "branch", hint=f"`git iterare merge {record.id}` first, "
                                                  f"or `git iterare cleanup --force {record.id}`")

@@ -154,8 +154,8 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     secret_env = passthrough_env(tuple(dict.fromkeys((*prompt.env, *request.env_names))), env)
     credentials = agent.credentials(config, env)
     policy = policy_from_config(config, agent.required_domains(config))
-    timeout = request.timeout if request.timeout is not None else (
-        prompt.timeout if prompt.timeout is not None else config["run.timeout"])
+    timeout = int(within_limit(request.timeout, prompt.timeout, config["run.timeout"],
+                               "timeout", "run.timeout"))
     if request.tty:
         timeout = 0  # a terminal session lasts as long as its user wants
     if timeout < 0:
@@ -259,13 +259,11 @@ def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest) -> RunEx
     """
     import math
 
-    def pick(asked: float | None, front: float | None, key: str) -> float:
-        if asked is not None:
-            return asked
-        return front if front is not None else float(config[key])
-
-    budget = float(pick(request.max_budget_usd, prompt.max_budget_usd, "run.max_budget_usd"))
-    turns = int(pick(request.max_turns, prompt.max_turns, "run.max_turns"))
+    budget = float(within_limit(request.max_budget_usd, prompt.max_budget_usd,
+                                config["run.max_budget_usd"], "max_budget_usd",
+                                "run.max_budget_usd"))
+    turns = int(within_limit(request.max_turns, prompt.max_turns, config["run.max_turns"],
+                             "max_turns", "run.max_turns"))
     if budget < 0 or not math.isfinite(budget):
         raise UserError(f"max_budget_usd must be 0 (none) or a number of dollars, not {budget}",
                         hint="fix --max-budget-usd, the prompt's max_budget_usd or "
@@ -277,6 +275,28 @@ def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest) -> RunEx
     if request.tty:
         return {}
     return {"max_budget_usd": budget or None, "max_turns": turns or None}
+
+
+def within_limit(flag: float | None, front: float | None, configured: float, what: str,
+                 key: str) -> float:
+    """A run's limit (seconds, dollars, turns; 0 means none): the flag's (the user's own
+    word), else the prompt's frontmatter as far as it lowers the configured one, else the
+    configured one. A prompt is the repository's: asking for no limit, or more than the
+    configuration gives, leaves the configured limit (one warning says so).
+
+    Raises:
+        UserError: a negative or non-finite limit (checked by the callers).
+    """
+    if flag is not None:
+        return flag
+    if front is None or front < 0:
+        return configured if front is None else front  # a negative one is refused later
+    if configured and (not front or front > configured):
+        asked = "no limit" if not front else f"{front:g}"
+        ui.warn(f"the prompt asks for {what} {asked}; the configured {key} = "
+                f"{configured:g} holds (a flag sets it for one run)")
+        return configured
+    return front
 
 
 def relative_path(repo: Repo, path: Path) -> str:

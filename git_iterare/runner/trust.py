@@ -29,7 +29,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from git_iterare.config import DEFAULT_IMAGE, Config
 from git_iterare.errors import UserError
@@ -48,13 +48,15 @@ from git_iterare.settings import global_config_dir
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,
 #: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, and the
-#: resource limits and timeout when they are above the built-in ones. The agents' own
-#: keys marked ``gated`` (their gateways, whose hosts are allowlisted, install versions and
-#: credentials directories) join them: see :func:`gated_keys`.
+#: resource limits, timeout and spare sidecar's lifetime when they are above the built-in
+#: ones. The agents' own keys marked ``gated`` (their gateways, whose hosts are
+#: allowlisted, install versions and credentials directories) join them: see
+#: :func:`gated_keys`.
 GATED_KEYS: tuple[str, ...] = (
     "docker.image", "docker.base_image", "docker.network",
     "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
     "mounts.volumes", "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
+    "docker.spare_seconds",
 )
 
 
@@ -74,6 +76,8 @@ def _narrows(key: str, value: object, default: object) -> bool:
             return memory_bytes(str(value)) <= memory_bytes(str(default))
         if key == "run.timeout":
             return isinstance(value, int) and isinstance(default, int) and 0 < value <= default
+        if key == "docker.spare_seconds":
+            return isinstance(value, int) and isinstance(default, int) and 0 <= value <= default
         if key in ("docker.cpus", "docker.pids"):
             return (isinstance(value, (int, float)) and isinstance(default, (int, float))
                     and value <= default)
@@ -257,13 +261,22 @@ def requested_agent_settings(repo: Repo, base: str | None = None,
     paths = sorted({path for agent in readers for path in agent.settings_files})
     if not paths:
         return {}
+    # The folders they are in too: a folder that is a symbolic link (or a submodule) hands
+    # the agent files the listing of the path itself never shows.
+    folders = sorted({str(parent) for path in paths for parent in PurePosixPath(path).parents
+                      if str(parent) != "."})
     # On the current worktree's gitdir: HEAD is the linked worktree's own there.
     listed = proc.git("--git-dir", str(repo.git_dir), "ls-tree", "-z", "--end-of-options",
-                      commit, "--", *paths, scrub_git_env=True, check=False)
+                      commit, "--", *folders, *paths, scrub_git_env=True, check=False)
     blobs: dict[str, str] = {}  # path -> blob id
     for entry in listed.stdout.split("\0") if listed.returncode == 0 else ():
         meta, _, path = entry.partition("\t")
         mode, kind, sha = [*meta.split(), "", "", ""][:3]
+        if path in folders and mode in ("120000", "160000"):
+            raise UserError(f"{path} in {commit} is a "
+                            f"{'symbolic link' if mode == '120000' else 'submodule'}: the "
+                            "agent would read settings from it that nobody approved",
+                            hint=f"make {path} a folder of the repository")
         if path not in paths or kind != "blob":
             continue
         if mode == "120000":

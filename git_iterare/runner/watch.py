@@ -16,13 +16,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
 
-#: The watcher's program: ``git iterare finish --wait RUN`` in this interpreter.
-_PROGRAM = ("import sys; from git_iterare.cli.main import run; "
+#: The watcher's program: ``git iterare finish --wait RUN`` in this interpreter. ``-c``
+#: puts the current directory (the repository, which may be hostile) first on the import
+#: path: the program replaces it with the folder this git_iterare was imported from
+#: before importing anything of its own.
+_PROGRAM = ("import sys; sys.path[0] = sys.argv[2]; from git_iterare.cli.main import run; "
             "sys.exit(run(['git-iterare', 'finish', '--wait', sys.argv[1]]))")
+
+#: The folder holding the ``git_iterare`` package in use (installed or a checkout).
+_IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def watch(repo: Repo, run_id: str) -> int | None:
@@ -33,7 +40,7 @@ def watch(repo: Repo, run_id: str) -> int | None:
     try:
         with open(log, "ab") as out:
             child = subprocess.Popen(
-                [sys.executable, "-c", _PROGRAM, run_id], stdin=subprocess.DEVNULL,
+                [sys.executable, "-c", _PROGRAM, run_id, _IMPORT_ROOT], stdin=subprocess.DEVNULL,
                 stdout=out, stderr=out, start_new_session=True, close_fds=True,
                 env={**os.environ, "NO_COLOR": "1"})
     except OSError:

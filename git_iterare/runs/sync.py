@@ -20,7 +20,7 @@ compare-and-swap (dulwich), and the namespace is removed:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from git_iterare import proc
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.runs import ids
 from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
-from git_iterare.runs.record import CorruptRecord
+from git_iterare.runs.record import CorruptRecord, RunRecord
 from git_iterare.runs.snapshot import LOG_JSONL, Snapshot, read_snapshot
 from git_iterare.runs.status import STATUS_RANK
 from git_iterare.runs.store import RunStore, write_record_commit
@@ -104,8 +104,15 @@ def _remote_refs(store: RunStore, remote: str) -> dict[str, str]:
     return refs
 
 
-def fetch(store: RunStore, remote: str) -> SyncResult:
+def fetch(store: RunStore, remote: str, ours: Ours | None = None) -> SyncResult:
     """Fetch the remote's records and notes and merge them into the local ones.
+
+    Args:
+        store: the local records.
+        remote: a remote name or URL.
+        ours: tells the runs that ran here (this machine, this repository): their local
+            record is the truth, and what a remote says of them never replaces it (see
+            :func:`merge_record`).
 
     Raises:
         OperationFailed: the remote cannot be reached or a local ref kept changing.
@@ -127,7 +134,7 @@ def fetch(store: RunStore, remote: str) -> SyncResult:
         if name.startswith("runs/"):
             run_id = name[len("runs/"):]
             try:
-                result.outcomes[run_id] = merge_record(store, run_id, sha.encode())
+                result.outcomes[run_id] = merge_record(store, run_id, sha.encode(), ours)
             except CorruptRecord as exc:
                 result.skipped[run_id] = exc.problem
             except UserError as exc:
@@ -156,15 +163,16 @@ def _branchless(store: RunStore, run_ids: list[str]) -> list[tuple[str, str]]:
     return [(run_id, head) for _, run_id, head in sorted(found, reverse=True)]
 
 
-def push(store: RunStore, remote: str) -> SyncResult:
-    """Merge the remote's records first (see :func:`fetch`), then push ours.
+def push(store: RunStore, remote: str, ours: Ours | None = None) -> SyncResult:
+    """Merge the remote's records first (see :func:`fetch`, ``ours`` as there), then push
+    ours.
 
     Raises:
         OperationFailed: nothing to push, the remote cannot be reached, or it changed
             between our fetch and push (run the command again).
         ExternalError: git push failed for another reason.
     """
-    result = fetch(store, remote)
+    result = fetch(store, remote, ours)
     result.branchless = []  # what fetch would advise is not what a push is about
     specs = []
     if store.run_ids():
@@ -182,6 +190,10 @@ def push(store: RunStore, remote: str) -> SyncResult:
         raise
     result.pushed = True
     return result
+
+
+#: Tells whether a run's local record is of a run that ran here.
+Ours = Callable[[RunRecord], bool]
 
 
 def _easy_merge(repo: Any, old: bytes | None, theirs: bytes, outcome: list[str]
@@ -209,11 +221,18 @@ def _rank(snap: Snapshot, repo_commit: Commit) -> tuple[Any, ...]:
     return (STATUS_RANK.get(rec.status, 0), latest, repo_commit.commit_time)
 
 
-def merge_record(store: RunStore, run_id: str, theirs: bytes) -> str:
+def merge_record(store: RunStore, run_id: str, theirs: bytes, ours: Ours | None = None
+                 ) -> str:
     """Merge the record commit ``theirs`` into ``refs/iterare/runs/<id>``.
 
+    A run that ran here (``ours`` says so of its local record) keeps its local record
+    whole: whoever can push to a shared remote could otherwise rewrite it (``merged``,
+    its head its base) and make this machine's ``cleanup`` and ``forget`` drop its work.
+    Theirs is then only joined as a parent, so both sides can fast-forward again.
+
     Returns:
-        ``new``, ``up-to-date``, ``fast-forward`` or ``merged``.
+        ``new``, ``up-to-date``, ``fast-forward``, ``merged`` or ``kept`` (theirs differed
+        from a record of a run that ran here, which stays as it is).
 
     Raises:
         UserError: ``run_id`` is not a valid run id.
@@ -224,6 +243,18 @@ def merge_record(store: RunStore, run_id: str, theirs: bytes) -> str:
     outcome: list[str] = []
 
     def build(old: bytes | None) -> bytes:
+        if old is not None and ours is not None:
+            mine = read_snapshot(repo, run_id, old)
+            if ours(mine.record):
+                if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
+                    outcome[:] = ["up-to-date"]
+                    raise Unchanged
+                read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
+                outcome[:] = ["kept"]
+                return write_record_commit(repo, mine.record, dict(mine.files),
+                                           [old, theirs],
+                                           f"merge {run_id} from a remote; it ran here: "
+                                           "this record stands")
         easy = _easy_merge(repo, old, theirs, outcome)
         if easy is not None:
             read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
