@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from git_iterare.sandbox import agent_ids
-from tests.conftest import BIN_DIR, iterare
+from tests.conftest import iterare
 from tests.test_runs_e2e import project, prompt, record, run_id  # noqa: F401  (fixture)
+from tests.unprivileged import as_user, new_user, user_bin
 
 pytestmark = pytest.mark.docker
 
@@ -58,24 +59,11 @@ def test_set_uid_files_and_fifos_do_not_survive_the_run(project: Path) -> None: 
 
 # --- as an unprivileged user -------------------------------------------------------------
 
-def cwd_bin(cwd: Path) -> Path:
-    """The ``bin`` folder of the test's top directory above ``cwd``."""
-    for folder in (cwd, *cwd.parents):
-        if (folder / "bin" / "git-iterare").exists():
-            return folder / "bin"
-    raise AssertionError(f"no bin folder above {cwd}")
-
-
 @pytest.fixture
 def user(sandbox_image: str) -> Iterator[pwd.struct_passwd]:
     """A user of this machine (not root) who may use the Docker engine, with the test
     image configured in their own (trusted) config."""
-    assert os.geteuid() == 0, "the test creates a user: run the suite as root (CI does)"
-    name = f"itr{os.getpid() % 100000}"
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--groups", "docker",
-                    name], check=True, capture_output=True)
-    try:
-        entry = pwd.getpwnam(name)
+    with new_user(groups=["docker"]) as entry:
         config = Path(entry.pw_dir) / ".config" / "iterare"
         config.mkdir(parents=True)
         (config / "config.toml").write_text(
@@ -84,40 +72,6 @@ def user(sandbox_image: str) -> Iterator[pwd.struct_passwd]:
         subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}",
                         str(Path(entry.pw_dir) / ".config")], check=True)
         yield entry
-    finally:
-        subprocess.run(["pkill", "-u", name], capture_output=True, check=False)
-        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
-
-
-def user_bin(top: Path) -> Path:
-    """This checkout's commands for another user: the test's Python may live where only
-    root can go (pyenv under /root), so they run on the system's Python 3 with this
-    environment's packages."""
-    import site
-    import sys
-
-    packages = next(p for p in site.getsitepackages() if p.startswith(sys.prefix))
-    folder = top / "bin"
-    folder.mkdir()
-    for exe in BIN_DIR.glob("git-iterare*"):
-        body = exe.read_text().split("\n", 1)[1]
-        (folder / exe.name).write_text(
-            f"#!/usr/bin/python3\nimport site\nsite.addsitedir({packages!r})\n{body}")
-        (folder / exe.name).chmod(0o755)
-    return folder
-
-
-def as_user(user: pwd.struct_passwd, *args: str, cwd: Path, timeout: float = 120
-            ) -> subprocess.CompletedProcess:
-    """Run ``args`` as ``user`` (their groups, home and a clean environment), with this
-    checkout's commands (see :func:`user_bin`) first on the PATH."""
-    env = {"HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
-           "PATH": f"{cwd_bin(cwd)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-           "GIT_AUTHOR_NAME": "U", "GIT_AUTHOR_EMAIL": "u@example.com",
-           "GIT_COMMITTER_NAME": "U", "GIT_COMMITTER_EMAIL": "u@example.com"}
-    runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
-    return subprocess.run([runuser, "-u", user.pw_name, "--", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.fixture
