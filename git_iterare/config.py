@@ -263,6 +263,11 @@ def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
     raise bad()
 
 
+#: Most unknown keys of one config file warned about by name (with a suggestion each); the
+#: rest are counted in one line (a repository's file may hold 100,000 of them).
+MAX_UNKNOWN_NAMED = 20
+
+
 def _suggest(name: str) -> str:
     import difflib
 
@@ -295,30 +300,46 @@ def _typo(name: str) -> str | None:
     return names[found] if found is not None else None
 
 
-def parse_toml_file(path: Path) -> dict[str, Any]:
+def parse_toml_file(path: Path, project: bool = False) -> dict[str, Any]:
     """Parse one TOML config file.
 
     Args:
         path: the file; a missing file gives an empty dict.
+        project: it is the repository's ``.iterare/config.toml``: read only as a regular
+            file of a ``.iterare`` folder that is no symlink, at most
+            :data:`~git_iterare.limits.MAX_PROJECT_FILE_BYTES`
+            (:func:`git_iterare.boundedfs.read_repository_file`).
 
     Returns:
         The parsed document.
 
     Raises:
-        UserError: the file is not valid TOML, as ``file:line:col: message``; or it
-            cannot be read.
+        UserError: the file is not valid TOML, as ``file:line:col: message``, or nests
+            deeper than the parser can follow; or it cannot be read (or, with
+            ``project``, is a symlink or too large).
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if project:
+        from git_iterare.boundedfs import read_repository_file
+
+        found = read_repository_file(path.parent, path.name)
+        if found is None:
+            return {}
+        data = found
+    else:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         loaded: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
         return loaded
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table.
+        raise UserError(f"{path}: arrays or inline tables nested too deep to read") from None
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         match = re.search(r"\s*\(at line (\d+), column (\d+)\)\s*$", msg)
@@ -353,22 +374,27 @@ def _dotted_key(match: re.Match[str]) -> str:
 def _file_layer(
     path: Path, settings: dict[str, Setting], warnings: list[str], project: bool = False
 ) -> None:
-    doc = parse_toml_file(path)
+    doc = parse_toml_file(path, project)
+    unknown = 0
+
+    def warn_unknown(name: str) -> None:
+        nonlocal unknown
+        meant = _typo(name)
+        if meant is not None:
+            raise _misspelt(str(path), name, meant)
+        unknown += 1
+        if unknown <= MAX_UNKNOWN_NAMED:
+            warnings.append(f"{path}: unknown key {name}{_suggest(name)}")
+
     for section, table in doc.items():
         if not isinstance(table, dict):
-            meant = _typo(section)
-            if meant is not None:
-                raise _misspelt(str(path), section, meant)
-            warnings.append(f"{path}: unknown key {section}{_suggest(section)}")
+            warn_unknown(section)
             continue
         for name, value in table.items():
             full = f"{section}.{name}"
             key = KEYS.get(full)
             if key is None:
-                meant = _typo(full)
-                if meant is not None:
-                    raise _misspelt(str(path), full, meant)
-                warnings.append(f"{path}: unknown key {full}{_suggest(full)}")
+                warn_unknown(full)
                 continue
             if project and full in USER_ONLY_KEYS:
                 warnings.append(f"{path}: {full} ignored: a repository cannot choose it "
@@ -376,6 +402,8 @@ def _file_layer(
                                 f"git config --global iterare.{full} ...)")
                 continue
             settings[full] = Setting(full, _convert(key, value, str(path)), f"file:{path}")
+    if unknown > MAX_UNKNOWN_NAMED:
+        warnings.append(f"{path}: and {unknown - MAX_UNKNOWN_NAMED} more unknown keys")
 
 
 def _normal(name: str) -> str:

@@ -1,11 +1,13 @@
-"""Limits on everything git iterare reads back from a sandbox (the agent controls it all).
+"""Limits on everything git iterare reads back from a sandbox (the agent controls it all),
+and on the files a repository keeps in ``.iterare/`` (its author controls those).
 
 Each limit is a named constant here, and git-iterare-execute(1) lists each one with its
 value in its LIMITS section (a test checks they agree). Sizes are bytes.
 
 The agent writes the run's worktree and gitdir, its output, and (through its lookups) the
 resolver's log; a run that hits a limit still finishes: what exceeds it is skipped, cut or
-counted, with a note, and everything else is kept.
+counted, with a note, and everything else is kept. A repository file over its limit is
+refused with one line naming it, before anything is started.
 """
 
 from __future__ import annotations
@@ -73,8 +75,20 @@ MAX_DNS_NAME_CHARS = 253
 MAX_EGRESS_NAMES = 200
 #: Largest ``refused.json`` / ``status.json`` read.
 MAX_REPORT_BYTES = 1 * MiB
+
+# -- the repository's .iterare/ files ------------------------------------------------------
 #: Largest prompt file read (the repository writes them).
 MAX_PROMPT_BYTES = 1 * MiB
+#: Largest frontmatter of a prompt file parsed (YAML is read by a pure-Python parser).
+MAX_FRONTMATTER_BYTES = 64 * 1024
+#: Most YAML values (scalars, lists, mappings) in a prompt's frontmatter.
+MAX_YAML_NODES = 1000
+#: Deepest nesting of YAML lists and mappings in a prompt's frontmatter.
+MAX_YAML_DEPTH = 20
+#: Largest ``.iterare/config.toml``, ``.iterare/Dockerfile`` or ``.iterare/include`` read.
+MAX_PROJECT_FILE_BYTES = 1 * MiB
+#: Most lines (paths or globs) in ``.iterare/include``.
+MAX_INCLUDE_PATTERNS = 50
 
 #: Every limit above, name -> value (documented in git-iterare-execute(1), LIMITS).
 ALL = {name: value for name, value in dict(globals()).items()

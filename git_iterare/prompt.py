@@ -212,26 +212,37 @@ def _plain_frontmatter(yaml_text: str, first_line: int
 def _parse_yaml(
     yaml_text: str, first_line: int, where: str
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """Parse frontmatter; return the mapping and the file line of each key."""
+    """Parse frontmatter; return the mapping and the file line of each key.
+
+    The repository wrote it: it is refused when over
+    :data:`~git_iterare.limits.MAX_FRONTMATTER_BYTES`, and composed under
+    :data:`~git_iterare.limits.MAX_YAML_NODES` and :data:`~git_iterare.limits.MAX_YAML_DEPTH`
+    without anchors or aliases (:func:`git_iterare.boundedyaml.compose`), before anything
+    is built from it.
+    """
+    from git_iterare import limits as lim
+
+    size = len(yaml_text.encode("utf-8", "surrogateescape"))
+    if size > lim.MAX_FRONTMATTER_BYTES:
+        raise UserError(f"{where}:{first_line}: the frontmatter is {size} bytes, more than "
+                        f"{lim.MAX_FRONTMATTER_BYTES // 1024} KiB (MAX_FRONTMATTER_BYTES)",
+                        hint="keep the frontmatter to its keys; the task goes below it")
     plain = _plain_frontmatter(yaml_text, first_line)
     if plain is not None:
         return plain
     import yaml
 
-    # One parse: the node tree gives the lines, and it is built into data as
-    # yaml.safe_load would (get_single_node + construct_document).
-    loader = yaml.SafeLoader(yaml_text)
+    from git_iterare.boundedyaml import compose
+
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        data, node = compose(yaml_text, max_nodes=lim.MAX_YAML_NODES,
+                             max_depth=lim.MAX_YAML_DEPTH)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = first_line + (mark.line if mark else 0)
         raise UserError(f"{where}:{line}: bad YAML in frontmatter: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{where}:{first_line}: bad YAML in frontmatter: {exc}") from None
-    finally:
-        loader.dispose()
     if data is None:
         return {}, {}
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):

@@ -6,6 +6,7 @@ compare against it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 from dataclasses import dataclass
@@ -94,13 +95,34 @@ class Written:
     action: str
 
 
+def replace_file(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` as a new file with ``mode`` (a temporary file renamed
+    over it), so a symlink at ``path`` is replaced, never written through.
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _write(path: Path, text: str, force: bool, mode: int = 0o644) -> Written:
-    if path.exists() and not force:
+    # A symlink counts as an existing file (a repository may hold one pointing anywhere):
+    # kept, or with ``force`` replaced by the file, never written through.
+    existed = os.path.lexists(path)
+    if existed and not force:
         return Written(path, "kept")
-    existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    os.chmod(path, mode)
+    replace_file(path, text.encode("utf-8"), mode)
     return Written(path, "overwritten" if existed else "created")
 
 
@@ -120,11 +142,15 @@ def init_project(top: Path, image: str, force: bool = False) -> list[Written]:
         One :class:`Written` per file, in the order above.
 
     Raises:
-        UserError: ``.iterare`` exists and is not a directory.
+        UserError: ``.iterare`` or ``.iterare/prompts`` exists and is not a directory
+            (a symlink to one included).
     """
     root = top / ".iterare"
-    if root.exists() and not root.is_dir():
-        raise UserError(f"{root} exists and is not a directory; move it away and rerun")
+    for folder in (root, root / "prompts"):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise UserError(f"{folder} exists and is not a directory"
+                            f"{' (it is a symlink)' if folder.is_symlink() else ''}; "
+                            "move it away and rerun")
     return [
         _write(root / "config.toml", PROJECT_CONFIG, force),
         _write(root / "Dockerfile", DOCKERFILE.format(image=image), force),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from git_iterare.errors import UserError
 from git_iterare.git.repo import Repo
 from git_iterare.scaffold import Written
 
@@ -32,12 +33,15 @@ class DockerfileRewrite:
     text: str
 
     def apply(self) -> None:
-        """Write :attr:`text` to :attr:`path` (bytes that are not UTF-8 kept).
+        """Write :attr:`text` to :attr:`path` (bytes that are not UTF-8 kept), replacing
+        the file, never writing through a symlink put in its place.
 
         Raises:
             OSError: the file cannot be written.
         """
-        self.path.write_text(self.text, encoding="utf-8", errors="surrogateescape")
+        from git_iterare.scaffold import replace_file
+
+        replace_file(self.path, self.text.encode("utf-8", "surrogateescape"), 0o644)
 
 
 def init(repo: Repo, image: str, force: bool = False) -> list[Written]:
@@ -75,13 +79,17 @@ def legacy_rewrite(repo: Repo, image: str) -> DockerfileRewrite | None:
     (``iterare init`` wrote it), FROM ``image``; None when it does not, or is unreadable.
     """
     from git_iterare import scaffold
+    from git_iterare.boundedfs import read_repository_file
     from git_iterare.sandbox.image import legacy_dockerfile
 
     dockerfile = repo.iterare_dir / "Dockerfile"
     try:
-        text = dockerfile.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
+        data = read_repository_file(repo.iterare_dir, "Dockerfile")
+    except UserError:
         return None
+    if data is None:
+        return None
+    text = data.decode("utf-8", errors="surrogateescape")
     legacy = legacy_dockerfile(text, image)
     if legacy is None:
         return None

@@ -31,9 +31,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from git_iterare.boundedfs import read_repository_file
 from git_iterare.config import DEFAULT_IMAGE, Config
 from git_iterare.errors import UserError
 from git_iterare.git.repo import Repo
+from git_iterare.limits import MAX_PROJECT_FILE_BYTES
 from git_iterare.sandbox.approvals import (
     DOCKERFILE,
     Approval,
@@ -84,9 +86,6 @@ def _narrows(key: str, value: object, default: object) -> bool:
     except (TypeError, ValueError, UserError):
         return False
     return False
-
-#: Largest project Dockerfile (or ``.iterare/include``) read, in bytes.
-MAX_DOCKERFILE_BYTES = 1024 * 1024
 
 #: What the refusal without a terminal says before the list of items.
 NOT_APPROVED = "this repository asks for settings you have not approved"
@@ -165,26 +164,11 @@ def requested_includes(repo: Repo) -> list[str]:
     run's worktree preparation reads them; empty when there is no such file.
 
     Raises:
-        UserError: it cannot be read or is larger than :data:`MAX_DOCKERFILE_BYTES`.
+        UserError: see :func:`git_iterare.runner.workspace.read_include`.
     """
-    path = repo.iterare_dir / "include"
-    if not path.is_file():
-        return []
-    data = _read_bounded(path)
-    lines = [line.strip() for line in data.decode("utf-8", "surrogateescape").splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
+    from git_iterare.runner.workspace import read_include
 
-
-def _read_bounded(path: Path) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_DOCKERFILE_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    if len(data) > MAX_DOCKERFILE_BYTES:
-        raise UserError(f"{path}: larger than {MAX_DOCKERFILE_BYTES // 1024} KiB",
-                        hint="keep it small")
-    return data
+    return read_include(repo)
 
 
 def scaffold_dockerfiles(config: Config) -> set[str]:
@@ -199,12 +183,13 @@ def requested_dockerfile(repo: Repo, config: Config) -> str | None:
     """The project Dockerfile's text, or None when there is none or it is the scaffold.
 
     Raises:
-        UserError: it cannot be read or is larger than :data:`MAX_DOCKERFILE_BYTES`.
+        UserError: it cannot be read, is a symlink or is larger than
+            :data:`~git_iterare.limits.MAX_PROJECT_FILE_BYTES`.
     """
-    path = repo.iterare_dir / "Dockerfile"
-    if not path.is_file():
+    data = read_repository_file(repo.iterare_dir, "Dockerfile")
+    if data is None:
         return None
-    text = _read_bounded(path).decode("utf-8", "surrogateescape")
+    text = data.decode("utf-8", "surrogateescape")
     if text in scaffold_dockerfiles(config):
         return None
     from git_iterare.sandbox.image import legacy_dockerfile
@@ -250,7 +235,7 @@ def requested_agent_settings(repo: Repo, base: str | None = None,
 
     Raises:
         UserError: one of the files is a symbolic link (the agent would read whatever it
-            points to) or larger than :data:`MAX_DOCKERFILE_BYTES`.
+            points to) or larger than :data:`~git_iterare.limits.MAX_PROJECT_FILE_BYTES`.
     """
     from git_iterare import proc
     from git_iterare.agents import get_agent, names
@@ -284,11 +269,11 @@ def requested_agent_settings(repo: Repo, base: str | None = None,
                             "what it points to, which nobody approved",
                             hint=f"make {path} a regular file in the repository")
         blobs[path] = sha
-    content = read_blobs(repo, sorted(set(blobs.values())), MAX_DOCKERFILE_BYTES)
+    content = read_blobs(repo, sorted(set(blobs.values())), MAX_PROJECT_FILE_BYTES)
     for path, sha in blobs.items():
         if isinstance(content.get(sha), int):
             raise UserError(f"{path} in {commit}: larger than "
-                            f"{MAX_DOCKERFILE_BYTES // 1024} KiB", hint="keep it small")
+                            f"{MAX_PROJECT_FILE_BYTES // 1024} KiB", hint="keep it small")
     items: dict[str, object] = {}
     for agent in readers:
         files = {path: body for path in agent.settings_files

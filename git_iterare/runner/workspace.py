@@ -237,17 +237,24 @@ def _project(repo: Repo) -> Path:
     return top
 
 
-def _read_include(repo: Repo) -> list[str]:
-    """Lines of ``.iterare/include``: comments and blanks dropped."""
-    path = _project(repo) / ".iterare" / "include"
-    if not path.is_file():
-        return []
-    try:  # the repository wrote it: any bytes (as trust shows them)
-        text = path.read_bytes().decode("utf-8", "surrogateescape")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+def read_include(repo: Repo) -> list[str]:
+    """Lines of ``.iterare/include``: comments and blanks dropped; empty without the file.
+
+    Raises:
+        UserError: it (or ``.iterare``) is a symlink, is larger than
+            :data:`~git_iterare.limits.MAX_PROJECT_FILE_BYTES`, holds more than
+            :data:`~git_iterare.limits.MAX_INCLUDE_PATTERNS` lines, or cannot be read.
+    """
+    data = boundedfs.read_repository_file(_project(repo) / ".iterare", "include")
+    # The repository wrote it: any bytes (as trust shows them).
+    text = (data or b"").decode("utf-8", "surrogateescape")
     lines = [ln.strip() for ln in text.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("#")]
+    patterns = [ln for ln in lines if ln and not ln.startswith("#")]
+    if len(patterns) > lim.MAX_INCLUDE_PATTERNS:
+        raise UserError(f".iterare/include has {len(patterns)} lines, more than "
+                        f"{lim.MAX_INCLUDE_PATTERNS} (MAX_INCLUDE_PATTERNS)",
+                        hint="name the files with fewer globs")
+    return patterns
 
 
 def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
@@ -265,22 +272,19 @@ def include_paths(repo: Repo, base: str | None = None) -> tuple[str, ...]:
             ``x/***``); the file cannot be read.
     """
     top = _project(repo)
-    found: set[str] = set()
-    for pattern in _read_include(repo):
+    patterns = read_include(repo)
+    for pattern in patterns:
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise UserError(f".iterare/include: {pattern!r} must be a relative path inside "
                             "the repository (no '..', no leading '/')")
         try:
-            matches = list(top.glob(pattern))
-        except (ValueError, IndexError, AttributeError, NotImplementedError, OSError):
+            boundedfs.glob_parts(pattern)
+        except ValueError:
             raise UserError(f".iterare/include: {pattern!r} is not a file name or glob "
                             "this can use", hint="fix or remove that line") from None
-        for src in matches:
-            rel = src.relative_to(top)
-            if src.is_symlink() or not src.is_file() or rel.parts[0] in (".git", ".iterare"):
-                continue
-            if src.resolve() == top.resolve() / rel:  # no symlinked parent leading elsewhere
-                found.add(rel.as_posix())
+    # One walk for every line, entering only the directories a line can match below;
+    # symlinks are neither followed nor taken.
+    found = boundedfs.glob_files(top, patterns, skip=(".git", ".iterare"))
     if base is not None and found:
         listed = sorted(found)
         for start in range(0, len(listed), 1000):  # ls-tree takes its paths literally

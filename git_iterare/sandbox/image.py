@@ -484,13 +484,15 @@ def ensure_image(config: Settings, repo: Project | None = None,
         base = ImageRef(name, status.id, own.id)
     else:
         base = _own_image(config, name, status, progress, agents, installs or {})
-    dockerfile = repo.iterare_dir / "Dockerfile" if repo is not None else None
-    if dockerfile is None or not dockerfile.is_file():
+    if repo is None:
         return base
-    try:
-        content = dockerfile.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read {dockerfile}: {exc.strerror}") from None
+    from git_iterare.boundedfs import read_repository_file
+
+    dockerfile = repo.iterare_dir / "Dockerfile"
+    found = read_repository_file(repo.iterare_dir, "Dockerfile")  # never through a symlink
+    if found is None:
+        return base
+    content = found
     legacy = legacy_dockerfile(content.decode("utf-8", "surrogateescape"), name)
     if legacy is not None:
         if legacy.names_only:

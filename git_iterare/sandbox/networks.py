@@ -63,12 +63,13 @@ def _dotenv_name(directory: Path) -> str | None:
 def _file_name(path: Path) -> str | None:
     import yaml
 
-    try:
-        data = yaml.safe_load(_read(path) or "")
+    from git_iterare.boundedyaml import top_level_scalar
+
+    try:  # the repository wrote it: read as events, nothing built (no alias bombs)
+        name = top_level_scalar(_read(path) or "", "name")
     except yaml.YAMLError:
         return None
-    name = data.get("name") if isinstance(data, dict) else None
-    return normalize_project_name(name) or None if isinstance(name, str) else None
+    return normalize_project_name(name) or None if name is not None else None
 
 
 def compose_network(directory: Path, env: Mapping[str, str]) -> str | None:
