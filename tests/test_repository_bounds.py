@@ -206,6 +206,18 @@ def test_dockerfile_over_its_size_is_one_error(side: Side) -> None:
               f"{path} is larger than 1024 KiB (MAX_PROJECT_FILE_BYTES) (keep it small)")
 
 
+def test_trust_show_of_a_long_dockerfile_changed_everywhere(side: Side) -> None:
+    """Its diff from the approved one took more than ten minutes (difflib on 100,000 lines)."""
+    dockerfile = side.repo / ".iterare" / "Dockerfile"
+    side.write(dockerfile, "FROM x\n" + "".join(f"# {i}\n" for i in range(100_000)))
+    assert side.iterare("trust", "--yes").returncode == 0
+    side.write(dockerfile, "FROM x\n" + "".join(f"# {i}\n" if i % 2 else f"# x{i}\n"
+                                                 for i in range(100_000)))
+    shown = side.iterare("trust", "--show")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "  @@ -1,100002 +1,100002 @@\n" in shown.stdout
+
+
 # -- symlinks (item 5) ------------------------------------------------------------------------
 
 #: A file of the user's that is valid as a config file, a Dockerfile and an include file.

@@ -6,6 +6,9 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+
+from git_iterare.sandbox import approvals as trust_module
 from git_iterare.sandbox.approvals import (
     DOCKERFILE,
     MAX_APPROVAL_BYTES,
@@ -146,6 +149,27 @@ def test_diff_shows_what_changed(tmp_path: Path) -> None:
         " env: GH_TOKEN, NPM_TOKEN"]
     first = diff(None, REQUEST).splitlines()
     assert first[3:] == ["+" + line for line in REQUEST.lines()]
+
+
+def test_diff_of_long_dockerfiles_aligns_only_what_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """difflib takes time quadratic in the lines (two Dockerfiles of 100,000 lines took
+    more than ten minutes: test_repository_bounds.py holds the time). What both sides
+    start and end with is set aside first; a middle longer than MAX_DIFF_LINES is one hunk
+    replacing it whole."""
+    monkeypatch.setattr(trust_module, "MAX_DIFF_LINES", 4)
+    lines = [f"RUN echo {i}" for i in range(10)]
+    approval = TrustStore(tmp_path).save("/r", TrustRequest.build({}, "\n".join(lines)))
+    one = [*lines[:5], "RUN curl evil", *lines[6:]]
+    assert diff(approval, TrustRequest.build({}, "\n".join(one))).splitlines() == [
+        "--- approved", "+++ requested", "@@ -5,5 +5,5 @@",
+        "     RUN echo 3", "     RUN echo 4", "-    RUN echo 5",
+        "+    RUN curl evil", "     RUN echo 6", "     RUN echo 7"]
+    every_other = [line if i % 2 else f"RUN true {i}" for i, line in enumerate(lines)]
+    assert diff(approval, TrustRequest.build({}, "\n".join(every_other))).splitlines() == [
+        "--- approved", "+++ requested", "@@ -1,11 +1,11 @@", " Dockerfile:",
+        *(f"-    {line}" for line in lines[:9]), *(f"+    {line}" for line in every_other[:9]),
+        "     RUN echo 9"]
 
 
 def test_lines_are_readable() -> None:

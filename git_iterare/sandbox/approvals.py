@@ -26,6 +26,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -163,13 +164,54 @@ def merged(approval: Approval | None, request: TrustRequest) -> TrustRequest:
     return TrustRequest.build(request.settings, request.dockerfile, (*earlier, *request.env))
 
 
+#: Most lines of each side aligned line by line in :func:`diff` once the lines both sides
+#: start and end with are set aside (difflib takes time quadratic in them: two Dockerfiles
+#: of 100,000 lines took more than ten minutes); a longer middle is shown as replaced.
+MAX_DIFF_LINES = 2000
+
+_HUNK = re.compile(r"@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
 def diff(approval: Approval | None, request: TrustRequest) -> str:
     """A unified diff from the approved content to ``request`` (:meth:`TrustRequest.lines`),
-    or "" when they read the same. Without an approval the diff is from nothing."""
+    or "" when they read the same. Without an approval the diff is from nothing.
+
+    Of sides longer than :data:`MAX_DIFF_LINES`, only what lies between the lines both
+    start and end with is aligned, when that is at most :data:`MAX_DIFF_LINES` lines on
+    each side; a longer middle is one hunk replacing it whole."""
     old = approval.request.lines() if approval is not None else []
-    lines = difflib.unified_diff(old, request.lines(), "approved", "requested", lineterm="",
-                                 n=2)
-    return "\n".join(lines)
+    new = request.lines()
+    if max(len(old), len(new)) <= MAX_DIFF_LINES:
+        return "\n".join(difflib.unified_diff(old, new, "approved", "requested", lineterm="",
+                                               n=2))
+    same = min(len(old), len(new))
+    start = next((i for i in range(same) if old[i] != new[i]), same)
+    end = next((i for i in range(same - start) if old[-1 - i] != new[-1 - i]), same - start)
+    if start == len(old) == len(new):
+        return ""
+    first = max(0, start - 2)  # two lines of context, as difflib's n=2
+    window_old = old[first:len(old) - max(0, end - 2)]
+    window_new = new[first:len(new) - max(0, end - 2)]
+    if max(len(old), len(new)) - start - end <= MAX_DIFF_LINES:
+        lines = list(difflib.unified_diff(window_old, window_new, "approved", "requested",
+                                          lineterm="", n=2))
+    else:
+        lines = ["--- approved", "+++ requested",
+                 f"@@ -{int(bool(window_old))},{len(window_old)} "
+                 f"+{int(bool(window_new))},{len(window_new)} @@",
+                 *(f" {line}" for line in old[first:start]),
+                 *(f"-{line}" for line in old[start:len(old) - end]),
+                 *(f"+{line}" for line in new[start:len(new) - end]),
+                 *(f" {line}" for line in old[len(old) - end:len(window_old) + first])]
+
+    def shifted(line: str) -> str:  # hunks count lines from the window's start
+        match = _HUNK.match(line)
+        if match is None:
+            return line
+        return (f"@@ -{int(match[1]) + first}{match[2] or ''} "
+                f"+{int(match[3]) + first}{match[4] or ''} @@{line[match.end():]}")
+
+    return "\n".join(shifted(line) for line in lines)
 
 
 class TrustStore:
