@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from git_iterare import proc
-from git_iterare.redaction import MIN_ENCODED, Redactor
+from git_iterare.redaction import MIN_ENCODED, MIN_MASKED, Redactor
 from git_iterare.runs.store import RunStore
 from tests.conftest import git
 from tests.runs_helpers import make_run
@@ -62,11 +62,72 @@ def test_secrets_with_json_and_url_specials() -> None:
     assert Redactor([secret]).redact(text) == '{"q": "***", "b": "***"}'
 
 
-def test_short_secrets_only_as_they_are() -> None:
+def test_short_secrets_only_as_they_are_and_as_whole_words() -> None:
     short = "abc1234"
-    assert len(short) < MIN_ENCODED
+    assert MIN_MASKED <= len(short) < MIN_ENCODED
     redactor = Redactor([short])
-    assert redactor.redact(f"x{short}y ABC1234 {short[::-1]}") == "x***y ABC1234 4321cba"
+    assert redactor.redact(f"x {short}, ABC1234 {short[::-1]} x{short} {short}9 "
+                           f"k={short}&") == "x ***, ABC1234 4321cba xabc1234 abc12349 k=***&"
+
+
+@pytest.mark.parametrize("value", ["1", "e", "on"])
+def test_values_shorter_than_min_masked_are_never_masked(value: str) -> None:
+    """``DEBUG=1 git iterare execute t -e DEBUG``: masking every 1 destroyed the text."""
+    assert len(value) < MIN_MASKED
+    text = '{"type":"result","subtype":"success","total_cost_usd":0.01,"on":1} e'
+    redactor = Redactor([value])
+    assert redactor.redact(text) == text
+    assert redactor.redact_value({"agent": "shell", value: [value]}) == {
+        "agent": "shell", value: [value]}
+
+
+SEPARATED = {
+    "spaces": " ".join(TOKEN),
+    "underscores": "_".join(TOKEN),
+    "several separators": " -_ ".join(TOKEN),
+    "zero-width spaces": "\u200b".join(TOKEN),
+    "zero-width joiners and word joiners": "\u200d\u2060".join(TOKEN),
+    "soft hyphens": "\u00ad".join(TOKEN),
+    "byte order marks": "\ufeff".join(TOKEN),
+    "combining marks": "\u0301".join(TOKEN),
+    "Hangul fillers": "\u3164".join(TOKEN),
+    "line breaks, upper case": "\n".join(TOKEN.upper()),
+    "JSON escapes": json.dumps("\u200b\t".join(TOKEN))[1:-1],
+    "reversed with dots": ".".join(TOKEN[::-1]),
+    "hex with spaces": " ".join(RAW.hex()),
+    "DNS labels and underscores": f"{'_'.join(TOKEN[:20])}.{TOKEN[20:]}.example.org",
+}
+
+
+@pytest.mark.parametrize("kind", list(SEPARATED))
+def test_separators_between_the_characters_are_dropped(kind: str) -> None:
+    out = Redactor([TOKEN]).redact(f"before {SEPARATED[kind]} after")
+    assert out.startswith("before ***") and out.endswith(" after"), out
+    # Read as a person would, separators dropped: no 12 characters of it are left.
+    left = "".join(c for c in out if c.isalnum() and c != "\u3164").casefold()
+    for form in (TOKEN, TOKEN[::-1], RAW.hex()):
+        form = "".join(c for c in form if c.isalnum()).casefold()
+        for i in range(len(form) - 12):
+            assert form[i:i + 12] not in left, (kind, out)
+
+
+def test_json_lines_are_redacted_value_by_value_and_stay_json() -> None:
+    redactor = Redactor([TOKEN, "text", "true"])
+    line = json.dumps({"type": "assistant", "message": {"content": [
+        {"type": "text", "text": f"the key is {' '.join(TOKEN)}, mode text, is true"}]},
+        "is_error": True, "text": 1}) + "\n"
+    out = redactor.redact_line(line)
+    assert out.endswith("\n")
+    assert json.loads(out) == {"type": "assistant", "message": {"content": [
+        {"type": "text", "text": "the key is ***, mode ***, is ***"}]},
+        "is_error": True, "text": 1}
+    plain = "the key is " + "_".join(TOKEN) + " and true\n"
+    assert redactor.redact_line(plain) == "the key is *** and ***\n"
+    assert redactor.redact_line('{"a": 1} true\n') == '{"a": 1} ***\n'  # not JSON
+    untouched = '{"type": "text",  "x": 1}\n'
+    assert redactor.redact_line(untouched) is untouched
+    log = (line + plain).encode()
+    assert redactor.redact_log(log) == (out + "the key is *** and ***\n").encode()
 
 
 def test_ordinary_text_is_untouched() -> None:
@@ -110,3 +171,29 @@ def test_the_store_redacts_every_field_and_the_log(repo: Path) -> None:
     assert data["error"] == "the agent said ***"
     assert data["egress"] == {"blocked": {"***.example.org": 1}, "allowed": {"***": 1}}
     assert data["id"] == rec.id
+
+
+@pytest.mark.parametrize("secret", ["e", "shell", "main", "2026", "running",
+                                    "iterare/", "succeeded", "deadbeefcafe"])
+def test_git_iterare_s_own_fields_are_never_masked(repo: Path, secret: str) -> None:
+    """Issue 22: with ``--env FOO=e`` every field was masked, keys too (``"sh***ll"``):
+    the record's status, dates, branch and container no longer parsed, and the run stayed
+    ``running`` forever. Only what the agent printed or made is redacted."""
+    rec = make_run(repo, "own", container="deadbeefcafe" * 5, worktree=str(repo / "w"),
+                   extra={"host": "main-host", "sidecar_image": "sha256:2026"})
+    proc.register_secret(secret)
+    proc.register_secret(TOKEN)
+    store = RunStore(repo)
+    store.transition(rec.id, "running", started="2026-01-01T00:00:00Z")
+    store.transition(rec.id, "succeeded", error=f"the agent said {secret} and {TOKEN}",
+                     egress={"blocked": {f"{secret}.example.org": 1}})
+    stored = json.loads(git("show", f"refs/iterare/runs/{rec.id}:run.json", cwd=repo).stdout)
+    expected = {**json.loads(rec.to_json()), "status": "succeeded",
+                "started": "2026-01-01T00:00:00Z"}
+    for key in ("id", "name", "status", "agent", "branch", "base_commit", "base_branch",
+                "container", "worktree", "created", "started", "prompt_name", "extra"):
+        assert stored[key] == expected[key], key
+    shown = secret if len(secret) < MIN_MASKED else "***"
+    assert stored["error"] == f"the agent said {shown} and ***"
+    assert stored["egress"] == {"blocked": {f"{shown}.example.org": 1}}
+    assert store.get(rec.id).status == "succeeded"

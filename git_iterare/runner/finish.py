@@ -293,13 +293,15 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         given_in = None
     log = b""
     agent = get_agent(record.agent or "shell")
-    register_run_secrets(repo, record, agent)  # redacted from every record write below
+    # Redacted from the agent's fields of every record write below, and from the log as
+    # it is stored; the outcome is read from the output as the agent printed it.
+    register_run_secrets(repo, record, agent)
     counted = Tally(agent)
     if info is not None:
         # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
         # agent decides how much it prints. Its result is read from all of it, so no
         # output can push the agent's own report out of what is read.
-        log = _redact(repo, record, agent, capped(tapped(sandbox.output(info.id), counted)))
+        log = capped(tapped(sandbox.output(info.id), counted))
         store.set_log(record.id, log)
     result = counted.result(exit_code=exit_code)
     if result.disputed:
@@ -364,6 +366,10 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         record.id, status, exit_code=exit_code, error=error, cost_usd=result.cost_usd,
         tokens=dict(result.tokens), turns=result.turns, egress=egress,
         **_ended_at(record, info))
+    # Counted and recorded (redacted): the resolver's log, which holds every name the
+    # agent looked up in plain text (a secret as a DNS name too), goes now; when it
+    # cannot yet (not the user's), with the run's state folder at cleanup.
+    sandbox.drop_dns_log(state_dir(repo, record.id) / "out")
     if commits:
         store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
                                  "agent": record.agent, "status": status})
@@ -487,21 +493,8 @@ def has_worktree(repo: Repo, record: RunRecord) -> bool:
     return worktree_path(repo, record.id).exists()
 
 
-def _redact(repo: Repo, record: RunRecord, agent: Agent, log: bytes) -> bytes:
-    """``log`` with the run's secrets (credentials, ``--env`` values) and their encodings
-    replaced by ``***`` (:mod:`git_iterare.redaction`).
-
-    The record travels with ``git iterare push``; an agent that prints its token must not
-    publish it. The secrets are registered first
-    (:func:`git_iterare.runner.secrets.register_run_secrets`); the store redacts every
-    record field it writes with the same secrets.
-    """
-    from git_iterare import proc
-
-    return bytes(proc.redactor().redact_bytes(log))
-
-
 def _egress(repo: Repo, run_id: str) -> dict[str, object] | None:
+    """The egress report for the record, from the sidecar's output folder."""
     from git_iterare.sandbox import read_egress_report
 
     out = state_dir(repo, run_id) / "out"

@@ -27,8 +27,10 @@ def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit:
     # Raw lines stay byte-exact into a pipe or file (but for redacted secrets); on a
     # terminal the agent's escape sequences are made visible like in the rendered log.
     clean = sanitize if raw and sys.stdout.isatty() else None
-    redact = proc.redactor().redact
+    redact = proc.redactor().redact_line
     for line in lines:
+        # Redacted before anything shows invisible characters as text (<U+200B>); a JSON
+        # line stays JSON, with the words of its format (redaction.Redactor.redact_line).
         line = redact(line)
         if raw:
             line = line.rstrip("\r\n")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from git_iterare import boundedfs, proc, ui
+from git_iterare import limits as lim
 from git_iterare.errors import ExternalError, OperationFailed, UserError
 from git_iterare.git import checkout, safegit
 from git_iterare.git.repo import (

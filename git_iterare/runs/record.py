@@ -133,12 +133,18 @@ class RunRecord:
         """``run.json`` bytes: UTF-8, indented, keys in a fixed order, trailing newline.
 
         Args:
-            redact: applied to the value of every field but ``v`` and ``id`` (for instance
-                :meth:`git_iterare.redaction.Redactor.redact_value`).
+            redact: applied to the fields that hold what the agent printed or made, and
+                to them only (:data:`AGENT_FIELDS`, :data:`AGENT_EXTRA`); for instance
+                :meth:`git_iterare.redaction.Redactor.redact_value`. git iterare's own
+                fields (id, status, times, commits, branch, container, host...) must stay
+                valid whatever value a secret has.
         """
         data = self.to_dict()
         if redact is not None:
-            data = {k: v if k in ("v", "id") else redact(v) for k, v in data.items()}
+            for key in AGENT_FIELDS:
+                data[key] = redact(data[key])
+            data["extra"] = {k: redact(v) if k in AGENT_EXTRA else v
+                             for k, v in data["extra"].items()}
         return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
     @classmethod
@@ -172,6 +178,13 @@ class RunRecord:
         """The creation time, for newest-first ordering (ISO strings sort as times)."""
         return self.created or ""
 
+
+#: Fields of ``run.json`` that hold what the agent printed or made: the error line (its
+#: own words when it reported an error) and the egress report (the names it looked up).
+AGENT_FIELDS = ("error", "egress")
+#: Keys of ``extra`` that do: the paths it left that were not committed, and why its work
+#: could not be committed.
+AGENT_EXTRA = ("skipped", "unfinished")
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {"unknown"}
 _OBJECT_FIELDS = ("policy", "tokens", "extra")

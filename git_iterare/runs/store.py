@@ -57,15 +57,16 @@ def write_record_commit(
     """Write a record commit: ``run.json`` from ``record`` plus ``files`` (name -> blob id).
 
     Registered secrets (:func:`git_iterare.proc.register_secret`) and their encodings are
-    redacted from every field of ``run.json`` but ``v`` and ``id``.
+    redacted from the fields of ``run.json`` that hold what the agent printed or made
+    (:data:`~git_iterare.runs.record.AGENT_FIELDS`).
 
     ``record.head`` (when set and present) is added as a last parent. Returns the commit id.
     """
     from git_iterare import proc
 
     store = repo.object_store
-    # Every field is redacted (the agent's result, error, egress names...): records travel
-    # with push, and secrets registered in this process must not.
+    # The agent's error, egress names, paths...: records travel with push, and secrets
+    # registered in this process must not.
     run_json = Blob.from_string(record.to_json(proc.redactor().redact_value))
     add_object(repo, run_json)
     tree = Tree()
@@ -378,19 +379,19 @@ class RunStore:
 
     def set_log(self, run_id: str, data: bytes) -> RunRecord:
         """Replace the run's ``log.jsonl`` with ``data`` (bytes, JSON lines); registered
-        secrets are redacted."""
+        secrets are redacted (:meth:`~git_iterare.redaction.Redactor.redact_log`)."""
         from git_iterare import proc
 
-        blob = add_blob(self.repo, proc.redactor().redact_bytes(data))
+        blob = add_blob(self.repo, proc.redactor().redact_log(data))
         return self._change(run_id, lambda r: r, f"{run_id} log",
                             files=lambda snap: {LOG_JSONL: blob})
 
     def append_log(self, run_id: str, data: bytes) -> RunRecord:
         """Append ``data`` to the run's ``log.jsonl`` (a newline is added if missing);
-        registered secrets are redacted."""
+        registered secrets are redacted (:meth:`~git_iterare.redaction.Redactor.redact_log`)."""
         from git_iterare import proc
 
-        data = proc.redactor().redact_bytes(data)
+        data = proc.redactor().redact_log(data)
         if data and not data.endswith(b"\n"):
             data += b"\n"
 

@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from git_iterare.sandbox.backend import Backend
-from git_iterare.sandbox.egress import EgressReport, RefusedConnections, read_egress_report
+from git_iterare.sandbox.egress import (
+    EgressReport,
+    RefusedConnections,
+    drop_dns_log,
+    read_egress_report,
+)
 from git_iterare.sandbox.exitcodes import SandboxExit
 from git_iterare.sandbox.policy import BASE_DOMAINS, EgressPolicy, policy_from_config
 from git_iterare.sandbox.spec import (
@@ -31,8 +36,9 @@ from git_iterare.sandbox.spec import (
 __all__ = [
     "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
     "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "VolumeTrees", "agent_ids", "engine_cpus", "get_backend", "inspect", "list_sandboxes",
-    "output", "policy_from_config", "read_egress_report", "reclaim", "remove", "start",
+    "VolumeTrees", "agent_ids", "drop_dns_log", "engine_cpus", "get_backend", "inspect",
+    "list_sandboxes", "output", "policy_from_config", "read_egress_report", "reclaim",
+    "remove", "start",
     "stop", "wait",
 ]
 

@@ -265,3 +265,21 @@ def read_egress_report(out_dir: Path | str) -> EgressReport:
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def drop_dns_log(out_dir: Path | str) -> bool:
+    """Delete the resolver's log (``dns.log``) of the sandbox whose output directory is
+    ``out_dir``, once :func:`read_egress_report` has counted it: it holds every name the
+    agent looked up in plain text (a secret used as a DNS name too), and the record keeps
+    the counts, redacted.
+
+    Returns:
+        False when it is there and could not be deleted (a folder not the user's yet).
+    """
+    try:
+        os.unlink(Path(out_dir) / "dns.log")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
