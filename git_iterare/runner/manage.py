@@ -394,7 +394,8 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         # with or without a worktree: unprivileged, the user could not remove it.
         placement.release(repo, record)
     if legacy.is_legacy(record):  # iterare's worktree (workspaces/<name>) and branch
-        legacy.cleanup(repo, record, force=force or merged)
+        for note in legacy.cleanup(repo, record, force=force or merged):
+            ui.warn(f"run {record.id}: {note}")
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
         left = _left_uncommitted(record, ws.worktree)

@@ -20,12 +20,21 @@ An imported run:
   or ``failed``, with the cost, tokens and turns; ``lost`` without one, see
   :mod:`git_iterare.runs.legacy_outcome`), and ``cleaned`` once it is gone; its ``head``
   follows the branch until cleanup (:func:`follow`), and ``cleanup`` removes iterare's
-  worktree and branch (:func:`cleanup`), iterare's own files in it being no work;
+  worktree and, when that worktree has it checked out, its branch (:func:`cleanup`),
+  iterare's own files in it being no work;
 * gets as ``prompt.md`` the prompt text iterare left in its worktree
   (``.claude-prompt.md``), else an empty one.
 
 Re-importing skips runs that already have a record, giving a ``lost`` one the outcome its
 log tells.
+
+The file may be a teammate's (``--file``) or otherwise hostile: it is read only as a
+regular file (never through a symlink, never blocking on a FIFO), at most
+:data:`MAX_LEGACY_FILE_BYTES` and :data:`MAX_LEGACY_RUNS` runs, and every field it gives
+is checked and capped. Branch, worktree, reflog and log are looked up only for a run name
+that is a run id as iterare made them (``<name>-<8 hex>``): every path comes from that
+cleaned id and this repository, never from the file, so a name such as ``../../x`` or a
+``project_dir`` reaches no other file.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -48,6 +58,17 @@ from git_iterare.runs.store import RunStore
 
 #: Largest iterare log imported, in bytes (the first part of a longer one is kept).
 MAX_LEGACY_LOG_BYTES = 10 * 1024 * 1024
+
+#: Largest runs file read, in bytes (iterare writes about 150 bytes a run).
+MAX_LEGACY_FILE_BYTES = 8 * 1024 * 1024
+
+#: Most runs imported from one file.
+MAX_LEGACY_RUNS = 10_000
+
+#: Longest run name, prompt name (characters) and project path (bytes) taken from the file;
+#: a longer run name is skipped, a longer prompt name or path left out.
+MAX_LEGACY_NAME = 255
+MAX_LEGACY_PATH = 4096
 
 #: Length of the project hash in the file name (iterare's PROJECT_HASH_LENGTH).
 PROJECT_HASH_LENGTH = 16
@@ -97,12 +118,14 @@ def log_file(legacy_name: str) -> Path:
 
 
 def read_log(path: Path) -> bytes | None:
-    """The log at ``path`` (at most :data:`MAX_LEGACY_LOG_BYTES`), or None when there is
-    none or it cannot be read."""
+    """The log at ``path`` (its first :data:`MAX_LEGACY_LOG_BYTES`), or None when there is
+    none, it cannot be read, or it is a symlink or no regular file (a FIFO is not waited
+    on)."""
+    from git_iterare import boundedfs
+
     try:
-        with path.open("rb") as handle:
-            return handle.read(MAX_LEGACY_LOG_BYTES)
-    except OSError:
+        return boundedfs.read_regular(path, MAX_LEGACY_LOG_BYTES, cut=True)
+    except (OSError, OperationFailed):
         return None
 
 
@@ -158,17 +181,24 @@ def follow(store: RunStore, record: RunRecord) -> RunRecord:
     return store.set_head(record.id, tip.decode())
 
 
-def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
-    """Remove iterare's worktree (``workspaces/<name>``) and branch of an imported run.
+def cleanup(repo: Any, record: RunRecord, *, force: bool) -> list[str]:
+    """Remove iterare's worktree (``workspaces/<name>``) of an imported run, and its
+    branch when that worktree has it checked out.
 
-    Refuses, unless ``force``, when that would drop work: the branch is not merged into
-    any other local branch, or the worktree has changes not committed. The commits stay
-    reachable from the record.
+    The record did not create the branch: iterare did, by ``git worktree add -b <name>
+    workspaces/<name>``. Only that layout, found in the repository now, shows the branch
+    is iterare's; a branch of the same name anywhere else (the user's own, which a runs
+    file can claim) is kept, and said so. Refuses, unless ``force``, when removing them
+    would drop work: the branch is not merged into any other local branch, or the
+    worktree has changes not committed. The commits stay reachable from the record.
 
     Args:
         repo: a :class:`git_iterare.git.repo.Repo`.
         record: an imported run (see :func:`is_legacy`).
         force: drop unmerged and uncommitted work.
+
+    Returns:
+        Notes for the user (a branch kept).
 
     Raises:
         OperationFailed: work would be lost and not ``force``.
@@ -181,15 +211,17 @@ def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
     # says otherwise (fetched from elsewhere, say) has its record cleaned only.
     branch = record.branch or ""
     if branch != record.id or not ids.is_run_id(branch):
-        return
+        return []
     worktree = top / "workspaces" / branch
     ref = f"refs/heads/{branch}"
     exists = bool(branch) and proc.git("show-ref", "--verify", "--quiet", ref, cwd=top,
                                        check=False).returncode == 0
-    registered = _registered_worktree(top, worktree)
+    checked_out = _worktree_branch(top, worktree)
+    registered = checked_out is not None
+    theirs = exists and checked_out == ref
     if not force:
         problems = []
-        if exists:
+        if theirs:
             holders = proc.git("for-each-ref", f"--contains={ref}", "--format=%(refname)",
                                "refs/heads/", cwd=top).stdout.split()
             if not [h for h in holders if h != ref and not h.startswith("refs/heads/iterare/")]:
@@ -210,8 +242,14 @@ def cleanup(repo: Any, record: RunRecord, *, force: bool) -> None:
     if registered:
         proc.git("worktree", "remove", "--force", "--force", str(worktree), cwd=top,
                  check=False)
-    if exists:
+    if theirs:
         proc.git("branch", "-D", "--", branch, cwd=top, check=False)
+        return []
+    if exists:
+        return [f"kept branch {branch}: it is not checked out in iterare's worktree "
+                f"{worktree}, so nothing shows iterare made it (delete it yourself with "
+                f"`git branch -D {branch}` if it was)"]
+    return []
 
 
 def _settle_lost(store: RunStore, record: RunRecord) -> RunRecord:
@@ -227,12 +265,22 @@ def _settle_lost(store: RunStore, record: RunRecord) -> RunRecord:
                             **fields)
 
 
-def _registered_worktree(top: Path, worktree: Path) -> bool:
+def _worktree_branch(top: Path, worktree: Path) -> str | None:
+    """The ref checked out in the linked worktree at ``worktree`` ("" for a detached
+    one), or None when no worktree of the repository is there."""
     from git_iterare import proc
 
     listed = proc.git("worktree", "list", "--porcelain", "-z", cwd=top, check=False).stdout
     want = str(worktree.resolve()) if worktree.exists() else str(worktree)
-    return any(item == f"worktree {want}" for item in listed.split("\0"))
+    found: str | None = None
+    for item in listed.split("\0"):
+        if item.startswith("worktree "):
+            if found is not None:
+                return found
+            found = "" if item == f"worktree {want}" else None
+        elif found is not None and item.startswith("branch "):
+            found = item[len("branch "):]
+    return found
 
 
 def project_hash(project_dir: Path) -> str:
@@ -246,24 +294,54 @@ def runs_file(project_dir: Path) -> Path:
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
-    """Read a legacy runs file.
+    """Read a legacy runs file: a regular file (never through a symlink, never waiting on a
+    FIFO) of at most :data:`MAX_LEGACY_FILE_BYTES` holding at most :data:`MAX_LEGACY_RUNS`
+    runs.
 
     Raises:
-        UserError: missing, unreadable, not JSON, or not ``{name: {...}}``.
+        UserError: missing, unreadable, a symlink or no regular file, too large, not JSON
+            (or nested too deep to read), not ``{name: {...}}``, or too many runs.
     """
+    from git_iterare import boundedfs
+
     try:
-        data = json.loads(path.read_bytes())
+        raw = boundedfs.read_regular(path, MAX_LEGACY_FILE_BYTES)
     except FileNotFoundError:
         raise UserError(f"no iterare run history at {path}",
                         hint="give the file with --file PATH") from None
+    except boundedfs.TooLarge:
+        raise UserError(f"{path} is larger than {MAX_LEGACY_FILE_BYTES // (1024 * 1024)} MiB: "
+                        "no runs file of iterare's") from None
+    except OperationFailed as exc:
+        raise UserError(exc.message, hint="give the runs file itself with --file PATH"
+                        ) from None
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise UserError(f"{path} is not an iterare runs file (JSON nested too deep)") from None
     except ValueError as exc:
         raise UserError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise UserError(f"{path} is not an iterare runs file",
                         hint="expected {\"run name\": {\"prompt_name\": ..., ...}}")
+    if len(data) > MAX_LEGACY_RUNS:
+        raise UserError(f"{path} holds {len(data)} runs, more than the {MAX_LEGACY_RUNS} an "
+                        "import takes")
     return data
+
+
+def _text(value: Any, most: int) -> str | None:
+    """``value`` when it is a string of at most ``most`` characters, else None."""
+    return value if isinstance(value, str) and len(value) <= most else None
+
+
+def _timestamp(value: Any) -> float | int | None:
+    """``value`` when it is a finite Unix time in seconds (before the year 5000), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) and 0 <= value < 1e11 else None
 
 
 def record_id(legacy_name: str) -> str | None:
@@ -305,39 +383,42 @@ def import_runs(store: RunStore, project_dir: Path, path: Path | None = None) ->
     data = load(source)
     existing = set(store.run_ids())
     results = []
-    for legacy_name, info in sorted(data.items(), key=lambda kv: str(kv[1].get("timestamp"))):
-        run_id = record_id(legacy_name)
+    for legacy_name, info in sorted(data.items(), key=lambda kv: str(_timestamp(
+            kv[1].get("timestamp")))):
+        run_id = record_id(legacy_name) if len(legacy_name) <= MAX_LEGACY_NAME else None
         if run_id is None:
-            results.append(Imported(legacy_name, None, "skipped", "not a usable run name"))
+            results.append(Imported(legacy_name[:MAX_LEGACY_NAME], None, "skipped",
+                                    "not a usable run name"))
             continue
         if run_id in existing:
             results.append(Imported(legacy_name, run_id, "exists",
                                     _settle_lost(store, store.get(run_id)).status))
             continue
-        project = Path(str(info.get("project_dir") or project_dir))
-        worktree = project / "workspaces" / legacy_name
-        head = read_ref(store.repo, f"refs/heads/{legacy_name}".encode()) \
-            if ids.name_problem(legacy_name) is None or ids.is_run_id(legacy_name) else None
-        log = read_log(log_file(legacy_name))
+        # iterare named every run <prompt>-<8 hex>, its branch and worktree after it: only
+        # such a name is looked up, and every path is made from the cleaned id.
+        own = run_id == legacy_name
+        worktree = project_dir / "workspaces" / run_id
+        head = read_ref(store.repo, f"refs/heads/{run_id}".encode()) if own else None
+        log = read_log(log_file(run_id)) if own else None
         ended = legacy_outcome.outcome(log) if head else None
         status = ended.status if ended else CLEANED
-        base_commit, base_branch = (base_of(store.common_dir, legacy_name, project_dir)
+        base_commit, base_branch = (base_of(store.common_dir, run_id, project_dir)
                                     if head else (None, None))
-        created = _iso(info.get("timestamp"))
-        prompt_name = info.get("prompt_name") if isinstance(info.get("prompt_name"), str) \
-            else None
+        timestamp = _timestamp(info.get("timestamp"))
+        created = _iso(timestamp)
         times = {"created": created} if created else {}
         has_worktree = bool(head) and worktree.is_dir()
         store.create(
             ids.validate_name(run_id.rsplit("-", 1)[0]), run_id=run_id,
-            prompt_name=prompt_name, prompt_path=None,
+            prompt_name=_text(info.get("prompt_name"), MAX_LEGACY_NAME), prompt_path=None,
             prompt_text=legacy_outcome.prompt_text(worktree) if has_worktree else "",
             base_commit=base_commit, base_branch=base_branch, agent="claude",
             **(ended.fields() if ended else {"status": status}),
-            branch=legacy_name, head=head.decode() if head else None,
+            branch=run_id if own else None, head=head.decode() if head else None,
             worktree=str(worktree) if has_worktree else None,
-            extra={"legacy": {"run_name": legacy_name, "timestamp": info.get("timestamp"),
-                              "project_dir": info.get("project_dir"), "file": str(source)}},
+            extra={"legacy": {"run_name": legacy_name, "timestamp": timestamp,
+                              "project_dir": _text(info.get("project_dir"), MAX_LEGACY_PATH),
+                              "file": str(source)}},
             **times,
         )
         if log:
