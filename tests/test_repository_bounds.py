@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from git_iterare import limits as lim
-from tests.unprivileged import as_user, new_user, user_bin
+from tests.unprivileged import as_user, new_user, user_folder, user_repository
 
 #: Address space a command may use: far more than any of them needs (about 100 MB).
 LIMIT_BYTES = 1024 * 1024 * 1024
@@ -91,19 +91,8 @@ def side(request: pytest.FixtureRequest, repo: Path, hermetic_env: Path) -> Iter
         yield Side(repo, hermetic_env, None)
         return
     user: pwd.struct_passwd = request.getfixturevalue("unprivileged")
-    top = Path(f"/tmp/itr-bounds-{os.getpid()}")
-    top.mkdir(mode=0o755)
-    try:
-        os.chown(top, user.pw_uid, user.pw_gid)
-        user_bin(top)
-        theirs = top / "repo"
-        for args in (["git", "init", "-q", "-b", "main", str(theirs)],
-                     ["git", "-C", str(theirs), "commit", "-q", "--allow-empty", "-m", "i"]):
-            done = as_user(user, *args, cwd=top)
-            assert done.returncode == 0, done.stderr
-        yield Side(theirs, Path(user.pw_dir), user)
-    finally:
-        subprocess.run(["rm", "-rf", str(top)], check=False)
+    with user_folder(user, "bounds") as top:
+        yield Side(user_repository(user, top), Path(user.pw_dir), user)
 
 
 def one_error(done: subprocess.CompletedProcess, line: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import time
@@ -19,7 +18,7 @@ import pytest
 from git_iterare.sandbox import agent_ids
 from tests.conftest import iterare
 from tests.test_runs_e2e import project, prompt, record, run_id  # noqa: F401  (fixture)
-from tests.unprivileged import as_user, new_user, user_bin
+from tests.unprivileged import as_user, new_user, user_folder, user_repository
 
 pytestmark = pytest.mark.docker
 
@@ -79,24 +78,14 @@ def user_repo(user: pwd.struct_passwd) -> Iterator[Path]:
     """A repository of ``user``'s after ``git iterare init``, in a folder of theirs that
     also holds this checkout's commands (:func:`user_bin`); its containers and the folder
     are removed afterwards."""
-    top = Path(f"/tmp/itr-unprivileged-{os.getpid()}")
-    top.mkdir(mode=0o755)
-    try:
-        os.chown(top, user.pw_uid, user.pw_gid)
-        user_bin(top)
-        repo = top / "repo"
-        for args in (["git", "init", "-q", "-b", "main", str(repo)],
-                     ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"],
-                     ["git", "-C", str(repo), "iterare", "init"]):
-            done = as_user(user, *args, cwd=top)
-            assert done.returncode == 0, done.stderr
-        yield repo
-    finally:
-        subprocess.run(["docker", "rm", "-f", *subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
-            capture_output=True, text=True, check=False).stdout.split()],
-            capture_output=True, check=False)
-        shutil.rmtree(top, ignore_errors=True)
+    with user_folder(user, "unprivileged") as top:
+        try:
+            yield user_repository(user, top, "iterare", "init")
+        finally:
+            subprocess.run(["docker", "rm", "-f", *subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"label=dev.iterare.repo={top / 'repo'}"],
+                capture_output=True, text=True, check=False).stdout.split()],
+                capture_output=True, check=False)
 
 
 def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passwd,

@@ -68,3 +68,29 @@ def as_user(user: pwd.struct_passwd, *args: str, cwd: Path, timeout: float = 120
     runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
     return subprocess.run([runuser, "-u", user.pw_name, "--", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def user_folder(user: pwd.struct_passwd, name: str) -> Iterator[Path]:
+    """A folder ``/tmp/itr-NAME-<pid>`` of ``user``'s holding this checkout's commands
+    (:func:`user_bin`); removed afterwards with everything in it."""
+    top = Path(f"/tmp/itr-{name}-{os.getpid()}")
+    top.mkdir(mode=0o755)
+    try:
+        os.chown(top, user.pw_uid, user.pw_gid)
+        user_bin(top)
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def user_repository(user: pwd.struct_passwd, top: Path, *then: str) -> Path:
+    """``TOP/repo``: a repository of ``user``'s on ``main`` with one empty commit, made by
+    them; then ``git THEN`` is run there as them (``iterare init``, say)."""
+    repo = top / "repo"
+    for args in (["git", "init", "-q", "-b", "main", str(repo)],
+                 ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"],
+                 *([["git", "-C", str(repo), *then]] if then else [])):
+        done = as_user(user, *args, cwd=top)
+        assert done.returncode == 0, done.stderr
+    return repo
