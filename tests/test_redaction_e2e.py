@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,10 @@ def forms() -> list[str]:
 
 
 def letters(text: str) -> str:
-    """``text`` as a person reads it: letters and digits only, case-folded."""
-    return "".join(c for c in text if c.isalnum()).casefold()
+    """``text`` as a person reads it: letters and digits only, case-folded, and what the
+    terminal sanitizer shows for an invisible character (``<U+200B>``) dropped too."""
+    return "".join(c for c in re.sub(r"<U\+[0-9A-F]{4,6}>", "", text) if c.isalnum()
+                   ).casefold()
 
 
 def assert_clean(where: str, text: str) -> None:
