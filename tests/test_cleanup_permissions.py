@@ -22,7 +22,7 @@ from git_iterare.runner import workspace
 from git_iterare.runs.store import RunStore
 from tests.conftest import git
 from tests.runs_helpers import make_run
-from tests.test_trust_boundary_e2e import user_bin
+from tests.unprivileged import user_bin
 
 NOBODY = 65534
 
