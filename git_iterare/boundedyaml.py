@@ -41,7 +41,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._max_depth = max_depth
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in the stubs
         mark = event.start_mark
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise Refused(problem="anchors and aliases (&name, *name) are not allowed",
@@ -122,8 +122,10 @@ def top_level_scalar(text: str, key: str) -> str | None:
             elif wanted:
                 if not isinstance(event, yaml.ScalarEvent):
                     return None
-                tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
-                    yaml.ScalarNode, event.value, event.implicit)
+                tag = event.tag
+                if tag in (None, "!"):  # resolved as the safe schema does (untyped stubs)
+                    tag = resolver.resolve(  # type: ignore[no-untyped-call]
+                        yaml.ScalarNode, event.value, event.implicit)
                 return event.value if tag == "tag:yaml.org,2002:str" else None
             is_key = not is_key
         elif isinstance(event, yaml.DocumentEndEvent):
