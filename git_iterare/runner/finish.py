@@ -262,6 +262,8 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -
     while info is not None and info.state in LIVE_STATES:
         if not wait:
             return record
+        if info.state == "created" and record.extra.get("stop_requested"):
+            break  # never started (its attach failed, say): stopping cannot end it
         sandbox.wait(info.id)  # returns early when the engine's connection times out
         info = sandbox.inspect(info.id)
     if info is None and record.container is None and launch_pending(repo, record):
