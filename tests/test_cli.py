@@ -120,7 +120,7 @@ def test_unreadable_config_is_a_user_error_not_a_traceback(repo: Path) -> None:
     path.mkdir(parents=True)
     result = iterare("config", "--list", cwd=repo)
     assert (result.returncode, result.stderr) == (
-        2, f"error: {path}: cannot read: Is a directory\n")
+        2, f"error: {path} is not a regular file; refusing to read it\n")
 
 
 def test_diff_finds_the_run_among_git_diff_arguments() -> None:
