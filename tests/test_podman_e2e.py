@@ -262,3 +262,30 @@ def test_docker_still_works_after_podman(podman_net: PodmanNet) -> None:
     finally:
         docker("rm", "-f", f"{name}-srv")
         docker("network", "rm", name)
+
+
+def test_a_project_build_with_run_steps_is_refused_on_podman(
+        podman_project: Path, podman_engine: PodmanEngine, podman_image: str) -> None:
+    """Podman's builder runs build steps in the engine host's network namespace whatever
+    network mode it is given: the probe build sees that, and the project's RUN steps are
+    never run."""
+    project = podman_project
+    (project / ".iterare" / "Dockerfile").write_text(
+        f"FROM {podman_image}\nRUN readlink /proc/self/ns/net > /tmp/seen\n")
+    git("add", ".iterare", cwd=project)
+    git("commit", "-qm", "a build step", cwd=project)
+    assert iterare("trust", "--yes", cwd=project).returncode == 0
+    prompt(project, "hello", "echo hi\n")
+    started = iterare("execute", "hello", "--follow", cwd=project)
+    assert started.returncode == 1, started.stdout + started.stderr
+    last = started.stderr.splitlines()[-1]
+    assert last.startswith(f"error: cannot build {podman_image.rsplit(':', 1)[0]}:project-")
+    assert "runs build steps outside the network namespace given to them (net:[" in last
+    assert last.endswith(
+        "where they would reach the Docker host (Podman's builder does this) (build the "
+        "image yourself and set [docker] image to it, or move the RUN steps out of "
+        ".iterare/Dockerfile)")
+    engine = podman_engine.client()
+    assert engine.images.list(name=f"{podman_image.rsplit(':', 1)[0]}:project-*") == []
+    assert engine.containers.list(all=True, filters={
+        "label": "dev.iterare.role=build-network"}) == []

@@ -104,6 +104,18 @@ def _agent_lines(cid: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith("iterare-sandbox:")]
 
 
+def test_tmp_is_a_tmpfs_bounded_by_the_memory_limit(make_spec) -> None:
+    """What the agent writes to /tmp is memory (bounded by docker.memory), not the
+    engine's disk; programs still run from it."""
+    cid = sandbox.start(make_spec(
+        "sh", "-c", "stat -f -c %T /tmp; df -B1 --output=size /tmp | tail -1 | tr -d ' '; "
+        "printf '#!/bin/sh\\necho ran\\n' > /tmp/x && chmod +x /tmp/x && /tmp/x",
+        limits=Limits(cpus=1.0, memory="256m", pids=128)))
+    assert sandbox.wait(cid, timeout=60) == 0
+    lines = _agent_lines(cid)
+    assert lines == ["tmpfs", str(256 * 1024 * 1024), "ran"], lines
+
+
 def test_host_config_limits_and_privileges(make_spec) -> None:
     spec = make_spec("true", limits=Limits(cpus=1.5, memory="300m", pids=99))
     cid = sandbox.start(spec)
@@ -187,7 +199,9 @@ def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Pat
     cid = sandbox.start(make_spec(
         "sh", "-c", "id -u; id -g; whoami; test -O ~ && echo owns-home; "
         "stat -c %u /workspace/kept.txt; cp /bin/sh /workspace/suid; chmod 4755 /workspace/suid; "
-        "mkfifo /workspace/pipe; echo new > /workspace/new.txt",
+        "mkfifo /workspace/pipe; echo new > /workspace/new.txt; mkdir /workspace/shared; "
+        "chmod 2777 /workspace/shared; echo w > /workspace/shared/w; chmod 0666 "
+        "/workspace/shared/w",
         agent_uid=1234, agent_gid=2345, owned=(tree,),
         mounts=(sandbox.Mount(tree, "/workspace", False),)))
     assert sandbox.wait(cid, timeout=60) == 0
@@ -199,6 +213,9 @@ def test_other_agent_uid_owns_the_trees_until_reclaimed(make_spec, tmp_path: Pat
         assert (path.lstat().st_uid, path.lstat().st_gid) == (os.getuid(), os.getgid())
     assert not (tree / "suid").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
     assert not (tree / "pipe").exists()
+    # Nothing other local users may write into: a chmod 2777 folder is 0775 again.
+    assert stat.S_IMODE((tree / "shared").stat().st_mode) == 0o775
+    assert stat.S_IMODE((tree / "shared" / "w").stat().st_mode) == 0o664
     for path in (sibling, sibling / "f"):  # never given away, never stripped
         assert (path.lstat().st_uid, path.lstat().st_gid) == (os.getuid(), os.getgid())
     assert (sibling / "f").stat().st_mode & stat.S_ISUID

@@ -342,3 +342,49 @@ def test_an_attached_network_opens_its_containers_but_not_the_host(
         server.close()
     assert f"open {NET['INTRANET_V4']}/80" in output, output  # a container on it
     assert f"closed {gateway}/{port}" in output, output  # the host, on its bridge
+
+
+def test_an_attached_networks_resolvers_stay_closed(
+        sandbox_image: str, test_network: str, host_repo: Path,  # noqa: F811
+        tmp_path: Path) -> None:
+    """A resolver on an attached network would answer any name over TCP (UDP is closed
+    anyway), carrying what the agent puts in the query out: its DNS ports (53, and 853 for
+    DNS over TLS) stay closed; the network's other ports stay open."""
+    import dataclasses
+
+    intranet = test_network.replace("_internet", "_intranet")
+    name = f"itr-resolver-{os.getpid()}"
+    listen = " & ".join(f"python3 -m http.server {p}" for p in (53, 853, 5432)) + " & wait"
+    subprocess.run(["docker", "run", "-d", "--name", name, "--network", intranet,
+                    "itr-sandbox-testnet:1", "bash", "-c", listen],
+                   check=True, capture_output=True)
+    try:
+        address = subprocess.run(
+            ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}"
+             "{{end}}", name], check=True, capture_output=True, text=True).stdout.strip()
+        deadline = time.monotonic() + 30
+        while subprocess.run(["docker", "exec", name, "bash", "-c",
+                              "exec 3<>/dev/tcp/127.0.0.1/5432"],
+                             capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "the listener did not start"
+            time.sleep(0.3)
+        policy = dataclasses.replace(
+            EgressPolicy.build([], dns=[NET["DNS_V4"]]),
+            networks=(NET["INTRANET_V4"].rsplit(".", 1)[0] + ".0/24",))
+        script = (f"for p in 5432 53 853; do t={address}/$p; "
+                  "if timeout 3 bash -c \"exec 3<>/dev/tcp/$t\" 2>/dev/null; "
+                  "then echo \"open $p\"; else echo \"closed $p\"; fi; done")
+        spec = dataclasses.replace(
+            _spec(f"itr-resolvers-{os.getpid()}", sandbox_image, sandbox_image, test_network,
+                  host_repo, tmp_path / "out", ["bash", "-c", script], 1),
+            policy=policy, networks=(intranet,))
+        cid = sandbox.start(spec)
+        try:
+            assert sandbox.wait(cid, timeout=60) == 0
+            output = b"".join(sandbox.output(cid, follow=True)).decode()
+        finally:
+            sandbox.remove(spec.run_id, spec.repo_path)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    assert [line for line in output.splitlines() if line.startswith(("open", "closed"))] == [
+        "open 5432", "closed 53", "closed 853"], output

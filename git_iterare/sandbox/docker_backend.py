@@ -60,6 +60,7 @@ from git_iterare.sandbox.spec import (
     WORK_PATH,
     ContainerInfo,
     SandboxSpec,
+    memory_bytes,
     sandbox_name,
 )
 
@@ -132,11 +133,18 @@ def _drop(container: Container) -> None:
 
 
 def _limits(spec: SandboxSpec) -> dict[str, object]:
+    """The agent container's limits as ``containers.create`` takes them. Its ``/tmp`` is
+    a tmpfs as large as its memory limit, whose pages count against that limit (the
+    kernel charges tmpfs to the writer's memory cgroup): what the agent writes there is
+    bounded, where the container's own layer on the engine's disk is not. Programs may
+    run from it (Docker's default tmpfs options say ``noexec``)."""
     limits: dict[str, object] = {}
     if spec.limits.cpus:
         limits["nano_cpus"] = int(spec.limits.cpus * 1e9)
     if spec.limits.memory:
         limits["mem_limit"] = spec.limits.memory
+        size = memory_bytes(spec.limits.memory)
+        limits["tmpfs"] = {"/tmp": f"rw,exec,nosuid,nodev,size={size},mode=1777"}
     if spec.limits.pids:
         limits["pids_limit"] = spec.limits.pids
     return limits
@@ -375,7 +383,7 @@ class DockerBackend:
                     helper.start()
                     status = helper.wait(timeout=600).get("StatusCode", -1)
                     code = status if isinstance(status, int) else -1
-                    output = b"".join(helper.logs(stdout=True, stderr=True))
+                    output = b"".join(helper.logs(stream=True, stdout=True, stderr=True))
                 finally:
                     helper.remove(force=True, v=True)
         said = bytes(output or b"").decode("utf-8", "replace")

@@ -86,20 +86,29 @@ def host_addresses(fib_trie: Path = Path("/proc/net/fib_trie"),
     return tuple(dict.fromkeys(found))
 
 
+def engine_host_addresses() -> tuple[str, ...]:
+    """The current engine's host's addresses (loopback left out): all of this machine's
+    (:func:`host_addresses`) for an engine on it, those its name resolves to for an
+    ``ssh://`` or ``tcp://`` engine."""
+    from git_iterare.sandbox.engine import current
+
+    engine = current()
+    if engine.on_this_host:
+        return host_addresses()
+    return tuple(a for a in engine.network_addresses()
+                 if not ipaddress.ip_address(a).is_loopback)
+
+
 def with_dns(spec: SandboxSpec) -> SandboxSpec:
     """``spec`` with upstream DNS servers (Docker's embedded DNS on user-defined networks
     must not be the upstream, so the resolver gets the servers Docker itself would use)
     and the engine host's addresses to close: all of this machine's for an engine on it,
     those its name resolves to for an ``ssh://`` or ``tcp://`` engine (loopback ones
     are closed anyway)."""
-    from git_iterare.sandbox.engine import current
-
     policy = spec.policy
     if not policy.dns:
         policy = dataclasses.replace(policy, dns=host_dns_servers())
-    engine = current()
-    own = host_addresses() if engine.on_this_host else tuple(
-        a for a in engine.network_addresses() if not ipaddress.ip_address(a).is_loopback)
+    own = engine_host_addresses()
     if own:
         policy = dataclasses.replace(policy, hosts=tuple(dict.fromkeys((*policy.hosts, *own))))
     return dataclasses.replace(spec, policy=policy)

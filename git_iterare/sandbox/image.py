@@ -16,7 +16,9 @@ held, plus the new one).
 A project's ``.iterare/Dockerfile`` (``FROM`` the sandbox image; its build context holds
 that file alone) is built on top into
 ``<image repository>:project-<hash>``, where the hash covers the Dockerfile and the id of
-the image it builds on; it is rebuilt when either changes.
+the image it builds on; it is rebuilt when either changes. It is checked first
+(:mod:`git_iterare.sandbox.buildfile`: nothing the engine would fetch itself), and its
+``RUN`` steps run in a build sidecar's network (:mod:`git_iterare.sandbox.buildnet`).
 
 iterare's image (``sohonet/iterare-llm``, see :func:`is_legacy_image`) is never used: as
 ``docker.image`` it stands for git-iterare's own image, and a project Dockerfile ``FROM``
@@ -28,6 +30,7 @@ agent's program.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -507,15 +510,25 @@ def ensure_image(config: Settings, repo: Project | None = None,
     existing = image_status(project)
     if existing.present and existing.labels.get(LABEL_PROJECT_HASH) == digest:
         return ImageRef(project, existing.id, base.sidecar)
-    progress(f"building {project} from {dockerfile}")
+    from git_iterare.sandbox import buildfile
+    from git_iterare.sandbox.buildnet import build_network
+
+    steps = buildfile.check(content.decode("utf-8", "surrogateescape"), str(dockerfile),
+                            lambda image: image_status(image).present)
+    progress(f"building {project} from {dockerfile}"
+             + (" (its RUN steps reach the internet, not the Docker host)" if steps.runs
+                else ""))
     # The context holds the Dockerfile alone: .iterare/ also holds run worktrees.
     context = Path(tempfile.mkdtemp(prefix="iterare-project-build-"))
     try:
         (context / "Dockerfile").write_bytes(content)
-        image_id = _stream_build(
-            {"path": str(context), "tag": project, "pull": False,
-             "labels": {LABEL_PROJECT_HASH: digest, LABEL_IMAGE: "project"}},
-            project, progress)
+        with (build_network(base.sidecar or DEFAULT_IMAGE_NAME, project) if steps.runs
+              else contextlib.nullcontext("none")) as network:
+            image_id = _stream_build(
+                {"path": str(context), "tag": project, "pull": False,
+                 "network_mode": network,
+                 "labels": {LABEL_PROJECT_HASH: digest, LABEL_IMAGE: "project"}},
+                project, progress)
     finally:
         shutil.rmtree(context, ignore_errors=True)
     return ImageRef(project, image_id, base.sidecar)

@@ -11,7 +11,9 @@ and IPv6 addresses it resolves to, on ports 80 and 443, or only on the port the 
 names (``NAME:PORT``, such as ``db.example.com:5432``; the firewall works on addresses, so
 names that share an address share their ports); answers in loopback, private,
 link-local or shared ranges, or the gateway's address, are not let through unless a CIDR
-entry allows them (DNS rebinding). CIDR entries open every TCP port but 22.
+entry allows them (DNS rebinding). CIDR entries open every TCP port but 22; the subnets
+of attached networks (``networks``) every TCP port but 22, 53 and 853 (their resolvers
+would answer any name), and never the Docker host's address on them.
 """
 
 from __future__ import annotations
