@@ -165,8 +165,8 @@ def shared_dir(agent_user: str | None) -> Iterator[Path]:
 @pytest.mark.parametrize("quiet", [True, False], ids=["quiet-env", "default-env"])
 def test_real_claude_names_looked_up_behind_a_gateway(
         claude_bin: Path, agent_user: str | None, shared_dir: Path, quiet: bool) -> None:
-    """With our environment and a gateway, Claude Code looks up no host at all, so the
-    gateway is the only domain a run needs (what required_domains says). Without it,
+    """With our environment and a gateway, Claude Code looks up no host at all, so a
+    gateway given by address needs no allowlisted name (what required_domains says). Without it,
     it resolves api.anthropic.com even though every request goes to the gateway (which
     also shows the resolver log sees lookups)."""
     from git_iterare.agents.claude import QUIET_ENV
@@ -178,8 +178,11 @@ def test_real_claude_names_looked_up_behind_a_gateway(
     subprocess.run(["chown", "-R", str(agent_user), str(shared_dir)], check=True)
     claude = agents.get_agent("claude")
     gateway = f"http://127.0.0.1:{API_PORT}"
-    cfg = config.load(None, {"claude.base_url": gateway}, env={}, git_entries=[])
-    assert claude.required_domains(cfg) == [f"127.0.0.1:{API_PORT}"]
+    cfg = config.load(None, {"claude.base_url": gateway,
+                             "firewall.allowed_cidrs": ["127.0.0.1/32"]},
+                      env={}, git_entries=[])
+    # A gateway by address needs no allowlisted name: the CIDR lets it through.
+    assert claude.required_domains(cfg) == []
     env = {"HOME": str(shared_dir / "home"), "PATH": f"{claude_bin.parent}:/usr/bin:/bin",
            **claude.environment(cfg), **claude.credentials(cfg, {"ANTHROPIC_API_KEY": "k"}).env}
     if not quiet:

@@ -148,9 +148,11 @@ def test_real_gemini_looks_up_no_name_behind_a_base_url(tmp_path: Path, quiet: b
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Say hello.\n")
     gemini = agents.get_agent("gemini")
-    cfg = config.load(None, {"gemini.base_url": f"http://127.0.0.1:{API_PORT}"}, env={},
-                      git_entries=[])
-    assert gemini.required_domains(cfg) == [f"127.0.0.1:{API_PORT}"]
+    cfg = config.load(None, {"gemini.base_url": f"http://127.0.0.1:{API_PORT}",
+                             "firewall.allowed_cidrs": ["127.0.0.1/32"]},
+                      env={}, git_entries=[])
+    # A gateway by address needs no allowlisted name: the CIDR lets it through.
+    assert gemini.required_domains(cfg) == []
     env = {"HOME": str(tmp_path / "home"), "PATH": f"{gemini_bin.parent}:/usr/bin:/bin",
            **gemini.environment(cfg), **gemini.credentials(cfg, {"GEMINI_API_KEY": "k"}).env,
            "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(settings)}
