@@ -62,12 +62,14 @@ def wait_status(repo: Path, rid: str, statuses: set[str], timeout: float = 60) -
 
 
 def wait_for_file(repo: Path, rid: str, name: str, timeout: float = 60) -> None:
-    """Poll until the agent has written ``name`` in the run's worktree (fails after
-    ``timeout`` seconds)."""
+    """Poll until the agent has written ``name`` in the run's worktree, where it is while
+    the run is live (``.git/iterare/live/<id>``) or after (fails after ``timeout``
+    seconds)."""
     deadline = time.monotonic() + timeout
+    live = repo / ".git" / "iterare" / "live" / rid
     while True:
         worktree = record(repo, rid).get("worktree")
-        if worktree and (Path(worktree) / name).exists():
+        if (live / name).exists() or (worktree and (Path(worktree) / name).exists()):
             return
         assert time.monotonic() < deadline, f"the agent never wrote {name}"
         time.sleep(0.2)

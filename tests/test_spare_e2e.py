@@ -163,9 +163,9 @@ def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) ->
     run(project, "one")
     run(project, "one")
     [(waiting, _)] = spares(project)
-    worktrees = project / ".iterare" / "worktrees"
-    worktrees.rename(project / ".iterare" / "worktrees-old")
-    worktrees.mkdir(mode=0o700)  # the spare has the old folder mounted, not this one
+    live = project / ".git" / "iterare" / "live"  # where a live run's worktree is
+    live.rename(live.with_name("live-old"))
+    live.mkdir(mode=0o300)  # the spare has the old folder mounted, not this one
     rid, out = run(project, "one")
     # One waits, so none was started ahead; that one cannot serve: it started its own.
     assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "own"

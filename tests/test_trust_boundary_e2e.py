@@ -101,18 +101,20 @@ def test_live_nested_repository_runs_nothing_for_the_user(user: pwd.struct_passw
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
     worktree = repo / ".iterare" / "worktrees" / rid
+    live = repo / ".git" / "iterare" / "live" / rid  # out of the checkout while live
     deadline = time.monotonic() + 60
-    while not (worktree / "src" / "lib" / "ready").exists():
+    while not (live / "src" / "lib" / "ready").exists():
         assert time.monotonic() < deadline, "the agent never got going"
         time.sleep(0.3)
     # While the run is live, its trees are the agent's (a uid no account has) and lie
-    # under a 0700 directory of the user's.
-    assert stat.S_IMODE(worktree.parent.stat().st_mode) == 0o700
-    assert worktree.parent.stat().st_uid == user.pw_uid
-    assert worktree.stat().st_uid == agent_ids()[0] != user.pw_uid
-    # A git-aware prompt or editor of the user's runs git there: git refuses the
-    # repository it does not own, and the agent's fsmonitor never runs.
-    for where in (worktree / "src" / "lib", worktree):
+    # in a directory of the user's that nobody may list.
+    assert stat.S_IMODE(live.parent.stat().st_mode) == 0o300
+    assert live.parent.stat().st_uid == user.pw_uid
+    assert live.stat().st_uid == agent_ids()[0] != user.pw_uid
+    assert not worktree.exists()
+    # Who goes there anyway and runs git: git refuses the repository it does not own, and
+    # the agent's fsmonitor never runs (test_live_trees_e2e.py: with safe.directory=*).
+    for where in (live / "src" / "lib", live):
         looked = as_user(user, "git", "status", cwd=where)
         assert "dubious ownership" in looked.stderr, looked.stderr
     assert not (Path(user.pw_dir) / "pwned").exists()

@@ -105,8 +105,10 @@ def test_prepare_layout(repo: Path) -> None:
     # A uid no host account has; the sandbox's sidecar gives it the trees later.
     assert (ws.agent_uid, ws.agent_gid) == sandbox_spec.agent_ids()
     assert ws.agent_uid != os.geteuid()
-    for p in (ws.worktree.parent, ws.gitdir.parent):
-        assert stat.S_IMODE(p.stat().st_mode) == 0o700
+    assert stat.S_IMODE(ws.worktree.parent.stat().st_mode) == 0o700
+    # Run gitdirs and live worktrees: the user's to enter by name, nobody's to list.
+    for p in (ws.gitdir.parent, repo / ".git" / "iterare" / "live"):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o300
     # the container's view: clean, on the run branch, history visible through alternates
     assert agent(ws, "status", "--porcelain").stdout == ""
     assert agent(ws, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == f"iterare/{RUN}"

@@ -51,14 +51,17 @@ class Repo:
         linked worktree (git-worktree(1)) with a ``.iterare`` of its own reads its own
         checkout of them, as git reads its own HEAD and index there. A linked worktree
         without one has no project files: there, and in a run's worktree (under the main
-        worktree's ``.iterare/worktrees/``, which holds what its agent wrote), it is the
-        main worktree. None when bare.
+        worktree's ``.iterare/worktrees/``, or ``iterare/live/`` of the common dir while
+        it is live, which hold what its agent wrote), it is the main worktree. None when
+        bare.
         """
         top, main = self.work_tree, self.main_work_tree
         if top is None or main is None or top == main:
             return top
         runs = main / ".iterare" / "worktrees"
-        if top == runs or runs in top.parents or not os.path.lexists(top / ".iterare"):
+        live = self.common_dir / "iterare" / "live"  # runner.livetree: a live run's
+        if top == runs or runs in top.parents or live in top.parents \
+                or not os.path.lexists(top / ".iterare"):
             return main
         return top
 

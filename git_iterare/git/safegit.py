@@ -145,7 +145,7 @@ def _special_kind(mode: int) -> str:
     return "not a regular file, symlink or directory"
 
 
-def scan_worktree(worktree: Path) -> TreeScan:
+def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
     """Walk ``worktree`` (iteratively, symlinks not followed) for what git must not take.
 
     Finds nested repositories (a directory below the top holding ``.git`` or
@@ -158,7 +158,7 @@ def scan_worktree(worktree: Path) -> TreeScan:
 
     Raises:
         OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
-            need excluding.
+            need excluding (unless not ``bounded``).
     """
     from git_iterare import limits as lim
     from git_iterare.git.pathnames import gitmodules_dir, refused_name
@@ -171,7 +171,7 @@ def scan_worktree(worktree: Path) -> TreeScan:
         nonlocal excluded
         skipped.append(Skipped(rel, reason, exclude))
         excluded += exclude
-        if excluded > lim.MAX_EXCLUDED_PATHS:
+        if bounded and excluded > lim.MAX_EXCLUDED_PATHS:
             raise OperationFailed(
                 f"the worktree {worktree} has more than {lim.MAX_EXCLUDED_PATHS} files or "
                 "directories over the size, depth or path-length limits "
@@ -232,9 +232,11 @@ def find_nested_repos(worktree: Path) -> list[str]:
         worktree: top of the worktree.
 
     Returns:
-        Paths relative to ``worktree`` with ``/`` separators, sorted.
+        Paths relative to ``worktree`` with ``/`` separators, sorted (all of them: files
+        over the limits, which make the automatic commit refuse the worktree, do not
+        stop the search).
     """
-    return list(scan_worktree(worktree).nested)
+    return list(scan_worktree(worktree, bounded=False).nested)
 
 
 def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:

@@ -354,12 +354,12 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                 _note_skipped(store, record.id, work.skipped)
             _note_history(store, record.id, work)
         except expected_errors() as exc:
-            status, error = _unfinished(store, record, status, error, exc)
+            status, error = _unfinished(repo, store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
         except Exception as exc:
             # A bug of git-iterare's: the run still ends failed with its work kept (and
             # `git iterare finish` to commit it), then the bug shows as one.
-            status, error = _unfinished(store, record, status, error, exc)
+            status, error = _unfinished(repo, store, record, status, error, exc)
             bug = exc
     if head:
         store.set_head(record.id, head, changes)
@@ -423,23 +423,25 @@ def expected_errors() -> tuple[type[Exception], ...]:
     return (IterareError, OSError, zlib.error, FileLocked, *dulwich_errors)
 
 
-def _unfinished(store: RunStore, record: RunRecord, status: str, error: str | None,
-                exc: Exception
-                ) -> tuple[str, str]:
+def _unfinished(repo: Repo, store: RunStore, record: RunRecord, status: str,
+                error: str | None, exc: Exception) -> tuple[str, str]:
     """A run whose work could not be committed fails, whatever the agent did; its work
     stays on disk, and ``extra.unfinished`` (the agent's outcome, its error and why the
     commit failed) tells ``merge``, ``cleanup`` and ``execute --reuse`` to send the user to
     ``git iterare finish`` (:func:`finish_later`). Returns the status and error to record.
     """
     from git_iterare.errors import IterareError
+    from git_iterare.runner.workspace import live_path
     from git_iterare.runs.status import FAILED
 
     reason = exc.message if isinstance(exc, IterareError) else f"{type(exc).__name__}: {exc}"
     info: Unfinished = {"outcome": status, "error": error, "reason": reason}
     store.update(record.id, lambda r: r.with_extra(unfinished=info),
                  f"{record.id} unfinished")
+    live = live_path(repo, record.id)  # when it could not be brought into the checkout
+    kept = ui.elide_path(str(live)) if live.exists() else f".iterare/worktrees/{record.id}"
     return FAILED, (f"{error + '; ' if error else ''}its work could not be committed "
-                    f"({reason}); it is kept in .iterare/worktrees/{record.id}, and "
+                    f"({reason}); it is kept in {kept}, and "
                     f"`git iterare finish {record.id}` commits it")
 
 
@@ -489,10 +491,11 @@ def _note_history(store: RunStore, run_id: str, work: FinishResult) -> None:
 
 def has_worktree(repo: Repo, record: RunRecord) -> bool:
     """Whether the run has a worktree here (also when it failed before the record said
-    so); the path comes from the run id, never from the record, which may be foreign."""
-    from git_iterare.runner.workspace import worktree_path
+    so, and while it is live: :func:`~git_iterare.runner.workspace.live_path`); the path
+    comes from the run id, never from the record, which may be foreign."""
+    from git_iterare.runner.workspace import live_path, worktree_path
 
-    return worktree_path(repo, record.id).exists()
+    return worktree_path(repo, record.id).exists() or live_path(repo, record.id).exists()
 
 
 def _egress(repo: Repo, run_id: str) -> dict[str, object] | None:

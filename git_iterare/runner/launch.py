@@ -225,9 +225,10 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         # The limit holds inside the sandbox even when nobody follows the run.
         command = ["timeout", "--kill-after=10", str(checked.timeout), *command]
     wsp.make_run_dirs(repo)
-    worktree, gitdir = wsp.worktree_path(repo, record.id), wsp.gitdir_path(repo, record.id)
-    # The sandbox as the run's trees will make it: a spare sidecar waiting for runs like
-    # it takes the place of those trees before they exist.
+    worktree, gitdir = wsp.live_path(repo, record.id), wsp.gitdir_path(repo, record.id)
+    # The sandbox as the run's trees will make it (a local run's worktree where it is
+    # while live): a spare sidecar waiting for runs like it takes the place of those trees
+    # before they exist.
     template = sandbox_spec(
         config, session=record.id, repo=repo, image=planned.image, agent=agent,
         command=command, policy=planned.policy, out_dir=out_dir, mounts=(),

@@ -398,13 +398,13 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
             ui.warn(f"run {record.id}: {note}")
     elif record.base_commit and has_worktree(repo, record):
         ws = open_run(repo, record.id, record.base_commit)
-        left = _left_uncommitted(record, ws.worktree)
+        left = _left_uncommitted(record, ws.tree)
         if left and not force:
             raise OperationFailed(
                 f"run {record.id} left files that could not be committed and would be "
                 f"deleted: {', '.join(ui.elide_path(p) for p in left[:5])}"
                 + (f" and {len(left) - 5} more" if len(left) > 5 else ""),
-                hint=f"copy them out of {ws.worktree}, or `git iterare cleanup --force "
+                hint=f"copy them out of {ws.tree}, or `git iterare cleanup --force "
                      f"{record.id}`")
         # A squash merge leaves the run's commits unreachable from the user's branches,
         # though their content is merged: the merged status is the proof.

@@ -50,12 +50,12 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
                 problems.append("the run gitdir has commits that were not imported ("
                                 + ", ".join(stray[:3]) + (" and more" if stray[3:] else "")
                                 + ": git stash, or other branches)")
-    if head is not None and ws.worktree.is_dir() and not ws.worktree.is_symlink() \
+    if head is not None and ws.tree.is_dir() and not ws.tree.is_symlink() \
             and not worktree_on_engine(ws):  # an empty host copy holds no work
-        plan = checkout.plan_snapshot(repo.common_dir, ws.worktree, ws.base_commit,
+        plan = checkout.plan_snapshot(repo.common_dir, ws.tree, ws.base_commit,
                                       checkout_map_path(ws), ws.ref, commit=False)
         problems.extend(plan.pending)
-        with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
+        with safegit.safe_git(repo.common_dir, ws.tree, attributes=plan.attributes,
                               filters=plan.filter_text) as view:
             tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
                                  unchanged=plan.unchanged,

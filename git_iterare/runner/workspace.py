@@ -5,7 +5,10 @@ Layout for a run ``<id>`` (``<name>-<8 hex>``) of the repository whose main work
 
 * branch ``iterare/<id>``, created at the base commit;
 * worktree ``TOP/.iterare/worktrees/<id>``, made by ``git worktree add`` (the user can cd
-  into it and use git as usual; its admin dir is ``COMMON/worktrees/<id>``);
+  into it and use git as usual once the run has ended; its admin dir is
+  ``COMMON/worktrees/<id>``). While a local run's agent may write it, it is at
+  ``COMMON/iterare/live/<id>`` instead, out of the user's checkout
+  (:mod:`git_iterare.runner.livetree`);
 * run gitdir ``COMMON/iterare/gitdirs/<id>``: the container's own gitdir. HEAD is
   ``ref: refs/heads/iterare/<id>``, its objects dir has an ``info/alternates`` naming the
   main object store as the container sees it (read-only), config is minimal (no hooks,
@@ -48,6 +51,7 @@ from git_iterare.git.repo import (
     common_git,
     reflog_identity,
 )
+from git_iterare.runner import livetree
 from git_iterare.sandbox.spec import Mount
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
@@ -82,7 +86,8 @@ class RunWorkspace:
 
     Attributes:
         run_id: ``<name>-<8 hex>``.
-        worktree: the run's linked worktree on the host.
+        worktree: the run's linked worktree on the host, where git has it registered
+            (and where it is once the run has ended).
         gitdir: the run gitdir (the container's ``.git``), agent-writable.
         gitfile: the file mounted over ``/workspace/.git`` in the container.
         branch: ``iterare/<id>`` (short name; the ref is ``refs/heads/<branch>``).
@@ -94,6 +99,8 @@ class RunWorkspace:
             never committed unless the base tracked them.
         included_blobs: the blob ids of their content: a new file holding one of them
             (an included file the agent moved or copied) is not committed either.
+        live: where the worktree is while the run's agent may write it
+            (:func:`live_path`), or None when it is at ``worktree``.
     """
 
     run_id: str
@@ -107,6 +114,12 @@ class RunWorkspace:
     agent_gid: int
     included: tuple[str, ...] = ()
     included_blobs: tuple[str, ...] = ()
+    live: Path | None = None
+
+    @property
+    def tree(self) -> Path:
+        """Where the worktree's files are now: :attr:`live`, else :attr:`worktree`."""
+        return self.live or self.worktree
 
     @property
     def ref(self) -> str:
@@ -149,18 +162,22 @@ def check_run_dirs(repo: Repo) -> None:
                             "worktrees there (remove it and retry)")
 
 
-def make_run_dirs(repo: Repo) -> tuple[Path, Path]:
-    """Create the folders that hold run worktrees and run gitdirs, mode 0700 (nobody else
-    on the host reaches a run's trees); return them.
+def make_run_dirs(repo: Repo) -> tuple[Path, Path, Path]:
+    """Create the folders that hold run worktrees (mode 0700: nobody else on the host
+    reaches a run's trees), run gitdirs and live worktrees (:func:`live_path`; mode
+    :data:`~git_iterare.runner.livetree.LIVE_ROOT_MODE`, which no one but root can list);
+    return them.
 
     Raises:
         UserError: one of them is a symlink (see :func:`check_run_dirs`).
     """
     check_run_dirs(repo)
-    folders = (_top(repo) / ".iterare" / "worktrees", repo.common_dir / "iterare" / "gitdirs")
-    for folder in folders:
+    folders = (_top(repo) / ".iterare" / "worktrees", repo.common_dir / "iterare" / "gitdirs",
+               repo.common_dir / "iterare" / "live")
+    for folder, mode in zip(folders, (0o700, livetree.LIVE_ROOT_MODE, livetree.LIVE_ROOT_MODE),
+                            strict=True):
         folder.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o700)
+        folder.chmod(mode)
     return folders
 
 
@@ -172,6 +189,18 @@ def worktree_path(repo: Repo, run_id: str) -> Path:
 def gitdir_path(repo: Repo, run_id: str) -> Path:
     """``<common dir>/iterare/gitdirs/<id>``."""
     return repo.common_dir / "iterare" / "gitdirs" / run_id
+
+
+def live_path(repo: Repo, run_id: str) -> Path:
+    """``<common dir>/iterare/live/<id>``: a local run's worktree while its agent may write
+    it (see :mod:`git_iterare.runner.livetree`)."""
+    return repo.common_dir / "iterare" / "live" / run_id
+
+
+def run_gitdir_config(repo: Repo) -> str:
+    """The config of a run gitdir: :data:`RUN_GITDIR_CONFIG` and the user's line-ending
+    settings."""
+    return RUN_GITDIR_CONFIG + safegit.line_ending_config(repo.common_dir)
 
 
 def ensure_excluded(repo: Repo) -> None:
@@ -310,8 +339,7 @@ def _write_run_gitdir(repo: Repo, ws: RunWorkspace, alternates: str) -> None:
         (gitdir / sub).mkdir(parents=True, exist_ok=True)
     (gitdir / "HEAD").write_text(f"ref: {ws.ref}\n")
     (gitdir / ws.ref).write_text(ws.base_commit + "\n")
-    (gitdir / "config").write_text(RUN_GITDIR_CONFIG
-                                   + safegit.line_ending_config(repo.common_dir))
+    (gitdir / "config").write_text(run_gitdir_config(repo))
     (gitdir / "objects" / "info" / "alternates").write_text(alternates + "\n")
     (gitdir / "info" / "exclude").write_bytes(run_excludes(repo, ws.included))
     ws.gitfile.write_text(f"gitdir: {CONTAINER_GITDIR}\n")
@@ -350,7 +378,8 @@ def prepare_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None
 
 
 def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *,
-             alternates: str = CONTAINER_OBJECTS, on_engine: bool = False) -> RunWorkspace:
+             alternates: str = CONTAINER_OBJECTS, on_engine: bool = False,
+             live: bool = False) -> RunWorkspace:
     """Create branch, worktree and run gitdir for a new run; the worktree stays empty
     until :func:`fill_run` (or, ``on_engine``, for good: the engine checks it out).
 
@@ -369,6 +398,9 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
             worktree is marked so (:func:`on_engine_path`), with a checkout map of what
             the engine writes (:func:`git_iterare.git.checkout.engine_map`), until its
             files come back (:func:`fill_worktree` when they cannot).
+        live: a run whose agent writes the host's worktree: it is made at
+            :func:`live_path` (registered at :func:`worktree_path`, locked), out of the
+            user's checkout until :func:`land` brings it there.
 
     Returns:
         The workspace.
@@ -385,12 +417,13 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
     branch = f"iterare/{run_id}"
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
     gitfile = gitdir.with_name(run_id + ".gitfile")
+    away = live_path(repo, run_id) if live and not on_engine else None
     exists = common_git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}",
                         check=False)
     if exists.returncode == 0:
         raise OperationFailed(f"branch {branch} exists already",
                               hint=f"choose another run id or `git iterare cleanup {run_id}`")
-    for path in (worktree, gitdir, gitfile):
+    for path in (worktree, *filter(None, [away]), gitdir, gitfile):
         if not _absent_or_empty(path):
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
@@ -404,17 +437,20 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
     # copy the user's sparse-checkout patterns and take attributes from the base's tree;
     # the host checks out the full tree itself (git_iterare.git.checkout).
     common_git(repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--quiet",
-               "--no-checkout", "--no-track", "-b", branch, str(worktree), base_commit,
-               cwd=_top(repo))
+               "--no-checkout", "--no-track", "-b", branch, str(away or worktree),
+               base_commit, cwd=_top(repo))
     ws = RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
         base_commit=base_commit,
-        mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
-        agent_uid=uid, agent_gid=gid, included=included, included_blobs=included_blobs)
+        mounts=mounts_for(away or worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        agent_uid=uid, agent_gid=gid, included=included, included_blobs=included_blobs,
+        live=away)
     try:
-        admin = worktree_admin_dir(repo, worktree)
+        admin = worktree_admin_dir(repo, ws.tree)
         if admin is None:
-            raise OperationFailed(f"git worktree add did not register {worktree}")
+            raise OperationFailed(f"git worktree add did not register {ws.tree}")
+        if away is not None:  # registered where it lands when the run ends
+            livetree.register_at(admin, worktree)
         _not_sparse(admin)
         _write_run_gitdir(repo, ws, alternates)
         if on_engine:
@@ -465,10 +501,10 @@ def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
     the checkout map, and give the run gitdir the worktree's index."""
     warnings: list[str] = []
     checkout.write_map(checkout_map_path(ws), checkout.populate(
-        repo.common_dir, ws.worktree, ws.base_commit, admin / "index", warnings))
+        repo.common_dir, ws.tree, ws.base_commit, admin / "index", warnings))
     for line in warnings:
         ui.warn(line)
-    copy_includes(repo, ws.worktree, ws.included)
+    copy_includes(repo, ws.tree, ws.included)
     # The stat data in the index is current, so git inside need not rehash every file
     # (the run gitdir's config tells it to ignore the owner and ctime changes the sandbox
     # makes, and filtered files are never rehashed without their filter).
@@ -507,6 +543,18 @@ def fill_worktree(repo: Repo, ws: RunWorkspace) -> None:
             boundedfs.remove_tree(Path(entry.path))
     _fill(repo, ws, admin)
     on_engine_path(ws).unlink(missing_ok=True)
+
+
+def land(repo: Repo, ws: RunWorkspace) -> None:
+    """Bring a local run's worktree from :func:`live_path` to ``.iterare/worktrees/<id>``
+    once its agent ended and the sandbox gave its trees back, its nested repositories
+    disabled and its run gitdir inert first (:func:`git_iterare.runner.livetree.land`).
+
+    Raises:
+        OperationFailed: it could not be moved (it stays where it is).
+    """
+    livetree.land(live_path(repo, ws.run_id), ws.worktree, ws.gitdir,
+                  worktree_admin_dir(repo, ws.worktree), run_gitdir_config(repo))
 
 
 def checkout_map_path(ws: RunWorkspace) -> Path:
@@ -590,16 +638,18 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
     """
     validate_run_id(run_id)
     worktree, gitdir = worktree_path(repo, run_id), gitdir_path(repo, run_id)
+    live = live_path(repo, run_id)
     uid, gid = agent_ids(None)
     kept = _remembered_includes(repo, run_id)
     copied, blobs = kept if kept is not None else (include_paths(repo), ())
     included = tuple(dict.fromkeys((*copied, *included)))
     gitfile = gitdir.with_name(run_id + ".gitfile")
+    found = live if os.path.lexists(live) else None
     return RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
         branch=f"iterare/{run_id}", base_commit=base_commit,
-        mounts=mounts_for(worktree, gitdir, gitfile, repo.common_dir / "objects"),
-        agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs)
+        mounts=mounts_for(found or worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs, live=found)
 
 
 def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
@@ -631,16 +681,19 @@ def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
             directories ``u+rwx`` (one line naming it and what to do).
     """
     check_run_dirs(repo)
-    removed_worktree = os.path.lexists(ws.worktree)
+    live = ws.live or live_path(repo, ws.run_id)
+    removed_worktree = os.path.lexists(ws.worktree) or os.path.lexists(live)
     removed_gitdir = os.path.lexists(ws.gitdir)
     _remove_run_tree(ws, ws.gitdir)
     # The files go first, by our own removal (symlinks never followed, directories the
     # agent locked opened up again): `git worktree remove` would unregister the worktree
     # even when it fails to remove its files.
+    _remove_run_tree(ws, live)
     _remove_run_tree(ws, ws.worktree)
     for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws)):
         _remove_run_tree(ws, path)
-    admin = worktree_admin_dir(repo, ws.worktree)
+    admin = worktree_admin_dir(repo, ws.worktree) or worktree_admin_dir(repo, live)
+    livetree.unlock(admin)
     if admin is not None:
         try:  # the worktree is gone: this only drops git's registration of it
             common_git(repo, "worktree", "remove", "--force", str(ws.worktree),

@@ -4,7 +4,8 @@ The worktree, run gitdir and gitfile (:mod:`git_iterare.runner.workspace`) are t
 sandbox's trees as they are: the sidecar gives them to the agent's uid before it starts
 and back to the user after (:func:`reclaim`, set-uid bits and special files stripped);
 files the agent reads (the prompt) are host files in the run's state folder, mounted
-read-only.
+read-only. While the agent runs, the worktree is out of the user's checkout, and it comes
+to ``.iterare/worktrees/<id>`` when it is given back (:mod:`git_iterare.runner.livetree`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 def trees_of(workspace: RunWorkspace) -> tuple[Path, Path, Path]:
     """The host trees the agent owns while it runs: worktree, run gitdir, gitfile."""
-    return workspace.worktree, workspace.gitdir, workspace.gitfile
+    return workspace.tree, workspace.gitdir, workspace.gitfile
 
 
 def reclaim(record: RunRecord, sandbox: str | None, trees: Sequence[Path],
@@ -98,18 +99,18 @@ class Local:
             host.write_bytes(content)
             os.chmod(host, 0o644)
             mounts.append(Mount(host, path, True))
-        workspace = wsp.make_run(repo, record.id, str(record.base_commit))
+        workspace = wsp.make_run(repo, record.id, str(record.base_commit), live=True)
         return RunTrees(workspace=workspace, fill=lambda: wsp.fill_run(repo, workspace),
                         mounts=(*workspace.mounts, *mounts), owned=trees_of(workspace))
 
     def release(self, repo: Repo, record: RunRecord) -> None:
         """The trees (and the sidecar's output folder) back to the user when one is not
         theirs (see :func:`reclaim_if_foreign`)."""
-        from git_iterare.runner.workspace import gitdir_path, worktree_path
+        from git_iterare.runner.workspace import gitdir_path, live_path, worktree_path
 
-        gitdir = gitdir_path(repo, record.id)
-        reclaim_if_foreign(record, (worktree_path(repo, record.id), gitdir,
-                                    gitdir.with_name(record.id + ".gitfile")),
+        gitdir, live = gitdir_path(repo, record.id), live_path(repo, record.id)
+        worktree = live if os.path.lexists(live) else worktree_path(repo, record.id)
+        reclaim_if_foreign(record, (worktree, gitdir, gitdir.with_name(record.id + ".gitfile")),
                            state_dir(repo, record.id) / "out")
 
     def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
@@ -119,8 +120,12 @@ class Local:
     def give_back(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
                   sandbox: str | None = None) -> None:
         """The trees and the sidecar's output folder back to the user, inert (see
-        :func:`reclaim`)."""
+        :func:`reclaim`), and the worktree into the user's checkout (see
+        :func:`git_iterare.runner.workspace.land`)."""
+        from git_iterare.runner.workspace import land
+
         reclaim(record, sandbox, (*trees_of(workspace), state_dir(repo, record.id) / "out"))
+        land(repo, workspace)
 
     def ended_by_engine(self, record: RunRecord) -> bool:
         """A local sandbox's end is its agent's."""
