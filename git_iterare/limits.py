@@ -51,6 +51,14 @@ MAX_PATH_BYTES = 3500
 MAX_EXCLUDED_PATHS = 10_000
 #: Most skipped paths named in the notes of a run (the rest are counted).
 MAX_SKIPPED_NAMED = 50
+
+# -- a remote run's trees, fetched from its engine ----------------------------------------
+#: Most bytes of files read from the engine for each of a run's worktree and run gitdir
+#: (those not written counted too); a tree over it is not fetched at all (the worktree's
+#: base is kept, with the agent's commits).
+MAX_FETCH_BYTES = 4096 * MiB
+#: Most entries read from the engine for each of those trees (the same).
+MAX_FETCH_ENTRIES = 2_000_000
 #: Longest message an ``error:`` or ``warning:`` line prints (characters); the rest is
 #: cut and counted.
 MAX_MESSAGE_CHARS = 1000

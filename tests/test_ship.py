@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from git_iterare.errors import OperationFailed, UserError
+from git_iterare.limits import MAX_FETCH_BYTES
 from git_iterare.runner.placement import kind_of, placement_for
 from git_iterare.runner.placement import ship as ship_code
 from git_iterare.runner.placement import tarball as ship
@@ -44,7 +45,7 @@ def entry(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644,
 
 
 def test_extract_keeps_files_links_and_folders(tmp_path: Path) -> None:
-    notes = ship.extract(archive(
+    done = ship.extract(archive(
         entry("workspace", tarfile.DIRTYPE, 0o755),
         (entry("workspace/a.txt"), b"a\n"),
         (entry("workspace/run.sh", mode=0o4755), b"#!/bin/sh\n"),
@@ -62,7 +63,8 @@ def test_extract_keeps_files_links_and_folders(tmp_path: Path) -> None:
     mode = os.stat(tmp_path / "run.sh").st_mode
     assert stat.S_IMODE(mode) == 0o755  # executable, no set-uid bit
     assert not os.path.lexists(tmp_path / "fifo")
-    assert notes == ["removed special file: fifo"]
+    assert done.notes == ["removed special file: fifo"]
+    assert done.left_out == []
 
 
 def test_extract_never_writes_outside_or_through_a_link(tmp_path: Path) -> None:
@@ -106,8 +108,46 @@ def test_extract_keeps_a_path_longer_than_its_destination_leaves_room_for(tmp_pa
     assert len(os.fsencode(str(dest))) + 1 + len(name) > 4096
 
 
+def test_extract_leaves_out_files_over_the_callers_limit_and_disables_nested_repos(
+        tmp_path: Path) -> None:
+    done = ship.extract(archive(
+        (entry("workspace/small.txt"), b"s" * 10),
+        (entry("workspace/big.bin"), b"b" * 40),
+        entry("workspace/again.bin", tarfile.LNKTYPE, link="workspace/big.bin"),
+        (entry("workspace/big.bin/below.txt"), b"x"),
+        (entry("workspace/lib/.git/config"), b"[core]\n\tfsmonitor = pwn\n"),
+        (entry("workspace/.git"), b"gitdir: /git/run\n"),
+    ), tmp_path, skip_top=(".git",), max_file=30)
+    assert done.left_out == [("big.bin", 40), ("again.bin", 40)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lib", "small.txt"]
+    assert (tmp_path / "lib" / ".git.disabled-by-iterare" / "config").is_file()
+    assert not (tmp_path / "lib" / ".git").exists()
+
+
+def test_extract_refuses_an_archive_over_the_fetch_limit_before_reading_it(
+        tmp_path: Path) -> None:
+    """A file the archive says is larger than MAX_FETCH_BYTES stops the extraction at its
+    header: a sparse file of the agent's is never read through."""
+    header = entry("workspace/huge.sparse")
+    header.size = MAX_FETCH_BYTES + 1
+    head = header.tobuf(tarfile.PAX_FORMAT)
+    with pytest.raises(ship.FetchTooLarge, match=r"more than 4294967296 bytes"):
+        ship.extract(iter([head, b"\0" * 4096]), tmp_path, max_file=10)
+
+
+def test_hard_links_count_as_the_copies_they_become(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One file and hard links to it: each link is a copy on the user's disk, so a million
+    links to a file under the limit would write a million times as much."""
+    monkeypatch.setattr("git_iterare.runner.placement.tarball.MAX_FETCH_BYTES", 250)
+    links = [entry(f"workspace/copy{n}", tarfile.LNKTYPE, link="workspace/file")
+             for n in range(2)]
+    with pytest.raises(ship.FetchTooLarge, match=r"more than 250 bytes"):
+        ship.extract(archive((entry("workspace/file"), b"x" * 100), *links), tmp_path)
+
+
 def test_extract_of_nothing_and_of_garbage(tmp_path: Path) -> None:
-    assert ship.extract(iter([]), tmp_path) == []
+    assert ship.extract(iter([]), tmp_path) == ship.Unpacked()
     with pytest.raises(OperationFailed, match="not a valid archive"):
         ship.extract(iter([b"not a tar" * 200]), tmp_path)
 

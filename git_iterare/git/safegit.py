@@ -424,8 +424,8 @@ def _at_or_below(paths: list[bytes], tops: set[bytes]) -> list[bytes]:
 
 @contextmanager
 def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *,
-             attributes: str | None = None, filters: str = "", objects: Path | None = None
-             ) -> Iterator[SafeGit]:
+             attributes: str | None = None, filters: str = "", objects: Path | None = None,
+             skipped: Sequence[Skipped] = ()) -> Iterator[SafeGit]:
     """Create a scratch gitdir for ``worktree`` and yield a :class:`SafeGit` over it.
 
     Args:
@@ -440,6 +440,9 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
             (:func:`git_iterare.git.filters.filter_config`), never the agent's.
         objects: the object directory to read and write; ``common_dir/objects`` when
             None (a submodule's, under ``.git/modules``, for its files).
+        skipped: more paths left out (files that never reached ``worktree``: a remote
+            run's over the size limit), added to :attr:`SafeGit.skipped`; tracked ones
+            keep their entries as :meth:`SafeGit.snapshot` keeps any skipped path's.
 
     Yields:
         The view; the scratch dir is removed afterwards.
@@ -467,7 +470,7 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
         yield SafeGit(scratch=scratch, worktree=worktree,
                       index_file=index_file or scratch / "index",
                       objects=objects or common_dir / "objects", nested_repos=tuple(nested),
-                      skipped=scan.skipped,
+                      skipped=tuple(sorted((*scan.skipped, *skipped), key=lambda s: s.path)),
                       unlisted=tuple(p for p in excluded if not _one_line(p)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -19,6 +19,7 @@ from git_iterare.runner.workspace import (
     RunWorkspace,
     checkout_map_path,
     delete_branch,
+    not_fetched,
     prepare_run,
     remove_run_files,
     worktree_on_engine,
@@ -56,7 +57,7 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
                                       checkout_map_path(ws), ws.ref, commit=False)
         problems.extend(plan.pending)
         with safegit.safe_git(repo.common_dir, ws.tree, attributes=plan.attributes,
-                              filters=plan.filter_text) as view:
+                              filters=plan.filter_text, skipped=not_fetched(ws)) as view:
             tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
                                  unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)

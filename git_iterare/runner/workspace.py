@@ -542,6 +542,7 @@ def fill_worktree(repo: Repo, ws: RunWorkspace) -> None:
         if entry.name != ".git":
             boundedfs.remove_tree(Path(entry.path))
     _fill(repo, ws, admin)
+    keep_not_fetched(ws, ())
     on_engine_path(ws).unlink(missing_ok=True)
 
 
@@ -555,6 +556,50 @@ def land(repo: Repo, ws: RunWorkspace) -> None:
     """
     livetree.land(live_path(repo, ws.run_id), ws.worktree, ws.gitdir,
                   worktree_admin_dir(repo, ws.worktree), run_gitdir_config(repo))
+
+
+def not_fetched_path(ws: RunWorkspace) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.not-fetched``: the files of a remote run's
+    worktree not fetched for their size (:func:`not_fetched`); host-only."""
+    return ws.gitdir.with_name(ws.run_id + ".not-fetched")
+
+
+def keep_not_fetched(ws: RunWorkspace, left_out: Sequence[tuple[str, int]]) -> None:
+    """Keep the ``(path, size)`` of the files of the run's worktree that were not fetched
+    from its engine for being larger than
+    :data:`~git_iterare.limits.MAX_OBJECT_BYTES` (none: forget them)."""
+    path = not_fetched_path(ws)
+    if not left_out:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(os.fsencode(rel) + b"\0" + str(size).encode() + b"\0"
+                             for rel, size in left_out))
+    os.replace(tmp, path)
+
+
+def not_fetched(ws: RunWorkspace) -> tuple[safegit.Skipped, ...]:
+    """What :func:`keep_not_fetched` kept, as :func:`not_fetched_skips`."""
+    try:
+        data = boundedfs.read_regular(not_fetched_path(ws), 64 << 20)
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    fields = data.split(b"\0")[:-1]
+    return not_fetched_skips([(os.fsdecode(rel), int(size)) for rel, size
+                              in zip(fields[0::2], fields[1::2], strict=False)
+                              if size.isdigit()])
+
+
+def not_fetched_skips(left_out: Sequence[tuple[str, int]]) -> tuple[safegit.Skipped, ...]:
+    """The files of a remote run's worktree not fetched for their size (``(path, size)``)
+    as paths the automatic commit leaves out: the worktree does not hold them, and the
+    commit does not delete the tracked ones (:func:`git_iterare.git.safegit.safe_git`)."""
+    from git_iterare.limits import MAX_OBJECT_BYTES
+
+    return tuple(safegit.Skipped(rel, f"larger than MAX_OBJECT_BYTES ({MAX_OBJECT_BYTES} "
+                                      f"bytes): {size} bytes, not fetched from the Docker "
+                                      "engine", False)
+                 for rel, size in left_out)
 
 
 def checkout_map_path(ws: RunWorkspace) -> Path:
@@ -690,7 +735,7 @@ def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     # even when it fails to remove its files.
     _remove_run_tree(ws, live)
     _remove_run_tree(ws, ws.worktree)
-    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws)):
+    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws), not_fetched_path(ws)):
         _remove_run_tree(ws, path)
     admin = worktree_admin_dir(repo, ws.worktree) or worktree_admin_dir(repo, live)
     livetree.unlock(admin)

@@ -34,6 +34,7 @@ from git_iterare.runner.placement.ship import cache_key, checkout_command, ship,
 from git_iterare.runner.placement.spares import record_volumes, recorded_spare
 from git_iterare.runner.placement.tarball import (
     MAX_OUT_FILE_BYTES,
+    FetchTooLarge,
     extract,
     members,
     replace_contents,
@@ -139,18 +140,31 @@ class Remote:
 
     def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
         """Bring the run's trees back: its worktree and gitdir on the engine replace the
-        host's copies (:func:`.tarball.extract`), and the sidecar's output lands in the
-        run's state folder. Call with the run's lock held, on the run's engine.
+        host's copies (:func:`.tarball.extract`: nested repositories disabled, the
+        worktree's files larger than :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, which
+        the automatic commit leaves out anyway, not written but kept as not committed:
+        :func:`~git_iterare.runner.workspace.keep_not_fetched`), the run gitdir made inert
+        (:func:`~git_iterare.runner.livetree.inert_gitdir`), and the sidecar's output
+        lands in the run's state folder. A tree over
+        :data:`~git_iterare.limits.MAX_FETCH_BYTES` is not fetched: for the worktree,
+        the host's copy stays marked as on the engine
+        (:func:`~git_iterare.runner.workspace.worktree_on_engine`: the agent's commits are
+        imported, nothing is committed from it); the run gitdir stays as it was made.
+        Call with the run's lock held, on the run's engine.
 
         Returns:
-            Notes for the user (special files left out; trees that are gone).
+            Notes for the user (special files left out; trees that are gone or too large).
 
         Raises:
             OperationFailed: the engine cannot be reached or refused; a bad archive.
         """
+        from git_iterare.limits import MAX_OBJECT_BYTES
+        from git_iterare.runner.livetree import inert_gitdir
         from git_iterare.runner.workspace import (
             fill_worktree,
+            keep_not_fetched,
             on_engine_path,
+            run_gitdir_config,
             worktree_on_engine,
         )
 
@@ -171,17 +185,35 @@ class Remote:
 
             container, work_path, git_path = source
             notes = []
-            for host, path, skip in ((Path(workspace.worktree), work_path, (".git",)),
-                                     (Path(workspace.gitdir), git_path, ())):
+            fetched = True  # the worktree: when not, only the agent's commits are kept
+            for host, path, what in ((Path(workspace.worktree), work_path, "worktree"),
+                                     (Path(workspace.gitdir), git_path, "git directory")):
+                work = what == "worktree"
+                skip = (".git",) if work else ()
                 scratch = Path(tempfile.mkdtemp(prefix=f".{record.id}.fetch-",
                                                 dir=host.parent))
                 try:
-                    notes += extract(get_archive(container, path), scratch, skip_top=skip)
+                    got = extract(get_archive(container, path), scratch, skip_top=skip,
+                                  max_file=MAX_OBJECT_BYTES if work else None)
+                except FetchTooLarge as exc:
+                    notes.append(f"its {what} was not fetched from the Docker engine: "
+                                 f"{exc.message}; "
+                                 + ("only its commits are kept" if work else
+                                    "its commits are not imported, its files are committed"))
+                    fetched = fetched and not work
+                    continue
+                else:
+                    notes += got.notes
+                    if work:
+                        keep_not_fetched(workspace, got.left_out)
+                    else:
+                        inert_gitdir(scratch, run_gitdir_config(repo))
                     replace_contents(host, scratch, keep=skip)
                 finally:
                     if scratch.exists():
                         boundedfs.remove_tree(scratch)
-            on_engine_path(workspace).unlink(missing_ok=True)
+            if fetched:
+                on_engine_path(workspace).unlink(missing_ok=True)
         return notes[:100]
 
     def give_back(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
@@ -217,8 +249,9 @@ class Remote:
             OperationFailed: the run's files are gone, or the engine cannot be reached.
         """
         from git_iterare.git import checkout, safegit
+        from git_iterare.limits import MAX_OBJECT_BYTES
         from git_iterare.runner.ownership import engine_of
-        from git_iterare.runner.workspace import checkout_map_path, open_run
+        from git_iterare.runner.workspace import checkout_map_path, not_fetched_skips, open_run
         from git_iterare.sandbox.engine import using
         from git_iterare.sandbox.volumes import get_archive
 
@@ -229,11 +262,13 @@ class Remote:
                 if source is None:
                     raise OperationFailed(f"run {record.id}'s files on the Docker engine are "
                                           "gone")
-                extract(get_archive(source[0], source[1]), scratch, skip_top=(".git",))
+                got = extract(get_archive(source[0], source[1]), scratch, skip_top=(".git",),
+                              max_file=MAX_OBJECT_BYTES)
             plan = checkout.plan_snapshot(repo.common_dir, scratch, ws.base_commit,
                                           checkout_map_path(ws), ws.ref, commit=False)
             with safegit.safe_git(repo.common_dir, scratch, attributes=plan.attributes,
-                                  filters=plan.filter_text) as view:
+                                  filters=plan.filter_text,
+                                  skipped=not_fetched_skips(got.left_out)) as view:
                 return str(view.snapshot(ws.base_commit, drop=ws.included,
                                          drop_blobs=ws.included_blobs,
                                          unchanged=plan.unchanged, gitlinks=plan.gitlinks))

@@ -3,8 +3,9 @@
 What comes back from a remote run's sandbox (``get_archive`` of its worktree and gitdir,
 the sidecar's output) was written by the agent: :func:`extract` unpacks such a tar into
 an empty folder of the user's with no path leaving it, no link followed, no special file
-made, no set-uid bit kept, and within :data:`MAX_FETCH_BYTES` and
-:data:`MAX_FETCH_ENTRIES`.
+made, no set-uid bit kept, no nested repository live, no file larger than the caller
+takes, and within :data:`~git_iterare.limits.MAX_FETCH_BYTES` and
+:data:`~git_iterare.limits.MAX_FETCH_ENTRIES`.
 """
 
 from __future__ import annotations
@@ -15,18 +16,36 @@ import os
 import shutil
 import tarfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from git_iterare import boundedfs
 from git_iterare.errors import OperationFailed
+from git_iterare.git.safegit import DISABLED_GIT
+from git_iterare.limits import MAX_FETCH_BYTES, MAX_FETCH_ENTRIES
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-#: Largest archive unpacked from the engine (bytes of file content) and most entries.
-MAX_FETCH_BYTES = 32 * 1024**3
-MAX_FETCH_ENTRIES = 2_000_000
+
+class FetchTooLarge(OperationFailed):
+    """An archive from the engine is over :data:`~git_iterare.limits.MAX_FETCH_BYTES` or
+    :data:`~git_iterare.limits.MAX_FETCH_ENTRIES`."""
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """What :func:`extract` did besides unpacking.
+
+    Attributes:
+        notes: for the user (special files left out), at most 100.
+        left_out: ``(path, size in bytes)`` of the regular files not written for being
+            larger than the caller takes (relative, ``/``-separated), in archive order.
+    """
+
+    notes: list[str] = field(default_factory=list)
+    left_out: list[tuple[str, int]] = field(default_factory=list)
 
 #: Largest file of the sidecar's output fetched (status, DNS log, report).
 MAX_OUT_FILE_BYTES = 64 * 1024**2
@@ -79,8 +98,8 @@ def members(chunks: Iterable[bytes]) -> Iterator[tuple[tarfile.TarInfo, tarfile.
         pass
 
 
-def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = ()
-            ) -> list[str]:
+def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = (),
+            max_file: int | None = None) -> Unpacked:
     """Unpack a tar from the engine (``get_archive`` of a folder) into the empty folder
     ``dest``, without trusting it.
 
@@ -89,26 +108,37 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
     are skipped; so are the top-level names in ``skip_top`` (the worktree's ``.git``).
     Regular files get mode 0644 or 0755 (no set-uid bits, no other owner), folders 0755;
     symlinks are made as they are (never followed); a hard link becomes a copy of its
-    target; FIFOs, sockets and devices are left out. Every entry is made relative to a
-    descriptor of ``dest``, so one whose path is as long as the engine's own limit
-    (``PATH_MAX``) is kept however long ``dest``'s path is: what the automatic commit
-    then leaves out for its length it keeps as the base has it, as in a local run.
+    target (counted as such towards :data:`~git_iterare.limits.MAX_FETCH_BYTES`); FIFOs,
+    sockets and devices are left out. A ``.git`` below the top (a nested
+    repository the agent made) is unpacked as
+    :data:`~git_iterare.git.safegit.DISABLED_GIT`, as finishing a local run renames it, so
+    no git of the user's ever takes it for a repository. Regular files larger than
+    ``max_file`` bytes are not written (:attr:`Unpacked.left_out`); their bytes count
+    towards :data:`~git_iterare.limits.MAX_FETCH_BYTES` all the same (they were read).
+    Every entry is made relative to a descriptor of ``dest``, so one whose path is as
+    long as the engine's own limit (``PATH_MAX``) is kept however long ``dest``'s path
+    is: what the automatic commit then leaves out for its length it keeps as the base has
+    it, as in a local run.
 
     Args:
         chunks: the archive's bytes.
         dest: an empty folder of the user's.
         skip_top: top-level names to leave out.
+        max_file: largest regular file written (bytes), or None for any.
 
     Returns:
-        Notes for the user (special files left out), at most 100.
+        Notes for the user and the files left out.
 
     Raises:
-        OperationFailed: the archive is not a tar, or exceeds :data:`MAX_FETCH_BYTES` or
-            :data:`MAX_FETCH_ENTRIES`.
+        OperationFailed: the archive is not a tar.
+        FetchTooLarge: it holds more than :data:`~git_iterare.limits.MAX_FETCH_BYTES` of
+            files or :data:`~git_iterare.limits.MAX_FETCH_ENTRIES` entries (what was
+            unpacked stays in ``dest``).
     """
-    notes: list[str] = []
+    done = Unpacked()
     blocked: set[tuple[str, ...]] = set()  # symlinks and files: nothing goes below them
     files: set[tuple[str, ...]] = set()
+    left: dict[tuple[str, ...], int] = {}  # files not written, with their sizes
     folders: set[tuple[str, ...]] = set()
     total = entries = 0
     root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
@@ -116,13 +146,17 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
         for member, tar in members(chunks):
             entries += 1
             if entries > MAX_FETCH_ENTRIES:
-                raise OperationFailed(f"the run's files hold more than {MAX_FETCH_ENTRIES} "
-                                      "entries; refusing to fetch them")
+                raise FetchTooLarge(f"the run's files hold more than {MAX_FETCH_ENTRIES} "
+                                    "entries (MAX_FETCH_ENTRIES)")
+            if member.isfile():  # read, whether it is then written or not
+                total = _counted(total, member.size)
             parts = tuple(p for p in member.name.split("/")[1:] if p not in ("", "."))
             if not parts or ".." in parts or member.name.startswith("/"):
                 continue
-            if parts[0] in skip_top or any(parts[:n] in blocked
-                                           for n in range(1, len(parts) + 1)):
+            if parts[0] in skip_top:
+                continue
+            parts = _disabled(parts)
+            if any(parts[:n] in blocked for n in range(1, len(parts) + 1)):
                 continue
             rel = "/".join(parts)
             if len(os.fsencode(rel)) > _MAX_REL_PATH or any(
@@ -140,28 +174,52 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
             if member.issym():
                 os.symlink(member.linkname, rel, dir_fd=root)
                 blocked.add(parts)
+            elif member.isfile() and max_file is not None and member.size > max_file:
+                left[parts] = member.size
+                blocked.add(parts)
             elif member.isfile():
-                total += member.size
-                if total > MAX_FETCH_BYTES:
-                    raise OperationFailed(f"the run's files exceed {MAX_FETCH_BYTES} "
-                                          "bytes; refusing to fetch them")
                 write_new(rel, tar.extractfile(member), member.mode, dir_fd=root)
                 files.add(parts)
                 blocked.add(parts)
             elif member.islnk():
-                target = tuple(p for p in member.linkname.split("/")[1:]
-                               if p not in ("", "."))
-                if target in files:
+                target = _disabled(tuple(p for p in member.linkname.split("/")[1:]
+                                         if p not in ("", ".")))
+                if target in files:  # a copy: as much again on the user's disk
                     fd = os.open("/".join(target), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
                     with os.fdopen(fd, "rb") as source:
+                        total = _counted(total, os.fstat(fd).st_size)
                         write_new(rel, source, os.fstat(fd).st_mode, dir_fd=root)
                     files.add(parts)
                     blocked.add(parts)
-            elif len(notes) < 100:
-                notes.append(f"removed special file: {rel}")
+                elif target in left:  # counted as the file it stands for: few of them
+                    total = _counted(total, left[target])
+                    left[parts] = left[target]
+                    blocked.add(parts)
+            elif len(done.notes) < 100:
+                done.notes.append(f"removed special file: {rel}")
     finally:
         os.close(root)
-    return notes
+    done.left_out.extend(("/".join(parts), size) for parts, size in left.items())
+    return done
+
+
+def _counted(total: int, size: int) -> int:
+    """``total`` plus ``size`` bytes of files.
+
+    Raises:
+        FetchTooLarge: that is over :data:`~git_iterare.limits.MAX_FETCH_BYTES`.
+    """
+    total += size
+    if total > MAX_FETCH_BYTES:
+        raise FetchTooLarge(f"the run's files hold more than {MAX_FETCH_BYTES} bytes "
+                            "(MAX_FETCH_BYTES)")
+    return total
+
+
+def _disabled(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``parts`` with each ``.git`` below the top renamed to
+    :data:`~git_iterare.git.safegit.DISABLED_GIT`."""
+    return parts[:1] + tuple(DISABLED_GIT if p == ".git" else p for p in parts[1:])
 
 
 #: Longest relative path a system call takes (``PATH_MAX`` less its NUL), and longest
