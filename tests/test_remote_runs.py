@@ -453,7 +453,8 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
         out.truncate(101 * 1024 * 1024)
     git("add", "data.bin", cwd=project)
     git("commit", "-qm", "data", cwd=project)
-    prompt(project, "sparse", "truncate -s 2G big.sparse\necho work > work.txt\n")
+    prompt(project, "sparse", "truncate -s 2G big.sparse\necho work > work.txt\n"
+           "git init -q lib && git config core.worktree ..\n")
     done = iterare("execute", "sparse", "--follow", cwd=project)
     assert done.returncode == 0, done.stderr
     rid = run_id(done.stdout)
@@ -471,6 +472,12 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
     assert changed.split() == ["work.txt"]  # data.bin as the base has it, nothing deleted
     shown = iterare("show", rid, cwd=project)
     assert "big.sparse" in shown.stdout, shown.stdout
+    # And it came back inert: the nested repository disabled, the run gitdir's config ours.
+    assert (worktree / "lib" / ".git.disabled-by-iterare").is_dir()
+    assert not (worktree / "lib" / ".git").exists()
+    gitdir = project / ".git" / "iterare" / "gitdirs" / rid
+    assert git("config", "--file", str(gitdir / "config"), "core.worktree", cwd=project,
+               check=False).stdout == ""
 
     prompt(project, "huge", "echo kept > kept.txt\ngit add kept.txt\ngit commit -qm kept\n"
            "echo lost > lost.txt\ntruncate -s 5G huge.sparse\n")
