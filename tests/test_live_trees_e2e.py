@@ -22,7 +22,8 @@ import pytest
 from tests.conftest import git, iterare
 from tests.runs_helpers import prompt, record, run_id
 from tests.test_runs_e2e import project  # noqa: F401  (fixture)
-from tests.test_trust_boundary_e2e import as_user, user, user_repo  # noqa: F401  (fixtures)
+from tests.test_trust_boundary_e2e import user, user_repo  # noqa: F401  (fixtures)
+from tests.unprivileged import as_user
 
 pytestmark = pytest.mark.docker
 
