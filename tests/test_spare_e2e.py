@@ -107,7 +107,7 @@ def test_runs_that_follow_one_another_claim_a_spare_that_enforces_their_own_poli
     assert spares(project) == []  # a single run leaves nothing behind
     second, out = run(project, "net")
     assert "allowed: refused\n" in out  # nothing allowed yet
-    assert record(project, second)["extra"]["sidecar"] == "ahead"  # none was waiting
+    assert record(project, second)["extra"]["sidecar"] == "own"  # none was waiting
     [(waiting, state)] = spares(project)
     assert state == "running"
     assert len(list((project / ".git" / "iterare" / "state").glob("spare-*"))) == 1
@@ -136,8 +136,8 @@ def test_an_unclaimed_spare_ends_itself_and_is_not_claimed(project: Path) -> Non
         time.sleep(0.5)
     assert spares(project) == []  # it gave up and the engine removed it
     rid, out = run(project, "one")
-    # None waits: it started its own sidecar, ahead.
-    assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "ahead"
+    # None waits: it started its own sidecar.
+    assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "own"
 
 
 @pytest.mark.parametrize("left", ["waiting", "cut short", "folder gone"])
@@ -167,7 +167,7 @@ def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) ->
     live.rename(live.with_name("live-old"))
     live.mkdir(mode=0o300)  # the spare has the old folder mounted, not this one
     rid, out = run(project, "one")
-    # One waits, so none was started ahead; that one cannot serve: it started its own.
+    # One waits, but cannot serve: it started its own.
     assert "one\n" in out and record(project, rid)["extra"]["sidecar"] == "own"
     # The spare made for the old folder is swept for one of the new folder.
     assert [s for s in spares(project) if s[0] == waiting] == []

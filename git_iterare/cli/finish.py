@@ -12,12 +12,20 @@ from git_iterare.cli.context import app
 @click.argument("run")
 @click.option("--wait", is_flag=True,
               help="Wait for RUN's sandbox to end, then finish it (and commit what is left).")
-def command(run: str, wait: bool) -> None:
+@click.option("--watcher", is_flag=True, hidden=True,
+              help="As the watcher execute leaves: a run being stopped is the stop's.")
+def command(run: str, wait: bool, watcher: bool) -> None:
     """Commit the work RUN left in its worktree when committing it at the end failed."""
     from git_iterare.runner.finish import finish_later
+    from git_iterare.runs.status import ACTIVE
     from git_iterare.ui import sanitize_line
 
-    record, work = finish_later(app().repo, resolve_run(run).id, wait=wait)
+    record, work = finish_later(app().repo, resolve_run(run).id, wait=wait,
+                                defer_to_stop=watcher)
+    if record.status in ACTIVE:
+        click.echo(sanitize_line(f"run {record.id}: left to the `git iterare stop` that "
+                                 "stops it"))
+        return
     if work is None:
         click.echo(sanitize_line(f"run {record.id}: nothing left to commit; its result is "
                                  f"{record.head or 'empty'}"))

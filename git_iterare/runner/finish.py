@@ -221,7 +221,8 @@ DISPUTED = "disputed"
 ENGINE_CLEARED = "engine_cleared"
 
 
-def finish(repo: Repo, run_id: str, *, wait: bool = False) -> RunRecord:
+def finish(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: bool = False
+           ) -> RunRecord:
     """Record the end of a run whose sandbox has exited or vanished.
 
     Commits what the agent left uncommitted (with ``Iterare-*`` trailers), imports the
@@ -232,6 +233,9 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> RunRecord:
         repo: the repository.
         run_id: the run.
         wait: when the sandbox is still running, wait for it (else return at once).
+        defer_to_stop: leave a run someone asked to stop (``extra.stop_requested``) to the
+            ``stop`` that asked, which finishes it and tells its user how it went (the
+            watcher of :mod:`git_iterare.runner.watch`).
 
     Returns:
         The run's record afterwards (unchanged when it is still running, or was already
@@ -250,10 +254,11 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False) -> RunRecord:
     from git_iterare.sandbox.engine import using
 
     with using(engine_of(record)):  # every sandbox call below goes to the run's engine
-        return _finish_active(repo, store, record, wait)
+        return _finish_active(repo, store, record, wait, defer_to_stop)
 
 
-def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -> RunRecord:
+def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool,
+                   defer_to_stop: bool = False) -> RunRecord:
     from git_iterare import sandbox
     from git_iterare.runs.status import ACTIVE
 
@@ -268,6 +273,8 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool) -
         info = sandbox.inspect(info.id)
     if info is None and record.container is None and launch_pending(repo, record):
         return record  # still being launched by its execute process
+    if defer_to_stop and store.get(run_id).extra.get("stop_requested"):
+        return record
     with run_lock(repo, run_id):
         record = store.get(run_id)
         if record.status not in ACTIVE:
@@ -580,7 +587,7 @@ def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[Ru
     return finished
 
 
-def finish_later(repo: Repo, run_id: str, *, wait: bool = False
+def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: bool = False
                  ) -> tuple[RunRecord, FinishResult | None]:
     """``git iterare finish``: commit the work a run left on disk, after the fact.
 
@@ -597,6 +604,7 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False
         run_id: the run.
         wait: wait for an active run's sandbox to end first (else an active run whose
             sandbox still runs is refused).
+        defer_to_stop: as for :func:`finish`; such a run is returned as it is.
 
     Returns:
         ``(record afterwards, importer.FinishResult or None when nothing was left)``.
@@ -617,7 +625,9 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False
         raise OperationFailed(f"run {run_id} ran on another machine or repository",
                               hint="finish it where it ran")
     if record.status in ACTIVE:
-        record = finish(repo, run_id, wait=wait)
+        record = finish(repo, run_id, wait=wait, defer_to_stop=defer_to_stop)
+        if record.status in ACTIVE and defer_to_stop:
+            return record, None
         if record.status in ACTIVE:
             raise OperationFailed(f"run {run_id} is still {record.status}",
                                   hint=f"wait for it (`git iterare log -f {run_id}`) or stop it")

@@ -6,7 +6,8 @@ would stay up until then. So ``execute`` starts a watcher: ``git iterare finish 
 RUN`` in a process of its own session (Ctrl-C and a closed terminal leave it alone) that
 waits for the sandbox and finishes the run (its commit, record and notes) the moment it
 ends, then removes the sandbox. Finishing is idempotent and locked per run, so a user's
-``log -f`` or ``stop`` meanwhile is no race. What the watcher says goes to the run's
+``log -f`` meanwhile is no race; a run the user stops is left to that ``stop``, which
+finishes it and says how it went. What the watcher says goes to the run's
 state folder (``watch.log``); a watcher that cannot be started, or dies, only leaves the
 run to the next command, as before.
 """
@@ -26,7 +27,7 @@ from git_iterare.runner.paths import state_dir
 #: path: the program replaces it with the folder this git_iterare was imported from
 #: before importing anything of its own.
 _PROGRAM = ("import sys; sys.path[0] = sys.argv[2]; from git_iterare.cli.main import run; "
-            "sys.exit(run(['git-iterare', 'finish', '--wait', sys.argv[1]]))")
+            "sys.exit(run(['git-iterare', 'finish', '--wait', '--watcher', sys.argv[1]]))")
 
 #: The folder holding the ``git_iterare`` package in use (installed or a checkout).
 _IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
