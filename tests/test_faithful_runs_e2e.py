@@ -46,7 +46,11 @@ def test_a_run_from_a_linked_worktree_starts_from_and_merges_into_its_branch(
     git("add", "f.txt", cwd=linked)
     git("commit", "-qm", "feature: f", cwd=linked)
     main_before, feature = head_of(project, "main"), head_of(linked, "HEAD")
-    prompt(project, "wt", "cat f.txt > seen.txt\n")
+    # Prompts by name are the linked worktree's own (its checkout of .iterare/).
+    (linked / ".iterare" / "prompts").mkdir(parents=True, exist_ok=True)
+    prompt(linked, "wt", "cat f.txt > seen.txt\n")
+    # Its settings are its own too: approved there (the test network's, as in the fixture).
+    assert iterare("trust", "--yes", cwd=linked).returncode == 0
 
     started = iterare("execute", "wt", "-f", cwd=linked)
     assert started.returncode == 0, started.stderr
@@ -66,6 +70,7 @@ def test_a_run_from_a_linked_worktree_starts_from_and_merges_into_its_branch(
     again = iterare("execute", "wt", "-f", "--branch", "HEAD~1", cwd=linked)
     assert again.returncode == 0, again.stderr
     assert record(project, run_id(again.stdout))["base_commit"] == head_of(linked, "HEAD~1")
+    prompt(project, "wt", "cat f.txt > seen.txt\n")
     from_main = iterare("execute", "wt", "-f", cwd=project)
     rec = record(project, run_id(from_main.stdout))
     assert (rec["base_commit"], rec["base_branch"]) == (main_before, "main")

@@ -12,6 +12,9 @@ compare-and-swap (dulwich), and the namespace is removed:
   lost) and whose ``run.json`` is the side further along (status rank, then newest
   timestamp, then commit time); ``extra`` keys of both sides are kept and ``log.jsonl``
   comes from the winning side, or the other when the winner has none;
+* a run that ran here (the caller's ``ours``) keeps its own record whatever the remote's
+  says, but for one thing: that a teammate merged the very result recorded here (same
+  head and base), which makes its status ``merged``;
 * notes are merged per annotated commit by concatenating lines, dropping exact duplicates.
 
 ``push`` fetches and merges first, so what it pushes fast-forwards the remote.
@@ -33,7 +36,7 @@ from git_iterare.runs import ids
 from git_iterare.runs.cas import Unchanged, cas_update, oid, read_ref, refname
 from git_iterare.runs.record import CorruptRecord, RunRecord
 from git_iterare.runs.snapshot import LOG_JSONL, Snapshot, read_snapshot
-from git_iterare.runs.status import STATUS_RANK
+from git_iterare.runs.status import ENDED, MERGED, STATUS_RANK
 from git_iterare.runs.store import RunStore, write_record_commit
 
 REMOTE_NS = "refs/iterare-remote/"
@@ -249,9 +252,15 @@ def merge_record(store: RunStore, run_id: str, theirs: bytes, ours: Ours | None 
                 if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
                     outcome[:] = ["up-to-date"]
                     raise Unchanged
-                read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
+                their_record = read_snapshot(repo, run_id, theirs).record  # not corrupt
                 outcome[:] = ["kept"]
-                return write_record_commit(repo, mine.record, dict(mine.files),
+                kept = mine.record
+                # All a teammate may tell of it: that they merged this very result.
+                if (their_record.status == MERGED and kept.status in ENDED and kept.head
+                        and (their_record.head, their_record.base_commit)
+                        == (kept.head, kept.base_commit)):
+                    kept = kept.replace(status=MERGED)
+                return write_record_commit(repo, kept, dict(mine.files),
                                            [old, theirs],
                                            f"merge {run_id} from a remote; it ran here: "
                                            "this record stands")
