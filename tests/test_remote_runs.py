@@ -501,12 +501,13 @@ def test_engine_restart_ends_the_run_lost_with_its_work(over_tls: Path,
     inner = dind_engine.client()
     wait_for(lambda: b"started" in inner.containers.get(f"iterare-{rid}").logs(),
              "the agent to start")
-    follower = subprocess.Popen(["git", "iterare", "log", "-f", rid], cwd=project,
+    follower = subprocess.Popen(["git", "iterare", "log", "-f", "--exit-status", rid],
+                                cwd=project,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)  # following the log
     dind_engine.restart_dockerd()
     out, err = follower.communicate(timeout=120)
-    # The follower says how the run ended, not that it goes on.
+    # The follower says how the run ended, not that it goes on (exit 1: not a success).
     assert follower.returncode == 1, (out, err)
     assert "goes on" not in err, err
     assert out.rstrip().endswith("lost"), out
