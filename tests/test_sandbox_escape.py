@@ -306,42 +306,51 @@ def test_nothing_gets_out_before_the_sandbox_is_ready(
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
 
 
+def _probe_attached(name: str, image: str, network: str, host_repo: Path, out: Path,
+                    targets: list[str]) -> list[str]:
+    """Run a sandbox attached to the test's intranet that tries TCP to each of
+    ``targets`` (``ADDRESS/PORT``); return its ``open T`` / ``closed T`` lines."""
+    import dataclasses
+
+    policy = dataclasses.replace(
+        EgressPolicy.build([], dns=[NET["DNS_V4"]]),
+        networks=(NET["INTRANET_V4"].rsplit(".", 1)[0] + ".0/24",))
+    script = (f"for t in {' '.join(targets)}; do "
+              "if timeout 3 bash -c \"exec 3<>/dev/tcp/$t\" 2>/dev/null; "
+              "then echo \"open $t\"; else echo \"closed $t\"; fi; done")
+    spec = dataclasses.replace(
+        _spec(name, image, image, network, host_repo, out, ["bash", "-c", script], 1),
+        policy=policy, networks=(network.replace("_internet", "_intranet"),))
+    cid = sandbox.start(spec)
+    try:
+        assert sandbox.wait(cid, timeout=60) == 0
+        output = b"".join(sandbox.output(cid, follow=True)).decode()
+    finally:
+        sandbox.remove(spec.run_id, spec.repo_path)
+    return [line for line in output.splitlines() if line.startswith(("open ", "closed "))]
+
+
 def test_an_attached_network_opens_its_containers_but_not_the_host(
         sandbox_image: str, test_network: str, host_repo: Path,  # noqa: F811
         tmp_path: Path) -> None:
     """``--docker-network`` lets the sandbox reach that network's subnet; the subnet holds
     the Docker host's bridge address, which stays closed (a CIDR entry of the user's own
     would open it)."""
-    import dataclasses
     import socket
 
-    intranet = test_network.replace("_internet", "_intranet")
     gateway = NET["INTRANET_V4"].rsplit(".", 1)[0] + ".1"
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind((gateway, 0))
     server.listen(4)
     port = server.getsockname()[1]
-    policy = dataclasses.replace(
-        EgressPolicy.build([], dns=[NET["DNS_V4"]]),
-        networks=(NET["INTRANET_V4"].rsplit(".", 1)[0] + ".0/24",))
-    script = (f"for t in {NET['INTRANET_V4']}/80 {gateway}/{port}; do "
-              "if timeout 3 bash -c \"exec 3<>/dev/tcp/$t\" 2>/dev/null; "
-              "then echo \"open $t\"; else echo \"closed $t\"; fi; done")
-    spec = dataclasses.replace(
-        _spec(f"itr-attached-{os.getpid()}", sandbox_image, sandbox_image, test_network,
-              host_repo, tmp_path / "out", ["bash", "-c", script], 1),
-        policy=policy, networks=(intranet,))
     try:
-        cid = sandbox.start(spec)
-        try:
-            assert sandbox.wait(cid, timeout=60) == 0
-            output = b"".join(sandbox.output(cid, follow=True)).decode()
-        finally:
-            sandbox.remove(spec.run_id, spec.repo_path)
+        seen = _probe_attached(f"itr-attached-{os.getpid()}", sandbox_image, test_network,
+                               host_repo, tmp_path / "out",
+                               [f"{NET['INTRANET_V4']}/80", f"{gateway}/{port}"])
     finally:
         server.close()
-    assert f"open {NET['INTRANET_V4']}/80" in output, output  # a container on it
-    assert f"closed {gateway}/{port}" in output, output  # the host, on its bridge
+    # A container on it; the host, on its bridge.
+    assert seen == [f"open {NET['INTRANET_V4']}/80", f"closed {gateway}/{port}"]
 
 
 def test_an_attached_networks_resolvers_stay_closed(
@@ -350,8 +359,6 @@ def test_an_attached_networks_resolvers_stay_closed(
     """A resolver on an attached network would answer any name over TCP (UDP is closed
     anyway), carrying what the agent puts in the query out: its DNS ports (53, and 853 for
     DNS over TLS) stay closed; the network's other ports stay open."""
-    import dataclasses
-
     intranet = test_network.replace("_internet", "_intranet")
     name = f"itr-resolver-{os.getpid()}"
     listen = " & ".join(f"python3 -m http.server {p}" for p in (53, 853, 5432)) + " & wait"
@@ -368,23 +375,9 @@ def test_an_attached_networks_resolvers_stay_closed(
                              capture_output=True).returncode != 0:
             assert time.monotonic() < deadline, "the listener did not start"
             time.sleep(0.3)
-        policy = dataclasses.replace(
-            EgressPolicy.build([], dns=[NET["DNS_V4"]]),
-            networks=(NET["INTRANET_V4"].rsplit(".", 1)[0] + ".0/24",))
-        script = (f"for p in 5432 53 853; do t={address}/$p; "
-                  "if timeout 3 bash -c \"exec 3<>/dev/tcp/$t\" 2>/dev/null; "
-                  "then echo \"open $p\"; else echo \"closed $p\"; fi; done")
-        spec = dataclasses.replace(
-            _spec(f"itr-resolvers-{os.getpid()}", sandbox_image, sandbox_image, test_network,
-                  host_repo, tmp_path / "out", ["bash", "-c", script], 1),
-            policy=policy, networks=(intranet,))
-        cid = sandbox.start(spec)
-        try:
-            assert sandbox.wait(cid, timeout=60) == 0
-            output = b"".join(sandbox.output(cid, follow=True)).decode()
-        finally:
-            sandbox.remove(spec.run_id, spec.repo_path)
+        seen = _probe_attached(f"itr-resolvers-{os.getpid()}", sandbox_image, test_network,
+                               host_repo, tmp_path / "out",
+                               [f"{address}/{p}" for p in (5432, 53, 853)])
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
-    assert [line for line in output.splitlines() if line.startswith(("open", "closed"))] == [
-        "open 5432", "closed 53", "closed 853"], output
+    assert seen == [f"open {address}/5432", f"closed {address}/53", f"closed {address}/853"]
