@@ -168,8 +168,8 @@ class DindEngine:
             return str(found.id)
         except docker.errors.ImageNotFound:
             pass
-        data = local.images.get(name).save(named=name)  # not its first tag: this one
-        inner.images.load(b"".join(data))
+        # Streamed (a chunked upload): joined, the image would stay in this process's memory.
+        inner.images.load(local.images.get(name).save(named=name))  # named: this tag, not its first
         return str(inner.images.get(name).id)
 
 

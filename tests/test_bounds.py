@@ -47,8 +47,10 @@ try:
     out["cleaned"] = not ws.worktree.exists() and not ws.gitdir.exists()
 except IterareError as exc:
     out["cleaned"] = exc.message
-out["peak"] = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
+# VmHWM, not RUSAGE_SELF: Linux carries a process's maxrss across exec, so the latter would
+# report the memory of the test process this one was forked from.
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+out["peak"] = max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
 print(json.dumps(out))
 """
 

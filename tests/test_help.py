@@ -38,7 +38,7 @@ def test_every_command_has_a_complete_page(name: str) -> None:
     command = cli.get_command(click.Context(cli), name)
     assert command is not None
     options = sections["OPTIONS"]
-    missing = [opt for p in command.params if isinstance(p, click.Option)
+    missing = [opt for p in command.params if isinstance(p, click.Option) and not p.hidden
                for opt in p.opts if opt.startswith("--") and _roff_option(opt) not in options]
     assert missing == []
 

@@ -231,7 +231,8 @@ def test_escape_suite_on_a_remote_engine(over_tls: Path, hermetic_env: Path,
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
     built = [line for line in started.stderr.splitlines() if line.startswith("building ")]
-    assert built and built[0].endswith(f"from {project}/.iterare/Dockerfile"), started.stderr
+    assert built and built[0].endswith(f"from {project}/.iterare/Dockerfile (its RUN steps "
+                                       "reach the internet, not the Docker host)"), started.stderr
     assert "Step 1/5: FROM " + remote_image in started.stderr
     rec = record(project, rid)
     assert ":project-" in rec["image"]

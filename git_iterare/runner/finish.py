@@ -604,7 +604,8 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
         run_id: the run.
         wait: wait for an active run's sandbox to end first (else an active run whose
             sandbox still runs is refused).
-        defer_to_stop: as for :func:`finish`; such a run is returned as it is.
+        defer_to_stop: as for :func:`finish` (the watcher); such a run is returned as it is,
+            and a run whose commit failed is left for a later ``finish``.
 
     Returns:
         ``(record afterwards, importer.FinishResult or None when nothing was left)``.
@@ -626,7 +627,9 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
                               hint="finish it where it ran")
     if record.status in ACTIVE:
         record = finish(repo, run_id, wait=wait, defer_to_stop=defer_to_stop)
-        if record.status in ACTIVE and defer_to_stop:
+        if defer_to_stop:
+            # The watcher records the end, no more: a second try at a commit that failed
+            # would race the user who is fixing what made it fail.
             return record, None
         if record.status in ACTIVE:
             raise OperationFailed(f"run {run_id} is still {record.status}",
