@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from git_iterare.errors import OperationFailed
 from git_iterare.git import repo as repo_mod
 from git_iterare.runner.placement import objectcache
 from tests.conftest import git
@@ -208,3 +209,12 @@ def test_remove_takes_the_cache_and_leaves_views(repo: Path) -> None:
     assert objectcache.remove(r) is False
     done, _ = give(repo, base, "two")
     assert done.objects == len(reachable(repo, base))
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(repo: Path) -> None:
+    view = repo / ".git" / "iterare" / "gitdirs" / "one"
+    view.parent.mkdir(parents=True)
+    view.write_text("not a folder\n")
+    with pytest.raises(OperationFailed, match=r"^cannot give the run the objects of its base: "
+                       rf"{view}/pack: Not a directory$"):
+        objectcache.give(repo_mod.discover(repo), head(repo), view)

@@ -113,17 +113,23 @@ def give(repo: Repo, base: str, view: Path) -> Cached:
 
     Raises:
         ExternalError: git failed.
-        OSError: the cache or the view cannot be written.
+        OperationFailed: the cache or the view cannot be written (a full disk).
     """
     root = cache_dir(repo)
-    with _locked(root):
-        tips = _tips(root)
-        added = [] if base in tips else _add(repo, root, base, tips)
-        os.utime(root / "tips" / base)  # used now: kept longest
-        chain = tips[base]
-        _link(root, chain, view)
-        if added:
-            _prune(root)
+    try:
+        with _locked(root):
+            tips = _tips(root)
+            added = [] if base in tips else _add(repo, root, base, tips)
+            os.utime(root / "tips" / base)  # used now: kept longest
+            chain = tips[base]
+            _link(root, chain, view)
+            if added:
+                _prune(root)
+    except OSError as exc:
+        raise OperationFailed(f"cannot give the run the objects of its base: "
+                              f"{exc.filename or root}: {exc.strerror or exc}",
+                              hint="make room on that disk, or `git iterare cleanup --cache`"
+                              ) from None
     return Cached(pack_bytes=sum(size for size, _ in added),
                   objects=sum(count for _, count in added), packs=len(chain))
 
