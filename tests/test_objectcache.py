@@ -218,3 +218,16 @@ def test_a_cache_that_cannot_be_written_is_one_line(repo: Path) -> None:
     with pytest.raises(OperationFailed, match=r"^cannot give the run the objects of its base: "
                        rf"{view}/pack: Not a directory$"):
         objectcache.give(repo_mod.discover(repo), head(repo), view)
+
+
+def test_a_clone_borrowing_objects_gives_the_borrowed_ones_too(repo: Path, tmp_path: Path
+                                                                ) -> None:
+    """A repository that reads objects from another (``git clone --shared``, alternates):
+    its runs' views hold them, where mounting its own object store gave the agent none."""
+    clone = tmp_path / "clone"
+    git("clone", "-q", "--shared", str(repo), str(clone), cwd=tmp_path)
+    assert list((clone / ".git" / "objects" / "pack").iterdir()) == []
+    base = commit(clone, "mine.txt", "mine\n")
+    _, ids = give(clone, base, "one")
+    assert ids == reachable(clone, base)
+    assert head(repo) in ids
