@@ -465,15 +465,22 @@ def fill_run(repo: Repo, ws: RunWorkspace) -> Cached:
         ExternalError: git (or a filter of the user's) failed.
         OSError: the object cache or the view cannot be written.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from git_iterare.runner.placement import objectcache
 
     admin = worktree_admin_dir(repo, ws.worktree)
     if admin is None:
         raise OperationFailed(f"{ws.worktree} is not a registered worktree any more")
-    cached = objectcache.give(repo, ws.base_commit, objects_view_path(repo, ws.run_id))
-    _fill(repo, ws, admin)
+    # The history is packed (a first run's) while the base is checked out: both mostly
+    # wait for the disk, and the agent waits for both.
+    with ThreadPoolExecutor(1, thread_name_prefix="objects") as pool:
+        cached = pool.submit(objectcache.give, repo, ws.base_commit,
+                             objects_view_path(repo, ws.run_id))
+        _fill(repo, ws, admin)
+        given = cached.result()
     on_engine_path(ws).unlink()
-    return cached
+    return given
 
 
 def _absent_or_empty(path: Path) -> bool:
