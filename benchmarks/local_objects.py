@@ -86,7 +86,7 @@ def worktree_add(repo: Path) -> float:
     return seconds
 
 
-def give(repo: Path) -> tuple[float, dict[str, int]]:
+def give(repo: Path) -> tuple[float, object]:
     """Seconds the object cache takes to give HEAD's history to a new view, and what it
     did."""
     from git_iterare.git import repo as repo_mod
@@ -102,7 +102,7 @@ def give(repo: Path) -> tuple[float, dict[str, int]]:
     return seconds, done.to_json()
 
 
-def run_once(repo: Path) -> tuple[float, dict[str, int]]:
+def run_once(repo: Path) -> tuple[float, object]:
     """Seconds from starting ``execute`` until the agent's first command ran, and what the
     object cache did for the run (its record's ``extra.cached``); the run cleaned up."""
     start = time.time()
@@ -142,7 +142,7 @@ def main() -> None:
     warm: list[float] = []
     first: list[float] = []
     second: list[float] = []
-    done: dict[str, list[dict[str, int]]] = {"cold": [], "warm": [], "first": [], "second": []}
+    done: dict[str, list[object]] = {"cold": [], "warm": [], "first": [], "second": []}
     worktree_add(repo)  # the page cache holds the repository from here on
     for n in range(args.runs):
         baseline.append(worktree_add(repo))

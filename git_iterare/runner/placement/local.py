@@ -19,6 +19,7 @@ from git_iterare import ui
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
 from git_iterare.runner.placement.base import PlacementKind, RunTrees
+from git_iterare.runs.extra import RunExtra
 
 if TYPE_CHECKING:
     from git_iterare.runner.workspace import RunWorkspace
@@ -101,7 +102,7 @@ class Local:
             os.chmod(host, 0o644)
             mounts.append(Mount(host, path, True))
         workspace = wsp.make_run(repo, record.id, str(record.base_commit))
-        facts: dict[str, object] = {}
+        facts = RunExtra()
 
         def fill() -> None:
             facts["cached"] = wsp.fill_run(repo, workspace).to_json()

@@ -40,6 +40,7 @@ from git_iterare import marks
 from git_iterare.errors import OperationFailed
 from git_iterare.git.repo import Repo, common_git
 from git_iterare.runner.placement.packs import Pack, pack_reachable
+from git_iterare.runs import extra
 
 #: Most tips kept (the most recently used); packs no kept tip needs are removed.
 MAX_TIPS = 256
@@ -67,7 +68,8 @@ class Cached:
     objects: int
     packs: int
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> extra.Cached:
+        """As the record keeps it (``extra.cached``)."""
         return {"pack_bytes": self.pack_bytes, "objects": self.objects, "packs": self.packs}
 
 
