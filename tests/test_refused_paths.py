@@ -115,17 +115,23 @@ def test_a_commit_git_refuses_is_dropped_and_the_worktree_committed_on_the_base(
         "later.txt": "100644 later\n"}
 
 
-def test_a_refused_path_deep_in_history_or_on_a_moved_head_is_found(repo: Path) -> None:
-    """The bad commit below a good one; then on a branch the agent switched to."""
-    ws = prepare(repo)
-    base = agent(ws, "rev-parse", "HEAD").stdout.strip()
-    listing = [*filter(None, agent(ws, "ls-tree", "-z", "HEAD").stdout.split("\0"))]
+def bad_tree(ws: workspace.RunWorkspace, listing: list[str]) -> str:
+    """The base's tree (``listing``, ls-tree lines) with ``src/../a/b/c/x``, written in the
+    run gitdir of ``ws``."""
     x = blob(ws, "x\n")
     deep = mktree(ws, [f"100644 blob {x}\tx"])
     for name in ("c", "b", "a"):
         deep = mktree(ws, [f"040000 tree {deep}\t{name}"])
     src = mktree(ws, [f"040000 tree {deep}\t.."])
-    bad = mktree(ws, [f"040000 tree {src}\tsrc", *listing])
+    return mktree(ws, [f"040000 tree {src}\tsrc", *listing])
+
+
+def test_a_refused_path_deep_in_history_or_on_a_moved_head_is_found(repo: Path) -> None:
+    """The bad commit below a good one; then on a branch the agent switched to."""
+    ws = prepare(repo)
+    base = agent(ws, "rev-parse", "HEAD").stdout.strip()
+    listing = [*filter(None, agent(ws, "ls-tree", "-z", "HEAD").stdout.split("\0"))]
+    bad = bad_tree(ws, listing)
     first = commit_tree(ws, bad, base, "bad, deep")
     fixed = commit_tree(ws, mktree(ws, listing), first, "the bad tree gone again")
     agent(ws, "update-ref", "HEAD", fixed)
@@ -135,7 +141,9 @@ def test_a_refused_path_deep_in_history_or_on_a_moved_head_is_found(repo: Path) 
 
     ws2 = prepare(repo, "moved-0123abcd")
     agent(ws2, "checkout", "-q", "-b", "side")
-    agent(ws2, "update-ref", "refs/heads/side", commit_tree(ws2, bad, base, "on a side"))
+    # The first run's objects are none of the second's (it sees its base's history only).
+    agent(ws2, "update-ref", "refs/heads/side",
+          commit_tree(ws2, bad_tree(ws2, listing), base, "on a side"))
     (ws2.worktree / "kept.txt").write_text("kept\n")
     result = finish(repo, ws2)
     assert result.rejected_head is None

@@ -1,8 +1,8 @@
 """Run worktree and gitdir, finishing a run, merge, cleanup: real git in temp repositories.
 
 The container's view is simulated on the host: ``GIT_DIR=<run gitdir>
-GIT_WORK_TREE=<worktree>``, with the run gitdir's alternates naming the host object dir
-(in production it names ``/git/objects``, the read-only mount).
+GIT_WORK_TREE=<worktree>``, with the run gitdir's alternates naming the run's objects view
+on the host (in production it names ``/git/objects``, where the view is mounted read-only).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ TRAILERS = {"Iterare-Run": RUN, "Iterare-Agent": "shell", "Iterare-Prompt": "pro
 
 def prepare(path: Path, run_id: str = RUN, base: str = "HEAD") -> workspace.RunWorkspace:
     r = repo_mod.discover(path)
-    return workspace.prepare_run(r, run_id, base, alternates=str(r.common_dir / "objects"))
+    return workspace.prepare_run(r, run_id, base,
+                                 alternates=str(workspace.objects_view_path(r, run_id)))
 
 
 def agent(ws: workspace.RunWorkspace, *args: str, check: bool = True
@@ -95,11 +96,12 @@ def test_prepare_layout(repo: Path) -> None:
     assert (ws.worktree / "README.md").read_text() == "hello\n"
     assert ws.gitdir == repo / ".git" / "iterare" / "gitdirs" / RUN
     assert (ws.gitdir / "HEAD").read_text() == f"ref: refs/heads/iterare/{RUN}\n"
-    assert (ws.gitdir / "objects/info/alternates").read_text() == f"{repo}/.git/objects\n"
+    view = repo / ".git" / "iterare" / "gitdirs" / f"{RUN}.objects"
+    assert (ws.gitdir / "objects/info/alternates").read_text() == f"{view}\n"
     assert ws.gitfile.read_text() == "gitdir: /git/run\n"
     assert [(m.host_path, m.container_path, m.read_only) for m in ws.mounts] == [
         (ws.worktree, "/workspace", False), (ws.gitfile, "/workspace/.git", True),
-        (ws.gitdir, "/git/run", False), (repo / ".git" / "objects", "/git/objects", True)]
+        (ws.gitdir, "/git/run", False), (view, "/git/objects", True)]
     assert "/.iterare/worktrees/\n" in (repo / ".git/info/exclude").read_text()
     assert git("status", "--porcelain", "--untracked-files=all", cwd=repo).stdout == ""
     # A uid no host account has; the sandbox's sidecar gives it the trees later.

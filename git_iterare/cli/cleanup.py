@@ -17,7 +17,7 @@ from git_iterare.ui import sanitize_line as sanitize
 @click.option("--force", is_flag=True,
               help="Also drop unmerged work and stop runs that are still active.")
 @click.option("--cache", is_flag=True,
-              help="Remove this repository's object cache on the (remote) Docker engine.")
+              help="Remove this repository's object caches, here and on the Docker engine.")
 @project_option()
 def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) -> None:
     """Remove the worktree, branch and container of RUN (default: the most recent run);
@@ -32,14 +32,20 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
     if cache:
         if merged or run:
             raise UserError("give --cache alone, without a RUN or --merged")
+        from git_iterare.runner.placement import objectcache
         from git_iterare.runner.placement.remote import remove_cache
         from git_iterare.runner.session import engine_label
 
+        here = objectcache.remove(repo)
+        if here:
+            click.echo("removed the object cache of this repository for runs on this machine")
         app().config  # noqa: B018 -- its [docker] context chooses the engine
         removed = remove_cache(repo)
         where = sanitize(engine_label())
-        click.echo(f"removed the object cache of this repository on {where}" if removed
-                   else f"no object cache of this repository on {where}")
+        if removed:
+            click.echo(f"removed the object cache of this repository on {where}")
+        elif not here:
+            click.echo(f"no object cache of this repository here or on {where}")
         return
     records = RunStore(repo).list(statuses=["merged"]) if merged else [resolve_run(run)]
     if merged and not force:

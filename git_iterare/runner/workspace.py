@@ -11,16 +11,20 @@ Layout for a run ``<id>`` (``<name>-<8 hex>``) of the repository whose main work
   (:mod:`git_iterare.runner.livetree`);
 * run gitdir ``COMMON/iterare/gitdirs/<id>``: the container's own gitdir. HEAD is
   ``ref: refs/heads/iterare/<id>``, its objects dir has an ``info/alternates`` naming the
-  main object store as the container sees it (read-only), config is minimal (no hooks,
-  agent identity), the index matches the worktree;
+  objects of the base's history as the container sees them (read-only), config is
+  minimal (no hooks, agent identity), the index matches the worktree;
+* objects view ``COMMON/iterare/gitdirs/<id>.objects``: hard links to the packs of the
+  repository's object cache that hold the base's history and nothing else of the user's
+  objects (:mod:`git_iterare.runner.placement.objectcache`), mounted read-only at
+  :data:`CONTAINER_OBJECTS`;
 * gitfile ``COMMON/iterare/gitdirs/<id>.gitfile`` (``gitdir: /git/run``), mounted
   read-only over the worktree's own ``.git`` file inside the container. Docker cannot
   bind-mount a directory over a file, and a worktree's ``.git`` is a file, so the gitdir
   itself is mounted at :data:`CONTAINER_GITDIR` and reached through this gitfile.
 
 Container mounts (:attr:`RunWorkspace.mounts`): worktree -> ``/workspace`` (rw), gitfile ->
-``/workspace/.git`` (ro), run gitdir -> ``/git/run`` (rw), ``COMMON/objects`` ->
-``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs) is never mounted.
+``/workspace/.git`` (ro), run gitdir -> ``/git/run`` (rw), objects view ->
+``/git/objects`` (ro). The user's ``.git`` (config, hooks, refs, objects) is never mounted.
 
 Everything the agent can write (worktree, run gitdir) is read back only through
 :mod:`git_iterare.git.runrefs` (no symlinks, no symbolic refs),
@@ -40,6 +44,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from git_iterare import boundedfs, proc, ui
 from git_iterare import limits as lim
@@ -53,6 +58,9 @@ from git_iterare.git.repo import (
 )
 from git_iterare.runner import livetree
 from git_iterare.sandbox.spec import Mount
+
+if TYPE_CHECKING:
+    from git_iterare.runner.placement.objectcache import Cached
 
 #: Where the container sees the worktree, the run gitdir, the gitfile and the objects.
 CONTAINER_WORKTREE = "/workspace"
@@ -201,6 +209,13 @@ def run_gitdir_config(repo: Repo) -> str:
     """The config of a run gitdir: :data:`RUN_GITDIR_CONFIG` and the user's line-ending
     settings."""
     return RUN_GITDIR_CONFIG + safegit.line_ending_config(repo.common_dir)
+
+
+def objects_view_path(repo: Repo, run_id: str) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.objects``: the objects of the run's base's
+    history (:func:`git_iterare.runner.placement.objectcache.give`), mounted read-only at
+    :data:`CONTAINER_OBJECTS`; host-only otherwise."""
+    return repo.common_dir / "iterare" / "gitdirs" / f"{run_id}.objects"
 
 
 def ensure_excluded(repo: Repo) -> None:
@@ -391,8 +406,9 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
         run_id: ``<name>-<8 hex>``.
         base: commit-ish the run starts from.
         agent_uid: uid for the agent; see :func:`agent_ids`.
-        alternates: path of the main object store as git inside the run gitdir will see
-            it; the container path in production, the host objects dir in tests.
+        alternates: path of the objects of the base's history as git inside the run
+            gitdir will see them: the container path of its objects view in production,
+            the host's (the view, or the main object store) in tests.
         on_engine: a run on an engine that sees none of this machine's files, which
             checks the base out itself (:mod:`git_iterare.runner.placement.remote`): the
             worktree is marked so (:func:`on_engine_path`), with a checkout map of what
@@ -423,7 +439,8 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
     if exists.returncode == 0:
         raise OperationFailed(f"branch {branch} exists already",
                               hint=f"choose another run id or `git iterare cleanup {run_id}`")
-    for path in (worktree, *filter(None, [away]), gitdir, gitfile):
+    view = objects_view_path(repo, run_id)
+    for path in (worktree, *filter(None, [away]), gitdir, gitfile, view):
         if not _absent_or_empty(path):
             raise OperationFailed(f"{path} exists already",
                                   hint=f"remove it or `git iterare cleanup {run_id}`")
@@ -442,7 +459,7 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
     ws = RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile, branch=branch,
         base_commit=base_commit,
-        mounts=mounts_for(away or worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        mounts=mounts_for(away or worktree, gitdir, gitfile, view),
         agent_uid=uid, agent_gid=gid, included=included, included_blobs=included_blobs,
         live=away)
     try:
@@ -458,6 +475,7 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
             checkout.write_map(checkout_map_path(ws),
                                checkout.engine_map(repo.common_dir, base_commit))
         else:
+            view.mkdir(exist_ok=True)  # mounted before fill_run fills it
             # Marked until the checkout is complete: a process killed meanwhile (its agent
             # never started) leaves a worktree that is not the base, which finishing must
             # not commit as the deletion of every file not checked out yet.
@@ -470,18 +488,35 @@ def make_run(repo: Repo, run_id: str, base: str, agent_uid: int | None = None, *
     return ws
 
 
-def fill_run(repo: Repo, ws: RunWorkspace) -> None:
-    """Check the base of a run :func:`make_run` made out into its (empty) worktree.
+def fill_run(repo: Repo, ws: RunWorkspace) -> Cached:
+    """Give a run :func:`make_run` made the objects of its base's history (its objects
+    view, from the repository's object cache) and check its base out into its (empty)
+    worktree.
+
+    Returns:
+        What the object cache did for it.
 
     Raises:
         OperationFailed: the worktree is not registered with git.
         ExternalError: git (or a filter of the user's) failed.
+        OSError: the object cache or the view cannot be written.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from git_iterare.runner.placement import objectcache
+
     admin = worktree_admin_dir(repo, ws.worktree)
     if admin is None:
         raise OperationFailed(f"{ws.worktree} is not a registered worktree any more")
-    _fill(repo, ws, admin)
+    # The history is packed (a first run's) while the base is checked out: both mostly
+    # wait for the disk, and the agent waits for both.
+    with ThreadPoolExecutor(1, thread_name_prefix="objects") as pool:
+        cached = pool.submit(objectcache.give, repo, ws.base_commit,
+                             objects_view_path(repo, ws.run_id))
+        _fill(repo, ws, admin)
+        given = cached.result()
     on_engine_path(ws).unlink()
+    return given
 
 
 def _absent_or_empty(path: Path) -> bool:
@@ -693,7 +728,7 @@ def open_run(repo: Repo, run_id: str, base_commit: str, *,
     return RunWorkspace(
         run_id=run_id, worktree=worktree, gitdir=gitdir, gitfile=gitfile,
         branch=f"iterare/{run_id}", base_commit=base_commit,
-        mounts=mounts_for(found or worktree, gitdir, gitfile, repo.common_dir / "objects"),
+        mounts=mounts_for(found or worktree, gitdir, gitfile, objects_view_path(repo, run_id)),
         agent_uid=uid, agent_gid=gid, included=included, included_blobs=blobs, live=found)
 
 
@@ -713,9 +748,10 @@ def worktree_admin_dir(repo: Repo, worktree: Path) -> Path | None:
 
 
 def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
-    """Remove the run gitdir, the worktree, the gitfile and checkout map, then the
-    worktree's registration, in that order: whichever step fails, the worktree (or its
-    registration) is still there, so the run stays listed and cleanup can run again.
+    """Remove the run gitdir, the worktree, the gitfile, checkout map and objects view,
+    then the worktree's registration, in that order: whichever step fails, the worktree
+    (or its registration) is still there, so the run stays listed and cleanup can run
+    again.
 
     Returns:
         (the worktree existed, the run gitdir existed).
@@ -735,7 +771,8 @@ def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     # even when it fails to remove its files.
     _remove_run_tree(ws, live)
     _remove_run_tree(ws, ws.worktree)
-    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws), not_fetched_path(ws)):
+    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws), not_fetched_path(ws),
+                 objects_view_path(repo, ws.run_id)):
         _remove_run_tree(ws, path)
     admin = worktree_admin_dir(repo, ws.worktree) or worktree_admin_dir(repo, live)
     livetree.unlock(admin)

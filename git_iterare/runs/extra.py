@@ -37,6 +37,15 @@ class Shipped(TypedDict):
     file_bytes: int
 
 
+class Cached(TypedDict):
+    """What a local run's start added to the repository's object cache (pack and index
+    bytes, objects in those packs), and how many packs the objects it was given are in."""
+
+    pack_bytes: int
+    objects: int
+    packs: int
+
+
 class Unfinished(TypedDict):
     """Work the end of the run could not commit: the agent's outcome, its error, and why
     the commit failed (``git iterare finish`` clears it)."""
@@ -85,8 +94,8 @@ class RunExtra(TypedDict, total=False):
     Where it runs: ``host`` (machine id), ``repo`` (main worktree), ``engine``.
 
     How it was started: ``sidecar`` (``spare``, ``own``; ``ahead`` in older records),
-    ``spare``, ``shipped``; ``engine_cleared`` once nothing of it is left on a remote
-    engine.
+    ``spare``, ``shipped``, ``cached``; ``engine_cleared`` once nothing of it is left on a
+    remote engine.
 
     How it ended: ``timed_out``, ``stop_requested``, ``budget_exceeded``,
     ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``, ``warnings``
@@ -109,6 +118,7 @@ class RunExtra(TypedDict, total=False):
     sidecar: str
     spare: Spare
     shipped: Shipped
+    cached: Cached
     engine_cleared: bool
     timed_out: bool
     stop_requested: bool

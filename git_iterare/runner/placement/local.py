@@ -3,9 +3,11 @@
 The worktree, run gitdir and gitfile (:mod:`git_iterare.runner.workspace`) are the
 sandbox's trees as they are: the sidecar gives them to the agent's uid before it starts
 and back to the user after (:func:`reclaim`, set-uid bits and special files stripped);
-files the agent reads (the prompt) are host files in the run's state folder, mounted
-read-only. While the agent runs, the worktree is out of the user's checkout, and it comes
-to ``.iterare/worktrees/<id>`` when it is given back (:mod:`git_iterare.runner.livetree`).
+files the agent reads (the prompt) and the objects of the base's history (the run's view
+of the repository's object cache, :mod:`.objectcache`) are host files, mounted read-only
+and never the agent's. While the agent runs, the worktree is out of the user's checkout,
+and it comes to ``.iterare/worktrees/<id>`` when it is given back
+(:mod:`git_iterare.runner.livetree`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from git_iterare import ui
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
 from git_iterare.runner.placement.base import PlacementKind, RunTrees
+from git_iterare.runs.extra import RunExtra
 
 if TYPE_CHECKING:
     from git_iterare.runner.workspace import RunWorkspace
@@ -81,9 +84,10 @@ class Local:
         """A local engine sees this machine's folders."""
 
     def make(self, repo: Repo, record: RunRecord, files: dict[str, bytes]) -> RunTrees:
-        """The run's worktree, run gitdir and gitfile (the worktree empty until
-        :attr:`RunTrees.fill` checks the base out), and ``files`` written into its state
-        folder; their bind mounts.
+        """The run's worktree, run gitdir, gitfile and objects view (empty until
+        :attr:`RunTrees.fill` gives the view the base's history from the repository's
+        object cache and checks the base out: its ``facts`` then hold ``cached``, what the
+        cache added), and ``files`` written into its state folder; their bind mounts.
 
         Raises:
             as :func:`git_iterare.runner.workspace.make_run`.
@@ -100,8 +104,13 @@ class Local:
             os.chmod(host, 0o644)
             mounts.append(Mount(host, path, True))
         workspace = wsp.make_run(repo, record.id, str(record.base_commit), live=True)
-        return RunTrees(workspace=workspace, fill=lambda: wsp.fill_run(repo, workspace),
-                        mounts=(*workspace.mounts, *mounts), owned=trees_of(workspace))
+        facts = RunExtra()
+
+        def fill() -> None:
+            facts["cached"] = wsp.fill_run(repo, workspace).to_json()
+
+        return RunTrees(workspace=workspace, fill=fill, mounts=(*workspace.mounts, *mounts),
+                        owned=trees_of(workspace), facts=facts)
 
     def release(self, repo: Repo, record: RunRecord) -> None:
         """The trees (and the sidecar's output folder) back to the user when one is not

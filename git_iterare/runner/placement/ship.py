@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
+from git_iterare.runner.placement.packs import local_commits, pack_reachable
 from git_iterare.runs import extra
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
 
@@ -126,18 +127,6 @@ class Shipped:
                 "file_bytes": self.file_bytes}
 
 
-def _local_commits(repo: Repo, ids: list[str]) -> list[str]:
-    """Those of ``ids`` that are commits in this repository."""
-    from git_iterare.git.repo import common_git
-
-    if not ids:
-        return []
-    out = common_git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                     input="".join(i + "\n" for i in ids)).stdout
-    return [line.split()[0] for line in out.splitlines()
-            if len(line.split()) == 2 and line.split()[1] == "commit"]
-
-
 def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
     """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
     newest first."""
@@ -150,23 +139,6 @@ def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
         if member.isfile() and HEX40.fullmatch(name):
             found.append((member.mtime, name))
     return [name for _, name in sorted(found, reverse=True)]
-
-
-def _pack(repo: Repo, base: str, haves: list[str], folder: Path) -> tuple[Path, Path, int]:
-    """Write a pack (and its index) of the objects reachable from ``base`` and not from
-    ``haves`` into ``folder``; return (pack, index, number of objects)."""
-    from git_iterare.git.repo import common_git
-
-    text = base + "\n" + "".join(f"^{h}\n" for h in haves)
-    name = common_git(repo, "pack-objects", "--revs", "-q", str(folder / "pack"),
-                      input=text).stdout.strip()
-    pack, index = folder / f"pack-{name}.pack", folder / f"pack-{name}.idx"
-    count = 0
-    with index.open("rb") as handle:  # version 2 index: fan-out table's last entry
-        head = handle.read(8 + 256 * 4)
-        if head[:4] == b"\xfftOc" and len(head) == 1032:
-            count = int.from_bytes(head[-4:], "big")
-    return pack, index, count
 
 
 def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
@@ -227,14 +199,14 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
                 haves = _cache_haves(porter, CACHE_PATH)
                 if base not in haves:
-                    known = _local_commits(repo, haves[:MAX_HAVES])
-                    pack, index, objects = _pack(repo, base, known, scratch)
-                    pack_bytes = pack.stat().st_size + index.stat().st_size
+                    made = pack_reachable(repo, base, local_commits(repo, haves[:MAX_HAVES]),
+                                          scratch)
+                    objects, pack_bytes = made.objects, made.size
                     for folder in ("objects", "objects/pack", "objects/info", "have"):
                         add_dir(tar, f"{cache}/{folder}")
                     # The pack before its index: readers find packs by their index.
-                    tar.add(pack, f"{cache}/objects/pack/{pack.name}")
-                    tar.add(index, f"{cache}/objects/pack/{index.name}")
+                    tar.add(made.pack, f"{cache}/objects/pack/{made.pack.name}")
+                    tar.add(made.index, f"{cache}/objects/pack/{made.index.name}")
                     add_file(tar, f"{cache}/have/{base}", b"")
                 # The trees (their top folders too) are the agent's, for the checkout. A
                 # spare's gitdir is still its maker's: the run's files wait beside it.
