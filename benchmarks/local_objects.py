@@ -49,7 +49,7 @@ def make_repo(image: str, files: int, commits: int) -> Path:
     feed = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=repo, stdin=subprocess.PIPE)
     assert feed.stdin is not None
     for n in range(commits):
-        changed = range(files) if n == 0 else rnd.sample(range(files), 50)
+        changed = range(files) if n == 0 else rnd.sample(range(files), min(50, files))
         stamp = 1_700_000_000 + n * 60
         message = f"change {n}".encode()
         feed.stdin.write(b"commit refs/heads/main\nauthor b <b@b> %d +0000\n"

@@ -60,3 +60,17 @@ def test_remote_start(dind_engine: DindEngine, sandbox_image: str) -> None:
     out = bench("remote_start", "--image", sandbox_image, "--mb", "1", "--runs", "1",
                 env=dind_engine.tls_env())
     assert "first run (no cache)" in out and "second run shipped:" in out, out
+
+
+@pytest.mark.docker
+def test_local_objects(sandbox_image: str) -> None:
+    out = bench("local_objects", "--image", sandbox_image, "--files", "40", "--commits", "2",
+                "--runs", "1")
+    assert "object cache, after one more commit" in out and "repository: 40 files" in out, out
+
+
+def test_every_benchmark_is_run_here() -> None:
+    """A benchmark added to benchmarks/ gets its test in this file."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    modules = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"__init__", "common"}
+    assert modules and [m for m in sorted(modules) if f'bench("{m}"' not in source] == []
