@@ -20,7 +20,7 @@ EXAMPLE_PROMPT = """\
 ---
 # Optional YAML frontmatter (as in iterare): workspace names the run, branch is the base.
 workspace: example
-branch: main
+# branch: main         # base of the run (default: HEAD, the commit checked out)
 # agent: claude        # or codex, or shell: run this body as a bash script
 # timeout: 1800        # seconds
 ---

@@ -101,3 +101,29 @@ def test_dash_h_prints_short_usage(repo: Path) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("Usage: git iterare init [OPTIONS] [PATH]\n")
     assert "--force" in result.stdout
+
+
+def _value_options(command: click.Command, path: str) -> list[tuple[str, str, str]]:
+    """``(command path, option, metavar)`` of every option taking a value, subcommands too."""
+    ctx = click.Context(command)
+    found = []
+    for p in command.params:
+        if isinstance(p, click.Option) and not p.is_flag and not p.hidden:
+            record = p.get_help_record(ctx)  # ("-v, --verbosity LEVEL", help), as -h shows
+            assert record is not None
+            found.append((path, p.opts[0], record[0].split(" ", len(p.opts))[-1]))
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None
+            found += _value_options(sub, f"{path} {name}")
+    return found
+
+
+def test_dash_h_names_each_value_as_the_manual_does() -> None:
+    # `-h` shows what an option takes as one word (LEVEL, BASE) or its choices; neither
+    # the name of the value's type ("WHOLE NUMBER OF VERBOSITY LEVEL") nor click's
+    # generic TEXT.
+    bad = [(path, opt, metavar) for path, opt, metavar in _value_options(cli, "git iterare")
+           if not re.fullmatch(r"[A-Z]+|\[[a-z-]+(\|[a-z-]+)*\]", metavar) or metavar == "TEXT"]
+    assert bad == []

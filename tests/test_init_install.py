@@ -111,3 +111,17 @@ def test_init_force_repairs_a_broken_project_config(repo: Path) -> None:
     assert forced.returncode == 0, forced.stderr
     assert config.read_text() == scaffold.PROJECT_CONFIG
     assert iterare("config", "--list", cwd=repo).returncode == 0
+
+
+def test_example_prompt_starts_from_head_on_any_branch(repo: Path) -> None:
+    # A repository whose branch is not `main` (git's own default is still `master`): the
+    # prompt `init` writes must run as it is, from HEAD, not from a `main` that is absent.
+    from git_iterare.git.repo import discover
+    from git_iterare.prompt import load_prompt
+    from git_iterare.runner.request import _base_commit
+
+    git("branch", "-m", "main", "master", cwd=repo)
+    assert iterare("init", cwd=repo).returncode == 0
+    prompt = load_prompt("example", repo / ".iterare" / "prompts", repo)
+    head = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    assert _base_commit(discover(repo), None, prompt) == head

@@ -300,6 +300,8 @@ def test_stop_keeps_work(project: Path) -> None:
     wait_for_file(project, rid, "started.txt")
     stopped = iterare("stop", rid, "--grace", "1", cwd=project)
     assert stopped.returncode == 0, stopped.stderr
+    # An agent that ignores SIGTERM keeps `stop` waiting the whole grace: said at once.
+    assert stopped.stderr == f"stopping run {rid} (SIGKILL after 1 s if it has not ended)\n"
     assert record(project, rid)["status"] == "stopped"
     assert "started.txt" in branch_files(project, rid)
 

@@ -17,8 +17,10 @@ from git_iterare.cli.numbers import VERBOSITY, Number
               help="Pass the host variable NAME into the sandbox (repeatable).")
 @click.option("--reuse", "-r", metavar="RUN", help="Start from the result of run RUN.")
 @agent_option("--agent", what="Agent to run")
-@click.option("--branch", help="Base branch or commit (default: frontmatter, then HEAD).")
-@click.option("--name", help="Run name (default: frontmatter workspace, then the prompt).")
+@click.option("--branch", metavar="BASE",
+              help="Base branch or commit (default: frontmatter, then HEAD).")
+@click.option("--name", metavar="NAME",
+              help="Run name (default: frontmatter workspace, then the prompt).")
 @click.option("--timeout", type=Number("seconds", whole=True, zero="no limit"),
               metavar="SECONDS",
               help="Wall-clock limit in seconds; 0 for none (default: run.timeout).")
@@ -30,7 +32,7 @@ from git_iterare.cli.numbers import VERBOSITY, Number
               metavar="N",
               help="Stop the run after N model turns; 0 for no limit (default: "
                    "run.max_turns).")
-@click.option("-v", "--verbosity", type=VERBOSITY, default=0, show_default=True,
+@click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
 @docker_network_options()
 @project_option()

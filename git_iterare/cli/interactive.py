@@ -20,7 +20,8 @@ if TYPE_CHECKING:
                    "checkout.")
 @click.option("--workspace", "-w", "run_name", metavar="NAME",
               help="Run name with --worktree.")
-@click.option("--branch", "-b", help="Base branch or commit with --worktree (default: HEAD).")
+@click.option("--branch", "-b", metavar="BASE",
+              help="Base branch or commit with --worktree (default: HEAD).")
 @click.option("--reuse", "-r", metavar="RUN",
               help="With --worktree: start from the result of RUN.")
 @click.option("--env", "-e", "env_names", multiple=True, metavar="NAME",

@@ -81,7 +81,8 @@ def interrupted_line(run_id: str, stopped: str) -> str:
 @click.argument("run", required=False)
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends.")
 @click.option("--raw", is_flag=True, help="Print the agent's output lines untouched.")
-@click.option("-v", "--verbosity", type=VERBOSITY, default=0, show_default=True,
+@click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0,
+              show_default=True,
               help="0 what the agent says, 1 tool calls, 2 everything.")
 @click.option("--exit-status", "exit_status", is_flag=True,
               help="Exit 1 when the run ended without succeeding.")

@@ -16,11 +16,12 @@ from git_iterare.cli.numbers import Number
 def command(run: str | None, grace: float) -> None:
     """Stop RUN (default: the only run that is running); its work so far is committed on
     its branch."""
+    from git_iterare import ui
     from git_iterare.runner.manage import stop
     from git_iterare.ui import sanitize_line
 
     run_id = resolve_run(run).id if run is not None else _only_running()
-    record = stop(app().repo, run_id, grace)
+    record = stop(app().repo, run_id, grace, progress=ui.progress)
     click.echo(sanitize_line(f"run {record.id} {record.status}; its work is on {record.branch}"))
 
 

@@ -77,6 +77,48 @@ def _matcher(pattern: str) -> Callable[[str], bool]:
     return anchored
 
 
+@dataclass(frozen=True)
+class _Prefilter:
+    """Whether any rule matches a path, in a few regex calls instead of one per rule: the
+    name patterns joined into one regex for the last component, the directory-name
+    patterns into one for the others, and the (few) patterns with a slash as they are.
+    When it says no, no rule matches; when yes, the rules are tried in order for the
+    first one's reason."""
+
+    names: re.Pattern[str] | None
+    folders: re.Pattern[str] | None
+    anchored: tuple[Callable[[str], bool], ...]
+
+    def any_match(self, folded: str) -> bool:
+        """Whether some rule matches ``folded`` (a case-folded path)."""
+        comps = folded.split("/")
+        if self.names is not None and self.names.match(comps[-1]):
+            return True
+        if self.folders is not None and any(self.folders.match(c) for c in comps[:-1]):
+            return True
+        return any(match(folded) for match in self.anchored)
+
+
+def _joined(patterns: list[str]) -> re.Pattern[str] | None:
+    # Each alternative keeps fnmatch's own end anchor, so the whole matches as any one.
+    return (re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+            if patterns else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _prefilter() -> _Prefilter:
+    names: list[str] = []
+    folders: list[str] = []
+    anchored: list[Callable[[str], bool]] = []
+    for rule in rules():
+        pattern = rule.pattern.casefold()
+        if "/" not in pattern.strip("/") and not pattern.startswith("/"):
+            (folders if pattern.endswith("/") else names).append(pattern.strip("/"))
+        else:
+            anchored.append(_matcher(pattern))
+    return _Prefilter(_joined(names), _joined(folders), tuple(anchored))
+
+
 @functools.lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
     from importlib import resources
@@ -180,9 +222,10 @@ def classify(path: str, new_mode: str, hooks_prefix: str | None = None) -> str |
     if hooks_prefix and path.startswith(hooks_prefix):
         return HOOKS_PATH_REASON
     folded = path.casefold()
-    for rule in rules():
-        if _matcher(rule.pattern.casefold())(folded):
-            return rule.reason
+    if _prefilter().any_match(folded):
+        for rule in rules():
+            if _matcher(rule.pattern.casefold())(folded):
+                return rule.reason
     if new_mode == "100755":
         return EXECUTABLE_REASON
     return None

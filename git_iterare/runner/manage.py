@@ -67,8 +67,16 @@ def running(repo: Repo) -> list[RunRecord]:
     return [r for r in _store(repo).list(statuses=ACTIVE) if is_local(repo, r)]
 
 
-def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
+def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
+         progress: Callable[[str], None] = lambda line: None) -> RunRecord:
     """Stop a running run; its work is committed and its status becomes ``stopped``.
+
+    Args:
+        repo: the repository.
+        run_id: the run's id.
+        grace_seconds: seconds between SIGTERM and SIGKILL.
+        progress: called with a line saying the run is being stopped, before its sandbox
+            is signalled (an agent that ignores SIGTERM makes that take the whole grace).
 
     Raises:
         OperationFailed: the run is not active.
@@ -91,6 +99,8 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10) -> RunRecord:
     if info is not None:
         store.update(run_id, lambda r: r.with_extra(stop_requested=True),
                      "stop requested")
+        progress(f"stopping run {run_id} (SIGKILL after {grace_seconds:g} s if it has not "
+                 "ended)")
         with using(engine_of(record)):
             sandbox.stop(info.id, grace_seconds)
         return finish(repo, run_id, wait=True)
