@@ -230,6 +230,21 @@ def test_narrower_limits_need_no_approval(repo: Path) -> None:
     assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
 
 
+@pytest.mark.parametrize("config,error", [
+    ('[docker]\nmemory = "lots"\n', "docker.memory: bad size 'lots'"),
+    ('[docker]\npids = 1\n', "docker.pids must be from"),
+])
+def test_a_malformed_limit_is_refused_before_approval_is_asked(repo: Path, config: str,
+                                                               error: str) -> None:
+    # Approving a value that is then refused would send the user round in a circle.
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
+    (repo / ".iterare" / "config.toml").write_text(config)
+    result = iterare("execute", "p", cwd=repo, env=NO_ENGINE)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {error}"), result.stderr
+    nothing_created(repo)
+
+
 def test_include_needs_approval(repo: Path) -> None:
     """.iterare/include copies local files (untracked secrets too) into every run."""
     (repo / ".iterare" / "prompts").mkdir(parents=True)

@@ -132,7 +132,7 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.runner.warmup import spare_seconds
     from git_iterare.runner.workspace import check_run_dirs, include_paths
     from git_iterare.runs.ids import validate_name
-    from git_iterare.sandbox import policy_from_config
+    from git_iterare.sandbox import Limits, policy_from_config
     from git_iterare.sandbox.engine import current
 
     if request.prompt is None:
@@ -148,6 +148,9 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     # Dangerous values are refused and the repository's requests need approval before
     # anything else is looked at.
     prompt_env = [n for n in prompt.env if n not in request.env_names]
+    # A malformed limit is refused first: approving it would only lead to that refusal.
+    Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
+           pids=config["docker.pids"])
     admitted = admit(repo, config, prompt_env=prompt_env, agent=agent.name)
     networks = requested_networks(repo, request.networks, request.compose, env)
     spare_seconds(config)  # a bad value is refused before anything exists
