@@ -170,6 +170,16 @@ def test_show(repo: Path) -> None:
     assert iterare("show", rec.id[:-2], cwd=repo).stdout == out.stdout
 
 
+def test_show_of_a_run_that_changed_nothing_says_none(repo: Path) -> None:
+    rid = finished_run(repo, "idle", exit_code=0)
+    store = RunStore(repo)
+    base = store.get(rid).base_commit
+    assert base is not None
+    store.set_head(rid, base)
+    shown = iterare("show", rid, cwd=repo).stdout
+    assert f"Changes ({base[:12]}..{base[:12]}): none\n" in shown, shown
+
+
 def test_show_bad_input(repo: Path) -> None:
     none = iterare("show", cwd=repo)
     assert none.returncode == 1 and none.stderr.startswith("error: there are no runs yet")

@@ -467,8 +467,9 @@ def show_text(shown: Shown, now: _dt.datetime, paint: Any) -> str:
     if diffstat is not None:
         out.append("")
         span_text = sanitize_line(f"{(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}")
-        out.append(paint(f"Changes ({span_text}):", "bold"))
-        out.extend(f"   {line}" for line in sanitize(diffstat).rstrip("\n").splitlines())
+        stat = sanitize(diffstat).rstrip("\n").splitlines()
+        out.append(paint(f"Changes ({span_text}):", "bold") + ("" if stat else " none"))
+        out.extend(f"   {line}" for line in stat)
     out.extend(_not_committed(rec.extra.get("skipped"), paint))
     blocked = blocked_domains(rec.egress)
     if blocked:
