@@ -42,6 +42,12 @@ def test_unknown_command_names_the_nearest_and_exits_2(repo: Path) -> None:
                              "'config' (see `git iterare -h`)\n")
 
 
+def test_an_unknown_command_like_no_other_names_none(repo: Path) -> None:
+    result = iterare("bogus", cwd=repo)
+    assert (result.returncode, result.stderr) == (
+        2, "error: 'bogus' is not a git iterare command (see `git iterare -h`)\n")
+
+
 def test_unknown_option_is_a_usage_error(repo: Path) -> None:
     result = iterare("config", "--bogus", cwd=repo)
     assert result.returncode == 2

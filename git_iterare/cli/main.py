@@ -97,7 +97,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS and not name.startswith("-"):
             import difflib
 
-            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
             hint = f"; the nearest is '{close[0]}'" if close else ""
             raise UserError(f"'{name}' is not a git iterare command{hint}",
                             hint="see `git iterare -h`")
