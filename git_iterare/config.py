@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from git_iterare.errors import UserError
+from git_iterare.errors import UserError, spelled
 from git_iterare.settings import Key, global_config_dir
 
 if sys.version_info >= (3, 11):
@@ -223,7 +223,7 @@ def _convert(key: Key, value: Any, where: str, from_text: bool = False) -> Any:
     def bad(negative: bool = False) -> UserError:
         kind = ("a non-negative " + _TYPE_NAMES[key.type].split(" ", 1)[1] if negative
                 else _TYPE_NAMES[key.type])
-        return UserError(f"{where}: {key.name} must be {kind}, got {value!r}")
+        return UserError(f"{where}: {key.name} must be {kind}, got {spelled(value)}")
 
     if from_text and isinstance(value, str) and key.type != "str":
         text = value.strip()

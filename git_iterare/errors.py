@@ -86,3 +86,12 @@ class ExternalError(IterareError):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
+
+
+def spelled(value: object) -> str:
+    """``value`` from a TOML or YAML file as its author wrote it, for an error message:
+    ``true``/``false`` for booleans (both formats' spelling), Python's ``repr`` for the
+    rest (strings quoted, so an empty or blank one shows)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)

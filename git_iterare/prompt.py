@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from git_iterare.errors import OperationFailed, UserError
+from git_iterare.errors import OperationFailed, UserError, spelled
 
 #: Keys iterare defines, then ours.
 FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env", "max_budget_usd",
@@ -295,12 +295,14 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
         if key in ("timeout", "max_turns"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 unit = "seconds" if key == "timeout" else "turns"
-                raise fail(key, f"must be a whole number of {unit} (0: no limit), got {value!r}")
+                raise fail(key, f"must be a whole number of {unit} (0: no limit), "
+                                f"got {spelled(value)}")
             fields[key] = value
         elif key == "max_budget_usd":
             if (isinstance(value, bool) or not isinstance(value, (int, float))
                     or not 0 <= value < float("inf")):
-                raise fail(key, f"must be a number of US dollars (0: no limit), got {value!r}")
+                raise fail(key, "must be a number of US dollars (0: no limit), "
+                                f"got {spelled(value)}")
             fields[key] = float(value)
         elif key == "env":
             names = [value] if isinstance(value, str) else value

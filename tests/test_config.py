@@ -151,6 +151,7 @@ def test_a_misspelt_key_in_git_config_or_the_environment_stops_the_command(
         ('[firewall]\nallowed_domains = "pypi.org"\n',
          "firewall.allowed_domains must be a list of strings, got 'pypi.org'"),
         ("[docker]\nimage = 3\n", "docker.image must be a string, got 3"),
+        ("[run]\ntimeout = true\n", "run.timeout must be an integer, got true"),  # TOML spelling
         ("[run]\ntimeout = -1\n", "run.timeout must be a non-negative integer, got -1"),
         ("[docker]\npids = -1\n", "docker.pids must be a non-negative integer, got -1"),
         ("[docker]\ncpus = -0.5\n", "docker.cpus must be a non-negative number, got -0.5"),
@@ -185,3 +186,4 @@ def test_unknown_key_argument(repo: Path) -> None:
 def test_convert_rejects_booleans_as_numbers() -> None:
     with pytest.raises(UserError, match=r"docker\.pids must be an integer"):
         config._convert(config.KEYS["docker.pids"], True, "x")
+

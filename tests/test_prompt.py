@@ -77,7 +77,7 @@ def test_path_relative_to_cwd(tmp_path: Path, prompts: Path) -> None:
     ("---\ntimeout: soon\n---\nx\n", "FILE:2: timeout must be a whole number of seconds "
                                      "(0: no limit), got 'soon'"),
     ("---\nbranch: main\ntimeout: true\n---\nx\n",
-     "FILE:3: timeout must be a whole number of seconds (0: no limit), got True"),
+     "FILE:3: timeout must be a whole number of seconds (0: no limit), got true"),
     ("---\nenv: [GOOD, 9BAD]\n---\nx\n",
      "FILE:2: env '9BAD' is not a variable name "
      "(letters, digits and _, not starting with a digit)"),
