@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ from git_iterare.runner.workspace import (
     checkout_map_path,
     chown_tree,
     not_fetched,
+    objects_view_path,
     worktree_admin_dir,
     worktree_on_engine,
 )
@@ -221,6 +223,33 @@ def _check_paths(repo: Repo, head: str) -> None:
                               f"{pathnames.shown(path)} ({reason})")
 
 
+def _given(repo: Repo, ws: RunWorkspace, current: str) -> Callable[[str, int], bool]:
+    """Whether the run's agent was given an object (hex id, type number) of the main
+    repository: a commit of its base's history or of its branch (``current``: earlier
+    rounds, automatic commits); a tree or blob of its objects view (a local run's:
+    :func:`~git_iterare.runner.workspace.objects_view_path`) or of its branch since the
+    base, any when it has no view (a remote run's, whose engine holds its view)."""
+    from dulwich.object_store import DiskObjectStore
+    from dulwich.objects import Commit, ObjectID
+
+    view = objects_view_path(repo, ws.run_id)
+    store = DiskObjectStore(str(view)) if (view / "pack").is_dir() else None
+    branch: set[str] = set()
+
+    def given(sha: str, type_num: int) -> bool:
+        if type_num == Commit.type_num:
+            return any(is_ancestor(repo, sha, tip) for tip in (ws.base_commit, current))
+        if store is None or ObjectID(sha.encode()) in store:
+            return True
+        if not branch and current != ws.base_commit:
+            branch.update(str(common_git(repo, "rev-list", "--objects", "--no-object-names",
+                                         current, "--not", ws.base_commit, "--").stdout
+                              ).split())
+        return sha in branch
+
+    return given
+
+
 def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str | None]:
     """Import the commits of a HEAD the agent moved off ``ws.ref`` when they descend from ``tip``.
 
@@ -231,7 +260,7 @@ def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str
         moved, where = _moved_head(ws)
         if moved is None or moved == tip:
             return 0, tip, None
-        imported = copy_objects(ws.gitdir, moved, repo.common_dir)
+        imported = copy_objects(ws.gitdir, moved, repo.common_dir, _given(repo, ws, tip))
         _check_paths(repo, moved)
     except OperationFailed as exc:
         return 0, tip, (f"the agent moved its HEAD off {ws.branch}; its commits there were "
@@ -264,7 +293,8 @@ def _import_head(repo: Repo, ws: RunWorkspace, current: str
     run_head = read_run_ref(ws.gitdir, ws.ref)
     imported, tip = 0, current
     if run_head and run_head != current:
-        imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
+        imported = copy_objects(ws.gitdir, run_head, repo.common_dir,
+                                _given(repo, ws, current))
         if not is_ancestor(repo, ws.base_commit, run_head):
             raise OperationFailed(f"the run's head {run_head[:12]} does not descend from "
                                   f"its base {ws.base_commit[:12]}; not importing it")
