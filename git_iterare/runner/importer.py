@@ -31,7 +31,15 @@ from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import checkout, safegit
 from git_iterare.git.objectcopy import copy_objects
-from git_iterare.git.repo import Repo, common_git, is_ancestor, reflog_identity, rev, tree_of
+from git_iterare.git.repo import (
+    Repo,
+    common_git,
+    is_ancestor,
+    reflog_identity,
+    rev,
+    rev_list,
+    tree_of,
+)
 from git_iterare.git.runrefs import HEX40, read_run_ref
 from git_iterare.runner.workspace import (
     AGENT_EMAIL,
@@ -235,16 +243,20 @@ def _given(repo: Repo, ws: RunWorkspace, current: str) -> Callable[[str, int], b
     view = objects_view_path(repo, ws.run_id)
     store = DiskObjectStore(str(view)) if (view / "pack").is_dir() else None
     branch: set[str] = set()
+    history: set[str] = set()  # one walk, however many commits an agent's merge names
 
     def given(sha: str, type_num: int) -> bool:
         if type_num == Commit.type_num:
-            return any(is_ancestor(repo, sha, tip) for tip in (ws.base_commit, current))
+            if sha in (ws.base_commit, current):
+                return True
+            if not history:
+                history.update(rev_list(repo, ws.base_commit, current))
+            return sha in history
         if store is None or ObjectID(sha.encode()) in store:
             return True
         if not branch and current != ws.base_commit:
-            branch.update(str(common_git(repo, "rev-list", "--objects", "--no-object-names",
-                                         current, "--not", ws.base_commit, "--").stdout
-                              ).split())
+            branch.update(rev_list(repo, "--objects", "--no-object-names", current, "--not",
+                                ws.base_commit))
         return sha in branch
 
     return given
