@@ -143,9 +143,13 @@ def resolve(arg: str, prompts_dir: Path, cwd: Path) -> Path:
     for candidate in candidates:
         # A repository could point a prompt (or its folder) anywhere: at a key, at
         # /proc/self/environ. Its content goes into the sandbox and the run record.
+        # A relative path is checked in every folder it passes (`.iterare/x/key.md`,
+        # `.iterare/x` a symlink); an absolute one is the user's own choice but for the file.
+        steps = Path(arg).parts if not Path(arg).is_absolute() else ()
+        passed = [cwd.joinpath(*steps[:n]) for n in range(1, len(steps))]
         links = [p for p in (candidate, candidate.parent, candidate.parent.parent)
                  if p.is_symlink()] if candidate.parent == prompts_dir else (
-            [candidate] if candidate.is_symlink() else [])
+            [p for p in (*passed, candidate) if p.is_symlink()])
         if links and (candidate.exists() or candidate.is_symlink()):
             raise UserError(f"{links[0]} is a symlink; git iterare reads prompts only from "
                             "regular files", hint="give the file it points to, if you trust it")

@@ -77,6 +77,36 @@ def test_from_build_arguments_and_stages() -> None:
         _check("ARG IMAGE=127.0.0.1:5000/evil\nFROM $IMAGE\n")
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    # The engine pulls a COPY --from image it lacks, as it does a FROM's.
+    ("FROM git-iterare:latest\nCOPY --from=127.0.0.1:5999/evil:1 /x /x\n",
+     "2: COPY --from=127.0.0.1:5999/evil:1: the Docker engine does not have this image"),
+    ("FROM git-iterare:latest\nONBUILD COPY --from=127.0.0.1:5999/evil:1 /x /x\n",
+     "2: COPY --from=127.0.0.1:5999/evil:1: the Docker engine does not have this image"),
+    ("FROM git-iterare:latest\nCOPY --from=$X /x /x\n", "2: COPY --from=$X: a variable"),
+    # ${NAME:+word} is word when NAME has a value: not the argument's default.
+    ("ARG I=git-iterare:latest\nFROM ${I:+127.0.0.1:5999/evil:1}\n",
+     "2: FROM ${I:+127.0.0.1:5999/evil:1}: ${I:+127.0.0.1:5999/evil:1} may stand for"),
+    # The engine expands an ADD source, then downloads the URL it names.
+    ("FROM git-iterare:latest\nARG U=http://127.0.0.1:5999/key\nADD $U /key\n",
+     "3: ADD $U: a variable in an ADD source may name a URL"),
+    ("FROM git-iterare:latest\nENV U=http://127.0.0.1:5999/key\nONBUILD ADD ${U} /k\n",
+     "3: ADD ${U}: a variable in an ADD source may name a URL"),
+])
+def test_what_the_engine_would_fetch_through_copy_from_or_a_variable_is_refused(
+        text: str, says: str) -> None:
+    with pytest.raises(UserError) as refused:
+        _check(text)
+    assert str(refused.value).startswith(f"{WHERE}:{says}"), str(refused.value)
+
+
+def test_copy_from_stages_and_present_images_pass() -> None:
+    steps = _check("ARG I=git-iterare:latest\nFROM ${I:-other} AS a\nFROM ${I}\n"
+                   "COPY --from=a /x /y\nCOPY --from=0 /x /y\n"
+                   "COPY --from=git-iterare:latest /x /y\n")
+    assert steps.images == ("git-iterare:latest", "git-iterare:latest")
+
+
 def test_a_dockerfile_that_cannot_be_parsed_is_one_line() -> None:
     with pytest.raises(UserError, match="cannot be parsed as a Dockerfile"):
         _check("# escape=x\nFROM git-iterare:latest\n")

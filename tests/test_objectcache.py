@@ -231,3 +231,21 @@ def test_a_clone_borrowing_objects_gives_the_borrowed_ones_too(repo: Path, tmp_p
     _, ids = give(clone, base, "one")
     assert ids == reachable(clone, base)
     assert head(repo) in ids
+
+
+def test_a_partial_clone_gives_what_it_has_and_fetches_nothing(repo: Path, tmp_path: Path
+                                                               ) -> None:
+    """A ``--filter=blob:none`` clone lacks its history's old blobs: the view lacks them
+    too, rather than the run fetching every one of them from the promisor remote."""
+    old = commit(repo, "f.txt", "one\n")
+    commit(repo, "f.txt", "two\n")
+    git("config", "uploadpack.allowFilter", "true", cwd=repo)
+    clone = tmp_path / "partial"
+    git("clone", "-q", "--no-local", "--filter=blob:none", f"file://{repo}", str(clone),
+        cwd=tmp_path)
+    missing = git("rev-parse", f"{old}:f.txt", cwd=repo).stdout.strip()
+    before = git("count-objects", "-v", cwd=clone).stdout
+    _, ids = give(clone, head(clone), "one")
+    assert missing not in ids
+    assert head(clone) in ids and git("rev-parse", "HEAD:f.txt", cwd=clone).stdout.strip() in ids
+    assert git("count-objects", "-v", cwd=clone).stdout == before  # nothing fetched

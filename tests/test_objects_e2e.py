@@ -222,3 +222,47 @@ def test_an_unprivileged_users_run_sees_only_its_bases_history(
     # The repository has a README.md, as the planting expects.
     out(run, "sh", "-c", "echo hello > README.md && git add README.md && git commit -qm r")
     two_runs_see_only_their_base(user_repo, run, user.pw_uid)
+
+
+
+#: Agents that name objects they were not given but know the ids of (PRIVATE, BLOB): a
+#: commit with the user's private commit as second parent; a tree holding a private blob.
+#: Neither could read them, but the user's repository has them.
+BORROWERS = {
+    "merge": r"""set -eu
+printf 'tree %s\nparent %s\nparent PRIVATE\nauthor A <a@b> 1 +0000\ncommitter A <a@b> 1 +0000
+\nmerge\n' "$(git rev-parse HEAD^{tree})" "$(git rev-parse HEAD)" \
+    | git hash-object -t commit -w --literally --stdin | xargs git update-ref HEAD
+echo innocent > innocent.txt
+""",
+    "blob": r"""set -eu
+tree=$(printf '100644 blob BLOB\tborrowed.txt\n' | git mktree --missing)
+git commit-tree -p HEAD -m borrowed "$tree" | xargs git update-ref HEAD
+echo innocent > innocent.txt
+""",
+}
+
+
+def test_a_run_cannot_borrow_objects_it_was_not_given(project: Path) -> None:  # noqa: F811
+    """Its branch would hold the user's private commit or blob (merged, then pushed, and
+    in the next run's view): not imported; its files are committed instead."""
+    def sh(script: str) -> str:
+        done = subprocess.run(["sh", "-c", script], cwd=project, capture_output=True,
+                              text=True, check=True)
+        return done.stdout.strip()
+
+    private = sh("git checkout -qb private && echo SECRET-PRIVATE-BRANCH > s.txt && "
+                 "git add s.txt && git commit -qm private && git rev-parse HEAD && "
+                 "git checkout -q -")
+    blob = sh("echo SECRET-DANGLING-BLOB | git hash-object -w --stdin")
+    for name, script in BORROWERS.items():
+        (project / ".iterare" / "prompts" / f"{name}.md").write_text(
+            "---\nagent: shell\n---\n"
+            + script.replace("PRIVATE", private).replace("BLOB", blob))
+        rid = run_id(iterare("execute", name, "--follow", cwd=project).stdout)
+        head = sh(f"git rev-parse iterare/{rid}")
+        history = set(sh(f"git rev-list --objects {head}").split())
+        assert private not in history and blob not in history, name
+        assert sh(f"git show {head}:innocent.txt") == "innocent", name
+        shown = iterare("show", rid, cwd=project).stdout
+        assert "is neither in the run gitdir nor in what the run was given" in shown, name

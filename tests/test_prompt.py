@@ -274,3 +274,20 @@ def test_plain_frontmatter_is_taken_for_the_common_case() -> None:
         {"agent": "shell", "workspace": "w"}, {"agent": 2, "workspace": 3})
     for text in ("agent: yes\n", "timeout: 300\n", "agent: shell # note\n", "a: 'b'\n"):
         assert _plain_frontmatter(text, 2) is None, text
+
+
+def test_a_prompt_path_through_a_symlinked_folder_is_refused(tmp_path: Path) -> None:
+    """`git iterare execute .iterare/tasks/key.md` where the repository made
+    `.iterare/tasks` a symlink to a folder of the user's (found by a hostile repository
+    test: the folder of the file was not checked)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "key.md").write_text("SECRET\n")
+    top = tmp_path / "repo"
+    (top / ".iterare").mkdir(parents=True)
+    (top / ".iterare" / "tasks").symlink_to(home)
+    with pytest.raises(UserError, match=r"\.iterare/tasks is a symlink"):
+        load_prompt(".iterare/tasks/key.md", top / ".iterare" / "prompts", top)
+    # An absolute path is the user's own choice of folders.
+    assert load_prompt(str(home / "key.md"), top / ".iterare" / "prompts", top).body == (
+        "SECRET\n")

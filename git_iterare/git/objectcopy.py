@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,17 @@ def _own_object_store(path: Path) -> DiskObjectStore:
             return []
 
     return OwnObjectStore(str(path))
+
+
+def _holds(store: DiskObjectStore, sha: str) -> bool:
+    """Whether the run gitdir's own ``store`` has object ``sha`` (False when its packs are
+    too odd to tell: the agent wrote them)."""
+    from dulwich.objects import ObjectID
+
+    try:
+        return ObjectID(sha.encode()) in store
+    except Exception:  # dulwich raises various errors on a corrupt pack
+        return False
 
 
 def _check_plain_tree(root: Path) -> None:
@@ -227,7 +239,8 @@ def _check_pack_sizes(objects_dir: Path, sha: str) -> None:
             index.close()
 
 
-def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
+def copy_objects(gitdir: Path, head: str, common_dir: Path,
+                 given: Callable[[str, int], bool] | None = None) -> int:
     """Copy the objects reachable from ``head`` that ``common_dir`` lacks from the run gitdir.
 
     Everything is bounded (see :mod:`git_iterare.limits`): each object's declared size is
@@ -235,16 +248,24 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
     commits, their total size, tree sizes and depth. Objects are written to the main
     repository in batches, so memory holds at most one batch.
 
+    An object the run gitdir lacks but the main repository has must be one the run was
+    given (``given``): else an agent that knows the id of a commit or blob it was not given
+    (a private branch's, a stash's) makes it part of the run's history, and so of the
+    user's once merged, and of the next run's view and of what ``git push`` sends.
+
     Args:
         gitdir: the run gitdir (its ``objects`` dir is read; alternates ignored).
         head: hex commit id.
         common_dir: the main repository's common dir (a pack is written to its objects).
+        given: whether the run's agent was given an object (hex id, type number), asked
+            of each one the run gitdir lacks and the main repository has; None: any.
 
     Returns:
         Number of objects copied.
 
     Raises:
-        OperationFailed: an object is missing, corrupt, of the wrong type, or over a limit.
+        OperationFailed: an object is missing, corrupt, of the wrong type, over a limit,
+            or one the run was not given.
     """
     from dulwich.object_store import DiskObjectStore
     from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
@@ -261,7 +282,12 @@ def copy_objects(gitdir: Path, head: str, common_dir: Path) -> int:
     batch_bytes = total_bytes = copied = commits = 0
     while todo:
         sha, want, depth = todo.pop()
-        if sha in seen or ObjectID(sha.encode()) in main:
+        if sha in seen:
+            continue
+        if ObjectID(sha.encode()) in main:
+            if not (given is None or given(sha, want) or _holds(own, sha)):
+                raise OperationFailed(f"object {sha} is neither in the run gitdir nor in "
+                                      "what the run was given; refusing to import")
             continue
         seen.add(sha)
         if copied >= lim.MAX_IMPORT_OBJECTS:

@@ -184,6 +184,15 @@ def tree_of(repo: Repo, commit: str) -> str:
     return str(common_git(repo, "rev-parse", f"{commit}^{{tree}}").stdout.strip())
 
 
+def rev_list(repo: Repo, *args: str) -> list[str]:
+    """What ``git rev-list args`` lists (ids, in its order), in the common dir.
+
+    Raises:
+        ExternalError: git failed.
+    """
+    return str(common_git(repo, "rev-list", *args, "--").stdout).split()
+
+
 def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
     """True when ``ancestor`` is ``descendant`` or one of its ancestors."""
     return common_git(repo, "merge-base", "--is-ancestor", ancestor, descendant,

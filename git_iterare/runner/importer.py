@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +31,15 @@ from git_iterare import limits as lim
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.git import checkout, safegit
 from git_iterare.git.objectcopy import copy_objects
-from git_iterare.git.repo import Repo, common_git, is_ancestor, reflog_identity, rev, tree_of
+from git_iterare.git.repo import (
+    Repo,
+    common_git,
+    is_ancestor,
+    reflog_identity,
+    rev,
+    rev_list,
+    tree_of,
+)
 from git_iterare.git.runrefs import HEX40, read_run_ref
 from git_iterare.runner.workspace import (
     AGENT_EMAIL,
@@ -39,6 +48,7 @@ from git_iterare.runner.workspace import (
     checkout_map_path,
     chown_tree,
     not_fetched,
+    objects_view_path,
     worktree_admin_dir,
     worktree_on_engine,
 )
@@ -221,6 +231,37 @@ def _check_paths(repo: Repo, head: str) -> None:
                               f"{pathnames.shown(path)} ({reason})")
 
 
+def _given(repo: Repo, ws: RunWorkspace, current: str) -> Callable[[str, int], bool]:
+    """Whether the run's agent was given an object (hex id, type number) of the main
+    repository: a commit of its base's history or of its branch (``current``: earlier
+    rounds, automatic commits); a tree or blob of its objects view (a local run's:
+    :func:`~git_iterare.runner.workspace.objects_view_path`) or of its branch since the
+    base, any when it has no view (a remote run's, whose engine holds its view)."""
+    from dulwich.object_store import DiskObjectStore
+    from dulwich.objects import Commit, ObjectID
+
+    view = objects_view_path(repo, ws.run_id)
+    store = DiskObjectStore(str(view)) if (view / "pack").is_dir() else None
+    branch: set[str] = set()
+    history: set[str] = set()  # one walk, however many commits an agent's merge names
+
+    def given(sha: str, type_num: int) -> bool:
+        if type_num == Commit.type_num:
+            if sha in (ws.base_commit, current):
+                return True
+            if not history:
+                history.update(rev_list(repo, ws.base_commit, current))
+            return sha in history
+        if store is None or ObjectID(sha.encode()) in store:
+            return True
+        if not branch and current != ws.base_commit:
+            branch.update(rev_list(repo, "--objects", "--no-object-names", current, "--not",
+                                ws.base_commit))
+        return sha in branch
+
+    return given
+
+
 def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str | None]:
     """Import the commits of a HEAD the agent moved off ``ws.ref`` when they descend from ``tip``.
 
@@ -231,7 +272,7 @@ def _import_moved(repo: Repo, ws: RunWorkspace, tip: str) -> tuple[int, str, str
         moved, where = _moved_head(ws)
         if moved is None or moved == tip:
             return 0, tip, None
-        imported = copy_objects(ws.gitdir, moved, repo.common_dir)
+        imported = copy_objects(ws.gitdir, moved, repo.common_dir, _given(repo, ws, tip))
         _check_paths(repo, moved)
     except OperationFailed as exc:
         return 0, tip, (f"the agent moved its HEAD off {ws.branch}; its commits there were "
@@ -264,7 +305,8 @@ def _import_head(repo: Repo, ws: RunWorkspace, current: str
     run_head = read_run_ref(ws.gitdir, ws.ref)
     imported, tip = 0, current
     if run_head and run_head != current:
-        imported = copy_objects(ws.gitdir, run_head, repo.common_dir)
+        imported = copy_objects(ws.gitdir, run_head, repo.common_dir,
+                                _given(repo, ws, current))
         if not is_ancestor(repo, ws.base_commit, run_head):
             raise OperationFailed(f"the run's head {run_head[:12]} does not descend from "
                                   f"its base {ws.base_commit[:12]}; not importing it")

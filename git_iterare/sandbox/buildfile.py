@@ -2,10 +2,12 @@
 
 Two things in a Dockerfile are fetched by the engine itself, from its host's network,
 outside any namespace git-iterare can restrict: ``ADD`` of a URL (the engine downloads
-it), and a ``FROM`` image the engine lacks (the engine pulls it from the registry the
-name points at, which may be the host's own loopback). Both are refused, approved or not:
-a download goes in a ``RUN`` step (which runs in the build's restricted network, see
-:mod:`git_iterare.sandbox.buildnet`), and an image is pulled by the user beforehand.
+it), and an image the engine lacks named by a ``FROM`` or a ``COPY --from`` (the engine
+pulls it from the registry the name points at, which may be the host's own loopback).
+Both are refused, approved or not: a download goes in a ``RUN`` step (which runs in the
+build's restricted network, see :mod:`git_iterare.sandbox.buildnet`), and an image is
+pulled by the user beforehand. What the engine would expand in an ``ADD`` source (a
+variable) or a ``FROM`` (a ``${NAME:+word}`` alternative) is not guessed at: refused.
 
 The file is parsed by the ``dockerfile`` package, which wraps the parser of Docker's own
 builder (moby/buildkit's ``frontend/dockerfile/parser``), so escape directives, line
@@ -23,8 +25,12 @@ from git_iterare.errors import UserError
 #: A source of ``ADD`` that the engine would fetch: any ``scheme://`` (Docker's classic
 #: builder downloads http and https; BuildKit also clones git URLs) or ``git@`` form.
 _REMOTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|git@)")
-#: ``$NAME`` or ``${NAME}`` (with an optional ``:-default`` and the like) in a ``FROM``.
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: ``$NAME`` or ``${NAME}`` (with an optional ``:-default``) in a ``FROM``; its modifier.
+_VARIABLE = re.compile(
+    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: Modifiers of ``${NAME...}`` whose value is NAME's own when NAME has a value (Docker's
+#: variable substitution: https://docs.docker.com/reference/dockerfile/#environment-replacement).
+_OWN_VALUE = re.compile(r"^(?::?-.*)?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,16 @@ def check(text: str, where: str, present: Callable[[str], bool]) -> BuildSteps:
                         f"{line}: ADD {source} would be downloaded by the Docker engine "
                         "itself, from its host's network, which a build may not reach",
                         hint="download it in a RUN step (curl, wget) instead")
+                if "$" in source:
+                    raise UserError(
+                        f"{line}: ADD {source}: a variable in an ADD source may name a URL "
+                        "the Docker engine would download itself, from its host's network",
+                        hint="write the source out, or use COPY")
+        if name == "COPY":
+            # Under ONBUILD the parser leaves the instruction's flags in its text.
+            flags = (tuple(command.original.split()) if command.sub_cmd
+                     else tuple(command.flags))
+            _copy_from(flags, line, stages, present)
         elif command.cmd.upper() == "ARG" and not started:
             for value in command.value:
                 key, _, default = value.partition("=")
@@ -101,6 +117,31 @@ def check(text: str, where: str, present: Callable[[str], bool]) -> BuildSteps:
     return BuildSteps(runs, tuple(images))
 
 
+def _copy_from(flags: tuple[str, ...], line: str, stages: set[str],
+               present: Callable[[str], bool]) -> None:
+    """Check the ``--from`` among a ``COPY``'s ``flags``: an earlier stage, a stage's
+    number, or an image the engine has.
+
+    Raises:
+        UserError: it names an image the engine lacks, or a variable.
+    """
+    for flag in flags:
+        key, _, source = flag.partition("=")
+        if key.lower() != "--from":
+            continue
+        if "$" in source:
+            raise UserError(f"{line}: COPY --from={source}: a variable may name an image "
+                            "the Docker engine would pull from its host's network",
+                            hint="name the stage or image as it is")
+        if source.lower() in stages or source.isdigit() or present(source):
+            continue
+        raise UserError(
+            f"{line}: COPY --from={source}: the Docker engine does not have this image, "
+            "and git iterare does not let a project build pull one (the engine would "
+            "fetch it from its host's network)",
+            hint=f"pull it yourself first: docker pull {source}")
+
+
 def _substitute(image: str, args: dict[str, str], line: str) -> str:
     """``image`` with the defaults of the ``ARG`` lines before the first ``FROM`` put in
     (no build arguments are passed to a project build).
@@ -109,7 +150,11 @@ def _substitute(image: str, args: dict[str, str], line: str) -> str:
         UserError: it names an argument that has no default.
     """
     def value(match: re.Match[str]) -> str:
-        key = match.group(1) or match.group(2)
+        key = match.group(1) or match.group(3)
+        if not _OWN_VALUE.match(match.group(2) or ""):
+            raise UserError(f"{line}: FROM {image}: ${{{key}{match.group(2)}}} may stand "
+                            "for an image other than its argument's default",
+                            hint=f"write ${{{key}}} or ${{{key}:-IMAGE}}")
         if not args.get(key):
             raise UserError(f"{line}: FROM {image}: ${key} has no default, and a project "
                             "build is given no build arguments",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from git_iterare import marks
 from git_iterare.errors import OperationFailed
-from git_iterare.git.repo import Repo, common_git
+from git_iterare.git.repo import Repo, rev_list
 from git_iterare.runner.placement.packs import Pack, pack_reachable
 from git_iterare.runs import extra
 
@@ -172,11 +172,6 @@ def _tips(root: Path) -> dict[str, list[str]]:
     return found
 
 
-def _revs(repo: Repo, *args: str) -> list[str]:
-    """The commits ``git rev-list args`` lists, in its order."""
-    return str(common_git(repo, "rev-list", *args, "--").stdout).split()
-
-
 def _chain(packs: Iterable[str], tips: dict[str, list[str]], haves: Iterable[str]
            ) -> list[str]:
     """``packs`` then the chains of ``haves``, each pack once."""
@@ -188,10 +183,10 @@ def _add(repo: Repo, root: Path, base: str, tips: dict[str, list[str]]
     """Make ``base`` a tip (and its layer points: see the module's docstring), packing
     what the tips that are its ancestors do not hold; update ``tips``. Return the packs
     added, as (bytes, objects)."""
-    known = set(_revs(repo, base)) & tips.keys() if tips else set()
+    known = set(rev_list(repo, base)) & tips.keys() if tips else set()
     if len(_chain((), tips, known)) >= MAX_CHAIN:
         known = set()  # one view of many small packs: this base's history afresh
-    line = _revs(repo, "--first-parent", base, "--not", *known)
+    line = rev_list(repo, "--first-parent", base, "--not", *known)
     depths = [2 ** k - 1 for k in range(FIRST_LAYER, 64) if 2 ** k - 1 < len(line)]
     points = [line[d] for d in reversed(depths)] + [base]
     below: set[str] = set()  # known tips that are ancestors of the point being packed
@@ -203,7 +198,7 @@ def _add(repo: Repo, root: Path, base: str, tips: dict[str, list[str]]
             if known - below:
                 # The layer points made so far and the tips found are its ancestors (the
                 # first parent's line); which other known tips are, this walk tells.
-                below |= known & set(_revs(repo, point, "--not", *made, *below))
+                below |= known & set(rev_list(repo, point, "--not", *made, *below))
             haves = below | set(made)
             pack = pack_reachable(repo, point, sorted(haves), scratch)
             added.append((pack.size, pack.objects))

@@ -79,7 +79,10 @@ def pack_reachable(repo: Repo, base: str, haves: Sequence[str], folder: Path) ->
     """
     text = base + "\n" + "".join(f"^{h}\n" for h in haves)
     # One pack whatever the user's pack.packSizeLimit, so its name is the one line read.
+    # In a partial clone, what the promisor remote still holds stays there (the view has
+    # what this repository has): else the first run fetches the whole history's blobs.
     name = common_git(repo, "-c", "pack.packSizeLimit=0", "pack-objects", "--revs", "-q",
-                      str(folder / "pack"), input=text).stdout.strip()
+                      "--missing=allow-promisor", str(folder / "pack"),
+                      input=text).stdout.strip()
     index = folder / f"pack-{name}.idx"
     return Pack(folder / f"pack-{name}.pack", index, index_count(index))
