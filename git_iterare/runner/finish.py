@@ -399,13 +399,14 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 def _ended_at(record: RunRecord, info: ContainerInfo | None) -> dict[str, str]:
     """``{"finished": ...}``: when the agent's container exited, by the engine's clock,
     for a run finished later than that (nobody followed it); nothing when that time is
-    unknown or not after the run's start (an engine whose clock is off), and the run's end
-    is then when it is recorded."""
+    unknown or not after the run's record was made (an engine whose clock is off), and the
+    run's end is then when it is recorded. (Not its start: a quick agent can exit before
+    the launch has recorded that it started.)"""
     from git_iterare.runs.status import parse_iso
 
-    ended, started = parse_iso(info.ended_at if info else None), parse_iso(record.started)
-    if info is None or info.ended_at is None or ended is None or started is None \
-            or ended < started or ended > _dt.datetime.now(_dt.timezone.utc):
+    ended, created = parse_iso(info.ended_at if info else None), parse_iso(record.created)
+    if info is None or info.ended_at is None or ended is None or created is None \
+            or ended < created or ended > _dt.datetime.now(_dt.timezone.utc):
         return {}
     return {"finished": info.ended_at}
 
