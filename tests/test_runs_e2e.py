@@ -678,9 +678,13 @@ def test_claude_stops_at_the_budget_with_work_kept(project: Path, tmp_path: Path
     assert rec["extra"]["max_budget_usd"] == 0.5
     assert rec["cost_usd"] >= 0.5
     assert rec["error"].startswith("stopped at its budget: $"), rec["error"]
-    # The work of the turns it took is kept; the turns after the budget never ran.
+    # The work of the turns it took is kept; no turn was asked for past the budget. (Whether
+    # the tool of the turn that crossed it ran first is Claude Code's race with the stop:
+    # under load it sometimes does.)
     assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "made by claude\n"
-    assert "second.txt" not in branch_files(project, rid)
+    asked = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert len(asked) == 2, asked
+    assert "Added notes.txt and second.txt." not in started.stdout
     shown = iterare("show", rid, cwd=project).stdout
     assert "of $0.50 budget" in shown
     listed = iterare("list", cwd=project).stdout
