@@ -13,14 +13,17 @@ from collections.abc import Callable, Sequence
 
 
 def precompile() -> None:
-    """Byte-compile git_iterare as ``pip install`` does, so a PYTHONDONTWRITEBYTECODE
-    environment does not make every ``git iterare`` compile it from source."""
+    """Byte-compile git_iterare and the installed packages as ``pip install`` does, so a
+    PYTHONDONTWRITEBYTECODE environment (where pip compiles nothing either) does not make
+    every ``git iterare`` compile them from source (about 0.7 s of its start here)."""
     import compileall
     import os
+    import sysconfig
 
     import git_iterare
 
     compileall.compile_dir(os.path.dirname(git_iterare.__file__), quiet=1)
+    compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=1, workers=0)
 
 
 def time_command(argv: Sequence[str], repeat: int, cwd: str | None = None) -> list[float]:
