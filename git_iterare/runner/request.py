@@ -132,7 +132,7 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     from git_iterare.runner.warmup import spare_seconds
     from git_iterare.runner.workspace import check_run_dirs, include_paths
     from git_iterare.runs.ids import validate_name
-    from git_iterare.sandbox import Limits, policy_from_config
+    from git_iterare.sandbox import policy_from_config
     from git_iterare.sandbox.engine import current
 
     if request.prompt is None:
@@ -148,9 +148,7 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     # Dangerous values are refused and the repository's requests need approval before
     # anything else is looked at.
     prompt_env = [n for n in prompt.env if n not in request.env_names]
-    # A malformed limit is refused first: approving it would only lead to that refusal.
-    Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
-           pids=config["docker.pids"])
+    configured_limits(config)  # a malformed one is refused before approval is asked for it
     admitted = admit(repo, config, prompt_env=prompt_env, agent=agent.name)
     networks = requested_networks(repo, request.networks, request.compose, env)
     spare_seconds(config)  # a bad value is refused before anything exists
@@ -229,6 +227,19 @@ def passthrough_env(names: tuple[str, ...], env: Mapping[str, str]) -> dict[str,
     return values
 
 
+def configured_limits(config: Config) -> Limits:
+    """``[docker]`` cpus, memory and pids as :class:`~git_iterare.sandbox.Limits`, checked
+    for form and range only (the engine is not asked).
+
+    Raises:
+        UserError: a limit out of range.
+    """
+    from git_iterare.sandbox import Limits
+
+    return Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
+                  pids=config["docker.pids"])
+
+
 def sandbox_limits(config: Config) -> Limits:
     """The run's :class:`~git_iterare.sandbox.Limits` from ``[docker]`` cpus, memory, pids.
 
@@ -239,10 +250,9 @@ def sandbox_limits(config: Config) -> Limits:
         UserError: a limit out of range.
         OperationFailed: the engine cannot be reached.
     """
-    from git_iterare.sandbox import Limits, engine_cpus
+    from git_iterare.sandbox import engine_cpus
 
-    limits = Limits(cpus=config["docker.cpus"], memory=config["docker.memory"],
-                    pids=config["docker.pids"])
+    limits = configured_limits(config)
     if limits.cpus > 1:  # every engine has one CPU; more are asked for (or remembered)
         try:
             limits.check_engine_cpus(engine_cpus())
