@@ -23,6 +23,7 @@ from git_iterare.git import repo as repo_mod
 from git_iterare.runner.placement import remote as remote_placement
 from git_iterare.runner.placement import ship as shipping
 from git_iterare.runner.placement import spares
+from git_iterare.runner.workspace import run_gitdir_config
 from git_iterare.runs.record import RunRecord
 from git_iterare.sandbox import agent_ids
 from git_iterare.sandbox import volumes as remote
@@ -303,7 +304,7 @@ def test_a_spare_whose_maker_died_is_emptied_and_checked_out_in_full(
         spare = spares._spare_file(r)
         spare.parent.mkdir(parents=True, exist_ok=True)
         spare.write_text(json.dumps({"work": work, "git": gitvol, "base": base,
-                                     "config": shipping.config_text(r)}))
+                                     "config": run_gitdir_config(r)}))
         claimed = spares.claim_spare(r)
         assert claimed is not None and claimed.work == work
         run_id = f"stale-{uuid.uuid4().hex[:8]}"
@@ -332,7 +333,7 @@ def test_claim_spare_takes_a_named_spare_once_and_refuses_bad_files(repo: Path,
     base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
     path = spares._spare_file(r)
     path.parent.mkdir(parents=True)
-    good = {"work": work, "git": gitvol, "base": base, "config": shipping.config_text(r)}
+    good = {"work": work, "git": gitvol, "base": base, "config": run_gitdir_config(r)}
     for bad in ({**good, "work": "iterare-cache-" + key}, {**good, "git": work},
                 {**good, "base": "HEAD"}, {**good, "work": work.replace(key, "f" * 16),
                                            "git": gitvol.replace(key, "f" * 16)}):

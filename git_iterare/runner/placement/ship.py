@@ -88,14 +88,6 @@ def known_cache_key(repo: Repo) -> str | None:
     return key if _KEY.fullmatch(key) else None
 
 
-def config_text(repo: Repo) -> str:
-    """The run gitdir's ``config`` (line endings from the repository's config)."""
-    from git_iterare.git import safegit
-    from git_iterare.runner.workspace import RUN_GITDIR_CONFIG
-
-    return RUN_GITDIR_CONFIG + safegit.line_ending_config(repo.common_dir)
-
-
 def checkout_command(mode: str, *command: str) -> list[str]:
     """The argv of ``container/engine-checkout`` in ``mode`` (``agent`` with the agent's
     ``command``, ``porter``, ``spare``): the script is passed as ``sh -c``'s text, so an
@@ -168,6 +160,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     Raises:
         OperationFailed: the engine refused or cannot be reached; git failed.
     """
+    from git_iterare.runner.workspace import run_gitdir_config
     from git_iterare.sandbox import volumes as engine
 
     # The porter sees the trees where the agent's container does, so the run gitdir's
@@ -175,7 +168,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     volumes = {trees.cache: (CACHE_PATH, False), trees.work: (WORK_PATH, False),
                trees.git: (GITDIR_PATH, False)}
     pack_bytes = objects = 0
-    git_tar = gitdir_archive(repo, run_id, base, config_text(repo))
+    git_tar = gitdir_archive(repo, run_id, base, run_gitdir_config(repo))
     work_tar = worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=tmp_root(repo)))
     # The checkout's porter reads the cache only (it runs as the agent's uid). A spare

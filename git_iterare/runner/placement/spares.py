@@ -32,7 +32,6 @@ from git_iterare.runner.placement.ship import (
     add_file,
     cache_key,
     checkout_command,
-    config_text,
     copy_members,
     gitdir_archive,
     worktree_archive,
@@ -129,6 +128,8 @@ def claim_spare(repo: Repo) -> Spare | None:
         The spare, or None when there is none, or it was checked out with other
         line-ending settings than the repository has now (its volumes are then removed).
     """
+    from git_iterare.runner.workspace import run_gitdir_config
+
     path = _spare_file(repo)
     claimed = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
     try:
@@ -141,7 +142,7 @@ def claim_spare(repo: Repo) -> Spare | None:
         claimed.unlink(missing_ok=True)
     if spare is None or not spare.work.startswith(f"iterare-spare-{cache_key(repo)}-"):
         return None
-    if data.get("config") != config_text(repo):
+    if data.get("config") != run_gitdir_config(repo):
         drop_spare(spare)
         return None
     return spare
@@ -161,6 +162,7 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     Raises:
         OperationFailed: the engine refused or cannot be reached.
     """
+    from git_iterare.runner.workspace import run_gitdir_config
     from git_iterare.sandbox import volumes as engine
 
     path = _spare_file(repo)
@@ -173,7 +175,7 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     labels = {engine.LABEL_SPARE: key, "dev.iterare.repo": str(repo.main_work_tree)}
     volumes = {engine.cache_volume(key): (CACHE_PATH, True),
                spare.work: (WORK_PATH, False), spare.git: (GITDIR_PATH, False)}
-    config = config_text(repo)
+    config = run_gitdir_config(repo)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         run = GITDIR_PATH.strip("/")
