@@ -120,13 +120,17 @@ def give(repo: Repo, base: str, view: Path) -> Cached:
     root = cache_dir(repo)
     try:
         with _locked(root):
-            tips = _tips(root)
-            added = [] if base in tips else _add(repo, root, base, tips)
+            chain = _tip(root, base)  # the usual case: one file read, not every tip's
+            tips: dict[str, list[str]] = {}
+            added = []
+            if chain is None:
+                tips = _tips(root)
+                added = _add(repo, root, base, tips)
+                chain = tips[base]
             os.utime(root / "tips" / base)  # used now: kept longest
-            chain = tips[base]
             _link(root, chain, view)
             if added:
-                _prune(root)
+                _prune(root, tips)
     except OSError as exc:
         raise OperationFailed(f"cannot give the run the objects of its base: "
                               f"{exc.filename or root}: {exc.strerror or exc}",
@@ -156,20 +160,25 @@ def remove(repo: Repo) -> bool:
     return True
 
 
+def _tip(root: Path, commit: str) -> list[str] | None:
+    """The chain of tip ``commit``, or None when it is no tip: its file is missing or odd,
+    or names a pack that is not complete in ``packs/``."""
+    path, packs = root / "tips" / commit, root / "packs"
+    if not (_HEX40.fullmatch(commit) and path.is_file() and not path.is_symlink()):
+        return None
+    with open(path, encoding="ascii", errors="replace") as handle:
+        chain = handle.read(1 << 16).split()
+    if chain and all(_PACK.fullmatch(name) and (packs / f"{name}.idx").is_file()
+                     and (packs / f"{name}.pack").is_file() for name in chain):
+        return chain
+    return None
+
+
 def _tips(root: Path) -> dict[str, list[str]]:
-    """The cache's tips and their chains; a tip whose file is odd or names a pack that is
-    not complete in ``packs/`` is left out (and :func:`_prune` drops it)."""
-    packs = root / "packs"
-    found: dict[str, list[str]] = {}
-    for entry in os.scandir(root / "tips"):
-        if not (_HEX40.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)):
-            continue
-        with open(entry.path, encoding="ascii", errors="replace") as handle:
-            chain = handle.read(1 << 16).split()
-        if chain and all(_PACK.fullmatch(name) and (packs / f"{name}.idx").is_file()
-                         and (packs / f"{name}.pack").is_file() for name in chain):
-            found[entry.name] = chain
-    return found
+    """The cache's tips and their chains (:func:`_tip`; the odd ones left out, and
+    :func:`_prune` drops them)."""
+    return {entry.name: chain for entry in os.scandir(root / "tips")
+            if (chain := _tip(root, entry.name)) is not None}
 
 
 def _chain(packs: Iterable[str], tips: dict[str, list[str]], haves: Iterable[str]
@@ -251,10 +260,10 @@ def _link(root: Path, chain: list[str], view: Path) -> None:
                 target.chmod(0o444)
 
 
-def _prune(root: Path) -> None:
-    """Keep the :data:`MAX_TIPS` most recently used tips and the packs they name; remove
-    the rest (and what a process that died while packing left)."""
-    tips = _tips(root)
+def _prune(root: Path, tips: dict[str, list[str]]) -> None:
+    """Keep the :data:`MAX_TIPS` most recently used of ``tips`` (the cache's, as
+    :func:`_tips` read them and :func:`_add` updated them, under the lock) and the packs
+    they name; remove the rest (and what a process that died while packing left)."""
     by_use = sorted(tips, key=lambda t: os.stat(root / "tips" / t).st_mtime, reverse=True)
     keep = set(by_use[:MAX_TIPS])
     for entry in os.scandir(root / "tips"):
