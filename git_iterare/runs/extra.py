@@ -4,8 +4,8 @@
 and keys this version does not know are kept as they are. Here each key git-iterare
 writes has its type, grouped by who writes it. A record may come from someone else
 (``git iterare fetch``) or be crafted: these are the shapes git-iterare writes, not a
-promise about what a record holds, so readers still check values (:func:`number`,
-:func:`text`, ``isinstance``) before they act on them.
+promise about what a record holds, so readers still check values (``isinstance``)
+before they act on them.
 """
 
 from __future__ import annotations
@@ -130,16 +130,3 @@ class RunExtra(TypedDict, total=False):
     warnings: list[str]
     merged_as: MergedAs
     legacy: dict[str, object]
-
-
-def number(value: object) -> float | None:
-    """``value`` when it is a number (not a bool), else None: how a reader takes a
-    number from a record it did not write."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    return None
-
-
-def text(value: object) -> str | None:
-    """``value`` when it is a string, else None."""
-    return value if isinstance(value, str) else None
