@@ -159,18 +159,6 @@ def requested_settings(repo: Repo, config: Config) -> dict[str, object]:
 INCLUDE = ".iterare/include"
 
 
-def requested_includes(repo: Repo) -> list[str]:
-    """The patterns of ``.iterare/include`` (comments and blank lines dropped), as the
-    run's worktree preparation reads them; empty when there is no such file.
-
-    Raises:
-        UserError: see :func:`git_iterare.runner.workspace.read_include`.
-    """
-    from git_iterare.runner.workspace import read_include
-
-    return read_include(repo)
-
-
 def scaffold_dockerfiles(config: Config) -> set[str]:
     """The Dockerfiles ``git iterare init`` writes (FROM the configured or default image),
     which ask for nothing."""
@@ -299,8 +287,10 @@ def gather(repo: Repo, config: Config, prompt_env: Iterable[str] = (), *,
         UserError: the Dockerfile or an agent's settings file cannot be read or is too
             large; the repository is bare.
     """
+    from git_iterare.runner.workspace import read_include
+
     settings = requested_settings(repo, config)
-    includes = requested_includes(repo)
+    includes = read_include(repo)  # as the run's worktree preparation reads them
     if includes:
         settings[INCLUDE] = includes
     settings.update(requested_agent_settings(repo, base, agents))
