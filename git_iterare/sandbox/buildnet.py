@@ -65,10 +65,11 @@ def build_network(sidecar_image: str, name: str, *, network: str = "default"
     """
     from git_iterare.sandbox.engine import current
     from git_iterare.sandbox.hostnet import engine_host_addresses
+    from git_iterare.sandbox.policy import EgressPolicy
 
     # The host's addresses as a run's policy names them; the sidecar's own resolv.conf
     # gives the DNS servers, which the build's steps share.
-    policy = "\n".join(["v 1", *(f"host {a}" for a in engine_host_addresses())]) + "\n"
+    policy = EgressPolicy(hosts=engine_host_addresses()).to_lines()
     config = {
         "Image": sidecar_image, "Entrypoint": [SIDECAR], "Cmd": ["build"], "User": "0:0",
         "Labels": {LABEL_ROLE: ROLE},
