@@ -108,11 +108,7 @@ def check(text: str, where: str, present: Callable[[str], bool]) -> BuildSteps:
             if image.lower() in stages or image == "scratch":
                 continue
             if not present(image):
-                raise UserError(
-                    f"{line}: FROM {image}: the Docker engine does not have this image, and "
-                    "git iterare does not let a project build pull one (the engine would "
-                    "fetch it from its host's network)",
-                    hint=f"pull it yourself first: docker pull {image}")
+                raise _missing_image(f"{line}: FROM {image}", image)
             images.append(image)
     return BuildSteps(runs, tuple(images))
 
@@ -135,11 +131,14 @@ def _copy_from(flags: tuple[str, ...], line: str, stages: set[str],
                             hint="name the stage or image as it is")
         if source.lower() in stages or source.isdigit() or present(source):
             continue
-        raise UserError(
-            f"{line}: COPY --from={source}: the Docker engine does not have this image, "
-            "and git iterare does not let a project build pull one (the engine would "
-            "fetch it from its host's network)",
-            hint=f"pull it yourself first: docker pull {source}")
+        raise _missing_image(f"{line}: COPY --from={source}", source)
+
+
+def _missing_image(where: str, image: str) -> UserError:
+    """The refusal of ``image``, which the engine lacks, named at ``where``."""
+    return UserError(f"{where}: the Docker engine does not have this image, and git iterare "
+                     "does not let a project build pull one (the engine would fetch it from "
+                     "its host's network)", hint=f"pull it yourself first: docker pull {image}")
 
 
 def _substitute(image: str, args: dict[str, str], line: str) -> str:
