@@ -23,11 +23,11 @@ from pathlib import Path
 
 from git_iterare.runs.status import FAILED, LOST, SUCCEEDED
 
-#: The files iterare's ``execute`` wrote at the top of a run's worktree.
-PREDECESSOR_FILES = (".claude-auto-config.json", ".claude-prompt.md")
-
 #: Where iterare kept the prompt text Claude Code got, in the run's worktree.
 PROMPT_FILE = ".claude-prompt.md"
+
+#: The files iterare's ``execute`` wrote at the top of a run's worktree.
+PREDECESSOR_FILES = (".claude-auto-config.json", PROMPT_FILE)
 
 
 @dataclass(frozen=True)

@@ -187,8 +187,9 @@ def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = 
                 if target in files:  # a copy: as much again on the user's disk
                     fd = os.open("/".join(target), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
                     with os.fdopen(fd, "rb") as source:
-                        total = _counted(total, os.fstat(fd).st_size)
-                        write_new(rel, source, os.fstat(fd).st_mode, dir_fd=root)
+                        info = os.fstat(fd)
+                        total = _counted(total, info.st_size)
+                        write_new(rel, source, info.st_mode, dir_fd=root)
                     files.add(parts)
                     blocked.add(parts)
                 elif target in left:  # counted as the file it stands for: few of them
