@@ -8,6 +8,7 @@ touched when its labels name the run and this repository.
 
 from __future__ import annotations
 
+import functools
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
     from git_iterare.sandbox.spec import ContainerInfo
 
 
+@functools.lru_cache(maxsize=1)
 def machine_id() -> str:
-    """This machine's identity: systemd's ``/etc/machine-id``, else the host name."""
+    """This machine's identity: systemd's ``/etc/machine-id``, else the host name (read
+    once a process: ``fetch`` asks it of every record)."""
     try:
         value = Path("/etc/machine-id").read_text().strip()
     except OSError:

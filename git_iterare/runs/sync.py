@@ -209,13 +209,19 @@ def _easy_merge(repo: Any, old: bytes | None, theirs: bytes, outcome: list[str]
     if old is None:
         outcome[:] = ["new"]
         return theirs
-    if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
-        outcome[:] = ["up-to-date"]
-        raise Unchanged
+    _stop_if_contained(repo, old, theirs, outcome)
     if can_fast_forward(repo, oid(old), oid(theirs)):
         outcome[:] = ["fast-forward"]
         return theirs
     return None
+
+
+def _stop_if_contained(repo: Any, old: bytes, theirs: bytes, outcome: list[str]) -> None:
+    """Raise :class:`Unchanged` (``outcome[0]`` ``up-to-date``) when ``old`` already
+    contains ``theirs``."""
+    if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
+        outcome[:] = ["up-to-date"]
+        raise Unchanged
 
 
 def _rank(snap: Snapshot, repo_commit: Commit) -> tuple[Any, ...]:
@@ -246,12 +252,11 @@ def merge_record(store: RunStore, run_id: str, theirs: bytes, ours: Ours | None 
     outcome: list[str] = []
 
     def build(old: bytes | None) -> bytes:
+        mine = None
         if old is not None and ours is not None:
             mine = read_snapshot(repo, run_id, old)
             if ours(mine.record):
-                if old == theirs or can_fast_forward(repo, oid(theirs), oid(old)):
-                    outcome[:] = ["up-to-date"]
-                    raise Unchanged
+                _stop_if_contained(repo, old, theirs, outcome)
                 their_record = read_snapshot(repo, run_id, theirs).record  # not corrupt
                 outcome[:] = ["kept"]
                 kept = mine.record
@@ -269,8 +274,8 @@ def merge_record(store: RunStore, run_id: str, theirs: bytes, ours: Ours | None 
             read_snapshot(repo, run_id, theirs)  # refuse to import a corrupt record
             return easy
         assert old is not None
-        mine_snap, their_snap = read_snapshot(repo, run_id, old), read_snapshot(repo, run_id,
-                                                                                theirs)
+        mine_snap = mine or read_snapshot(repo, run_id, old)
+        their_snap = read_snapshot(repo, run_id, theirs)
         mine_commit, their_commit = repo[old], repo[theirs]
         assert isinstance(mine_commit, Commit) and isinstance(their_commit, Commit)
         if _rank(their_snap, their_commit) > _rank(mine_snap, mine_commit):
