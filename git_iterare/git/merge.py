@@ -112,14 +112,14 @@ def diff_run(repo: Repo, base: str, head: str, git_args: Sequence[str] = ()) -> 
         sys.stderr.write(bytes(result.stderr).decode("utf-8", "replace"))
         return int(result.returncode)
     text = bytes(result.stdout).decode("utf-8", "surrogateescape")
-    ui.page("".join(part if _SGR.fullmatch(part) else ui.sanitize(part)
-                    for part in _SGR_SPLIT.split(text)), "diff", cwd=_top(repo))
+    # split() with a group: the odd parts are the escapes matched.
+    ui.page("".join(part if n % 2 else ui.sanitize(part)
+                    for n, part in enumerate(_SGR_SPLIT.split(text))), "diff", cwd=_top(repo))
     return int(result.returncode)
 
 
 #: The color escapes git writes (``ESC [ ... m``), which are kept; everything else a
 #: terminal acts on is made visible.
-_SGR = re.compile(r"\x1b\[[0-9;]*m")
 _SGR_SPLIT = re.compile(r"(\x1b\[[0-9;]*m)")
 
 
