@@ -92,7 +92,7 @@ def test_a_session_that_exits_says_so(project: Path) -> None:  # noqa: F811
 
 
 def test_attach_refuses_what_is_no_terminal_session(project: Path) -> None:  # noqa: F811
-    prompt(project, "busy", "sleep 30\n")
+    prompt(project, "busy", "sleep 600\n")
     started = iterare("execute", "busy", cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)

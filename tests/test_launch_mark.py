@@ -65,7 +65,10 @@ def test_a_launch_whose_process_died_is_lost_at_once(repo: Path,
     assert listed.returncode == 0, listed.stderr
     assert RunStore(r).get(run_id).status == "lost"
     stopped = iterare("stop", run_id, cwd=repo)
-    assert stopped.stderr == f"error: run {run_id} is not running (status lost)\n"
+    error = RunStore(r).get(run_id).error
+    assert error
+    assert stopped.stderr == (f"error: run {run_id} is not running (status lost: {error}) "
+                              f"(see `git iterare show {run_id}`)\n")
     cleaned = iterare("cleanup", "-y", "--force", run_id, cwd=repo)
     assert cleaned.returncode == 0, cleaned.stderr
     assert RunStore(r).get(run_id).status == "cleaned"

@@ -38,7 +38,7 @@ done
 git config core.fsmonitor 'echo "$PWD" >> "$HOME/pwned"; false'
 git config core.worktree ..
 echo ready
-sleep 60
+sleep 600
 """
 
 
@@ -153,7 +153,7 @@ def test_live_run_runs_no_agent_config_for_an_unprivileged_user_with_safe_direct
 
 def test_a_worktree_that_cannot_land_stays_live_and_finish_brings_it_later(
         project: Path) -> None:  # noqa: F811
-    prompt(project, "wait", "echo work > work.txt\necho ready\nsleep 60\n")
+    prompt(project, "wait", "echo work > work.txt\necho ready\nsleep 600\n")
     started = iterare("execute", "wait", cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)

@@ -88,7 +88,8 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
     store = _store(repo)
     record = settle(repo, store.get(run_id))
     if record.status not in ACTIVE:
-        raise OperationFailed(f"run {run_id} is not running (status {record.status})")
+        raise _not_running(record)
+    from git_iterare.runner.finish import LIVE_STATES
     from git_iterare.runner.ownership import container_of, engine_of, is_local
     from git_iterare.sandbox.engine import using
 
@@ -96,6 +97,10 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
         raise OperationFailed(f"run {run_id} runs on another machine or repository",
                               hint="stop it where it was started")
     info = container_of(repo, record)
+    if info is not None and info.state not in LIVE_STATES:
+        # It ended by itself since settle looked: finished by whoever is first (its
+        # watcher, maybe, whose warnings this user does not see), it was not stopped.
+        raise _not_running(finish(repo, run_id, wait=True))
     if info is not None:
         store.update(run_id, lambda r: r.with_extra(stop_requested=True),
                      "stop requested")
@@ -112,6 +117,17 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
         raise OperationFailed(f"run {run_id} is still being launched",
                               hint="try again in a moment")
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
+
+
+def _not_running(record: RunRecord) -> OperationFailed:
+    """The refusal to stop a run that has ended: its status, and its error if it has one
+    (the process that finished it may have been its watcher, whose warnings went to the
+    run's ``watch.log``)."""
+    from git_iterare.ui import sanitize_line
+
+    error = f": {sanitize_line(record.error)}" if record.error else ""
+    return OperationFailed(f"run {record.id} is not running (status {record.status}{error})",
+                           hint=f"see `git iterare show {record.id}`")
 
 
 def _base_commit(record: RunRecord, what: str) -> str:
