@@ -97,6 +97,12 @@ MAX_YAML_DEPTH = 20
 MAX_PROJECT_FILE_BYTES = 1 * MiB
 #: Most lines (paths or globs) in ``.iterare/include``.
 MAX_INCLUDE_PATTERNS = 50
+#: Most rounds ``execute --until`` takes (``--max-rounds``).
+MAX_ROUNDS = 100
+#: Most attempts ``execute -n`` starts.
+MAX_ATTEMPTS = 64
+#: Of a loop's check output, the end kept in the record and given to the next round.
+MAX_CHECK_TAIL_BYTES = 16 * 1024
 
 #: Every limit above, name -> value (documented in git-iterare-execute(1), LIMITS).
 ALL = {name: value for name, value in dict(globals()).items()

@@ -83,6 +83,40 @@ class Disputed(TypedDict):
     reports: int
 
 
+class Loop(TypedDict, total=False):
+    """What ``execute --until`` asked of the run (``until``: the check, a shell command
+    run in the sandbox after each round; ``max_rounds``; ``stall_after``: rounds of the
+    same failing check output or an unchanged tree that end it), and why the loop ended
+    (``reason``: ``passed``, ``rounds``, ``stalled``, ``budget``, ``stopped``,
+    ``timed-out``, ``failed``), once it has."""
+
+    until: str
+    max_rounds: int
+    stall_after: int
+    reason: str
+
+
+class Round(TypedDict, total=False):
+    """One round of a loop (``round``: 1 for the first): when its agent started and
+    ended (ISO 8601 UTC), the agent's exit status, the check's exit status (None when it
+    did not run: the round was stopped) and seconds, the tail of its output (its last
+    :data:`~git_iterare.limits.MAX_CHECK_TAIL_BYTES`, sanitized), what the round cost
+    (US dollars, tokens by kind, turns, as the agent reported them) and the round's head
+    commit (hex; the run's branch after it)."""
+
+    round: int
+    started: str
+    ended: str
+    exit_code: int | None
+    check_exit: int | None
+    check_seconds: float
+    check_tail: str
+    cost_usd: float | None
+    tokens: dict[str, int]
+    turns: int | None
+    head: str | None
+
+
 class RunExtra(TypedDict, total=False):
     """A run record's ``extra``: every key is optional.
 
@@ -100,6 +134,10 @@ class RunExtra(TypedDict, total=False):
     How it ended: ``timed_out``, ``stop_requested``, ``budget_exceeded``,
     ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``, ``warnings``
     (lines about how the agent's commits came back, repeated by ``show`` and ``merge``).
+
+    A loop (``execute --until``): ``loop``, ``rounds``. One of several attempts at the
+    same prompt (``execute -n``): ``group`` (the group's id), ``attempt`` (1 for the
+    first).
 
     After: ``merged_as``. An import of iterare's: ``legacy``.
     """
@@ -128,5 +166,9 @@ class RunExtra(TypedDict, total=False):
     skipped: Skipped
     disputed: Disputed
     warnings: list[str]
+    loop: Loop
+    rounds: list[Round]
+    group: str
+    attempt: int
     merged_as: MergedAs
     legacy: dict[str, object]
