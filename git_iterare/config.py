@@ -97,6 +97,15 @@ CORE_KEYS: dict[str, Key] = {
             "stopped when it is reached. 0 means no limit."),
         Key("run.max_turns", "int", 0,
             "Model turns a run may take before it is stopped; 0 means no limit."),
+        Key("run.until", "str", "",
+            "A check (a shell command) that runs in the sandbox after the agent ends; "
+            "while it fails, the agent goes again with its output (`execute --until`). "
+            "Empty: none."),
+        Key("run.max_rounds", "int", 5,
+            "Rounds a loop (`--until`) takes at most, 1 to 50."),
+        Key("run.stall_after", "int", 2,
+            "A loop ends as stalled after this many rounds in a row with the same failing "
+            "check output, or the same tree; 0: never."),
         Key("session.shell", "str", "/bin/bash", "Shell for `git iterare interactive --shell`."),
         Key("firewall.allowed_domains", "list", [],
             "Extra domains the sandbox may reach; `*.example.com` matches subdomains."),

@@ -98,7 +98,7 @@ MAX_PROJECT_FILE_BYTES = 1 * MiB
 #: Most lines (paths or globs) in ``.iterare/include``.
 MAX_INCLUDE_PATTERNS = 50
 #: Most rounds ``execute --until`` takes (``--max-rounds``).
-MAX_ROUNDS = 100
+MAX_ROUNDS = 50
 #: Most attempts ``execute -n`` starts.
 MAX_ATTEMPTS = 64
 #: Of a loop's check output, the end kept in the record and given to the next round.

@@ -10,6 +10,7 @@ The format is iterare's (``.iterare/prompts/<name>.md``)::
     env: [NPM_TOKEN]        # ours: host variables passed into the sandbox, by name
     max_budget_usd: 2.5     # ours: stop the run when the agent has spent this (dollars)
     max_turns: 40           # ours: stop the run after this many model turns
+    until: make test        # ours: loop until this check passes in the sandbox
     ---
 
     The task, in plain words.
@@ -36,12 +37,13 @@ from git_iterare.errors import OperationFailed, UserError, spelled
 
 #: Keys iterare defines, then ours.
 FRONTMATTER_KEYS = ("workspace", "branch", "agent", "timeout", "env", "max_budget_usd",
-                    "max_turns")
+                    "max_turns", "until")
 #: The keys that change what runs (which agent, from which base, with which variables, for
 #: how long or how much): an unknown key one edit away from one of these stops the run
 #: (``agnet: shell`` would run the default agent, with the user's money), other unknown
 #: keys are warnings. ``workspace`` only names the run.
-RUN_DECIDING_KEYS = ("agent", "branch", "timeout", "env", "max_budget_usd", "max_turns")
+RUN_DECIDING_KEYS = ("agent", "branch", "timeout", "env", "max_budget_usd", "max_turns",
+                     "until")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FENCE = re.compile(r"---[ \t]*\Z")
@@ -65,6 +67,8 @@ class Prompt:
         max_budget_usd: frontmatter ``max_budget_usd``, US dollars (0: no limit), or None
             for ``run.max_budget_usd``.
         max_turns: frontmatter ``max_turns`` (0: no limit), or None for ``run.max_turns``.
+        until: frontmatter ``until`` (a check: a shell command run in the sandbox), or
+            None for ``run.until``.
         warnings: ``file:line: message`` lines (unknown keys) for the caller to print.
     """
 
@@ -78,6 +82,7 @@ class Prompt:
     env: tuple[str, ...] = ()
     max_budget_usd: float | None = None
     max_turns: int | None = None
+    until: str | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -317,6 +322,10 @@ def _typed(data: Mapping[str, Any], lines: Mapping[str, int], where: str
                 if problem:
                     raise fail(key, problem)
             fields[key] = tuple(dict.fromkeys(names))
+        elif key == "until":
+            if not isinstance(value, str) or not value.strip():
+                raise fail(key, f"must be a shell command, got {spelled(value)}")
+            fields[key] = value
         else:
             if key in ("workspace", "branch"):
                 value = _scalar_text(value)

@@ -209,6 +209,27 @@ class Agent:
         """
         raise NotImplementedError
 
+    #: Whether a later round of a loop (``execute --until``) continues the agent's own
+    #: session: its round prompt then says only what the check reported. Else each round
+    #: is a fresh session, given the task again with that report.
+    continues_session: bool = False
+
+    def round_command(self, *, prompt_file: str, round_file: str, config: Settings
+                      ) -> list[str]:
+        """The argv of a later round of a loop, as :meth:`command` is the first's.
+
+        Args:
+            prompt_file: in-sandbox path of the task (the prompt body), as for
+                :meth:`command`.
+            round_file: in-sandbox path of a read-only file holding the round's prompt
+                (see :attr:`continues_session`).
+            config: the effective configuration.
+
+        Returns:
+            By default a fresh session on the round's prompt.
+        """
+        return self.command(prompt_file=round_file, config=config)
+
     #: Run limits (``max_budget_usd``, ``max_turns``) the agent enforces itself given
     #: :meth:`limit_args`; git-iterare watches the reported cost for the others.
     own_limits: frozenset[str] = frozenset()

@@ -210,6 +210,14 @@ class Claude(Agent):
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
+    continues_session = True
+
+    def round_command(self, *, prompt_file: str, round_file: str, config: Settings
+                      ) -> list[str]:
+        """The round's prompt in the session the last round left (``--continue``: the
+        most recent conversation in the worktree, kept in the agent's home)."""
+        return [*self.command(prompt_file=round_file, config=config), "--continue"]
+
     own_limits = frozenset({"max_budget_usd", "max_turns"})
     reports_cost = True
 

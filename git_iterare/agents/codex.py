@@ -191,6 +191,16 @@ class Codex(Agent):
         # The prompt goes in on stdin: no argv size limit, and it never shows in `ps`.
         return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", prompt_file, *argv]
 
+    continues_session = True
+
+    def round_command(self, *, prompt_file: str, round_file: str, config: Settings
+                      ) -> list[str]:
+        """The round's prompt in the last session (``codex exec resume --last -``)."""
+        argv = ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox", *config_args(config),
+                "resume", "--last", "-"]
+        return ["sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", round_file, *argv]
+
     def interactive_command(self, config: Settings) -> list[str] | None:
         return ["codex", "--dangerously-bypass-approvals-and-sandbox", *config_args(config)]
 

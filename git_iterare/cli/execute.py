@@ -32,13 +32,25 @@ from git_iterare.cli.numbers import VERBOSITY, Number
               metavar="N",
               help="Stop the run after N model turns; 0 for no limit (default: "
                    "run.max_turns).")
+@click.option("--until", metavar="CHECK",
+              help="Loop: after the agent ends, run CHECK (a shell command) in the sandbox; "
+                   "while it fails, the agent goes again with its output (default: the "
+                   "prompt's until, then run.until).")
+@click.option("--max-rounds", "max_rounds", type=Number("rounds", whole=True), metavar="N",
+              help="With --until: rounds at most (default: run.max_rounds, 5).")
+@click.option("--stall-after", "stall_after", type=Number("rounds", whole=True, zero="never"),
+              metavar="K",
+              help="With --until: end the loop as stalled after K rounds in a row with the "
+                   "same failing check output or the same tree; 0 for never (default: "
+                   "run.stall_after, 2).")
 @click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
 @docker_network_options()
 @project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,
-            max_budget_usd: float | None, max_turns: int | None, verbosity: int,
+            max_budget_usd: float | None, max_turns: int | None, until: str | None,
+            max_rounds: int | None, stall_after: int | None, verbosity: int,
             networks: tuple[str, ...], compose: bool) -> None:
     """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
     import sys
@@ -47,20 +59,24 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
     from git_iterare.errors import ExitCode
     from git_iterare.runner.interrupts import RunGoesOn
     from git_iterare.runner.launch import ExecuteRequest, execute
+    from git_iterare.runner.rounds import loop_of
 
     ctx = app()
     request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,
                              branch=branch, name=name, timeout=timeout,
                              max_budget_usd=max_budget_usd, max_turns=max_turns,
-                             networks=networks, compose=compose)
-    run_id = None
+                             networks=networks, compose=compose, until=until,
+                             max_rounds=max_rounds, stall_after=stall_after)
+    run_id, looping = None, False
     try:
         record = execute(ctx.repo, ctx.config, request, progress=ui.progress)
         run_id = record.id
         click.echo(f"{ui.paint('started', 'green')} run {record.id} on branch {record.branch}")
+        looping = loop_of(record) is not None
+        if not follow or looping:
+            _watch(record.id)  # and a loop's driver
         if not follow:
             click.echo(f"follow it with: `git iterare log -f {record.id}`")
-            _watch(record.id)
             return
         from git_iterare.cli.log import follow_and_exit
     except KeyboardInterrupt as exc:
@@ -72,8 +88,28 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
     try:
         follow_and_exit(record.id, verbosity=verbosity, raw=False, exit_status=True)
     except KeyboardInterrupt:  # before following began, or a second Ctrl-C
+        if looping:
+            _stop_loop(record.id)
         _goes_on(record.id)
     sys.exit(ExitCode.OK)
+
+
+def _stop_loop(run_id: str) -> None:
+    """Ctrl-C while following a loop ends it (a loop's rounds go on only while someone
+    wants them): stopped, with the work of its rounds kept; exit 130."""
+    import sys
+
+    from git_iterare import ui
+    from git_iterare.errors import ExitCode
+    from git_iterare.runner.interrupts import end_on_next_interrupt
+    from git_iterare.runner.manage import stop
+
+    end_on_next_interrupt()
+    ui.warn(f"interrupted: stopping run {run_id}, its rounds' work kept")
+    record = stop(app().repo, run_id, 10)
+    click.echo(ui.sanitize_line(f"run {record.id} {record.status}; its work is on "
+                                f"{record.branch}"), err=True)
+    sys.exit(ExitCode.INTERRUPTED)
 
 
 def _goes_on(run_id: str) -> None:
@@ -92,7 +128,9 @@ def _goes_on(run_id: str) -> None:
 
 def _watch(run_id: str) -> None:
     """Have run ``run_id``, which nobody follows from now on, finished when its agent ends
-    (:mod:`git_iterare.runner.watch`)."""
+    (:mod:`git_iterare.runner.watch`); a loop's watcher drives its rounds."""
+    from git_iterare.runner.driver import hold_driver, is_loop_run
     from git_iterare.runner.watch import watch
 
-    watch(app().repo, run_id)
+    repo = app().repo
+    watch(repo, run_id, hold_driver(repo, run_id) if is_loop_run(repo, run_id) else None)

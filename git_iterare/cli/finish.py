@@ -17,11 +17,18 @@ from git_iterare.cli.context import app
 def command(run: str, wait: bool, watcher: bool) -> None:
     """Commit the work RUN left in its worktree when committing it at the end failed."""
     from git_iterare.runner.finish import finish_later
+    from git_iterare.runner.rounds import loop_of
     from git_iterare.runs.status import ACTIVE
     from git_iterare.ui import sanitize_line
 
-    record, work = finish_later(app().repo, resolve_run(run).id, wait=wait,
-                                defer_to_stop=watcher)
+    found = resolve_run(run)
+    if watcher and loop_of(found) is not None and found.status in ACTIVE:
+        from git_iterare.runner.loop import drive
+
+        ended = drive(app().repo, app().config, found.id)
+        click.echo(sanitize_line(f"run {ended.id}: {ended.status}"))
+        return
+    record, work = finish_later(app().repo, found.id, wait=wait, defer_to_stop=watcher)
     if record.status in ACTIVE:
         click.echo(sanitize_line(f"run {record.id}: left to the `git iterare stop` that "
                                  "stops it"))

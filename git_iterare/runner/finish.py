@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, RunResult
     from git_iterare.git.safegit import Skipped
     from git_iterare.runner.importer import FinishResult
-    from git_iterare.runs.extra import Unfinished
+    from git_iterare.runs.extra import Loop, Unfinished
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
     from git_iterare.sandbox.spec import ContainerInfo
@@ -260,17 +260,26 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: bool =
 def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool,
                    defer_to_stop: bool = False) -> RunRecord:
     from git_iterare import sandbox
+    from git_iterare.runner.driver import left_to_driver, wait_for_round
     from git_iterare.runs.status import ACTIVE
 
     run_id = record.id
-    info = container_of(repo, record)
-    while info is not None and info.state in LIVE_STATES:
-        if not wait:
+    while True:
+        info = container_of(repo, record)
+        while info is not None and info.state in LIVE_STATES:
+            if not wait:
+                return record
+            if info.state == "created" and record.extra.get("stop_requested"):
+                break  # never started (its attach failed, say): stopping cannot end it
+            sandbox.wait(info.id)  # returns early when the engine's connection times out
+            info = sandbox.inspect(info.id)
+        if not left_to_driver(repo, record):
+            break
+        if not wait:  # between two rounds of a loop: its driver's
             return record
-        if info.state == "created" and record.extra.get("stop_requested"):
-            break  # never started (its attach failed, say): stopping cannot end it
-        sandbox.wait(info.id)  # returns early when the engine's connection times out
-        info = sandbox.inspect(info.id)
+        record = wait_for_round(repo, run_id, record.container or "")
+        if record.status not in ACTIVE:
+            return record
     if info is None and record.container is None and launch_pending(repo, record):
         return record  # still being launched by its execute process
     if defer_to_stop and store.get(run_id).extra.get("stop_requested"):
@@ -311,7 +320,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
         # agent decides how much it prints. Its result is read from all of it, so no
         # output can push the agent's own report out of what is read.
         log = capped(tapped(sandbox.output(info.id), counted))
-        store.set_log(record.id, log)
+        store.set_log(record.id, _with_rounds(store, record, log))
     result = counted.result(exit_code=exit_code)
     if result.disputed:
         store.update(record.id, lambda r: r.with_extra(
@@ -329,6 +338,11 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 
         status, error = LOST, ("the Docker engine ended the sandbox (it restarted, or the "
                                "sandbox was killed there); its work so far is kept")
+    from git_iterare.runner.rounds import loop_of
+
+    loop = loop_of(record)
+    if loop is not None:
+        status, error, result = _loop_outcome(record, loop, status, error, result)
     if error and error.startswith(BUDGET_STOP):
         store.update(record.id, lambda r: r.with_extra(stop_reason="budget"),
                      f"{record.id} stopped at its budget")
@@ -349,11 +363,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                           included=tuple(p for p in record.extra.get("workspace_mounts") or ()
                                          if isinstance(p, str)))
             placement.give_back(repo, record, ws, given_in)
-            work = finish_run(
-                repo, ws,
-                trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
-                          "Iterare-Prompt": record.prompt_name or ""},
-                message=f"iterare: work left uncommitted by run {record.id}")
+            work = finish_run(repo, ws,
+                *commit_words(record))
             head, commits = work.head, work.commits
             changes = {"files": work.changes.files, "insertions": work.changes.insertions,
                        "deletions": work.changes.deletions}
@@ -370,6 +381,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
             bug = exc
     if head:
         store.set_head(record.id, head, changes)
+        if loop is not None:
+            _round_head(store, record.id, head)
     egress = _egress(repo, record.id)
     record = store.transition(
         record.id, status, exit_code=exit_code, error=error, cost_usd=result.cost_usd,
@@ -381,7 +394,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     sandbox.drop_dns_log(state_dir(repo, record.id) / "out")
     if commits:
         store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
-                                 "agent": record.agent, "status": status})
+                                 "agent": record.agent, "status": status,
+                                 **_round_note(record)})
     try:
         sandbox.remove(record.id, str(repo.main_work_tree))
         if placement.clear(record):
@@ -394,6 +408,89 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     if bug is not None:
         raise bug
     return record
+
+
+def commit_words(record: RunRecord) -> tuple[dict[str, str], str]:
+    """The trailers and message of the commit of what a run's agent left uncommitted
+    (:func:`git_iterare.runner.importer.finish_run`'s ``trailers`` and ``message``): for
+    a loop, naming the round (``Iterare-Round``)."""
+    from git_iterare.runner.rounds import current_round, loop_of
+
+    trailers = {"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
+                "Iterare-Prompt": record.prompt_name or ""}
+    if loop_of(record) is None:
+        return trailers, f"iterare: work left uncommitted by run {record.id}"
+    number = current_round(record)
+    return ({**trailers, "Iterare-Round": str(number)},
+            f"iterare: round {number} of run {record.id}")
+
+
+def _with_rounds(store: RunStore, record: RunRecord, log: bytes) -> bytes:
+    """The log to store for a run whose last container printed ``log``: for a loop, the
+    rounds before it first (:func:`git_iterare.runner.loop.joined_log`)."""
+    from git_iterare.runner.rounds import current_round, joined_log, loop_of, rounds_of
+
+    if loop_of(record) is None:
+        return log
+    number, before = current_round(record), store.read_log(record.id)
+    if any(r.get("round") == number for r in rounds_of(record)):
+        return before  # its driver kept this round's output too
+    return joined_log(before, number, log)
+
+
+def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
+                  result: RunResult) -> tuple[str, str | None, RunResult]:
+    """A loop's status and error (:func:`git_iterare.runner.rounds.outcome`) and what its
+    rounds cost together: the rounds its driver recorded, and the last one when it did
+    not record it (it ended first)."""
+    import dataclasses
+
+    from git_iterare.runner.rounds import current_round, outcome, rounds_of, totals
+
+    rounds = rounds_of(record)
+    counted = list(rounds)
+    if not any(r.get("round") == current_round(record) for r in rounds):
+        from git_iterare.runs.extra import Round
+
+        counted.append(Round(cost_usd=result.cost_usd, tokens=dict(result.tokens),
+                             turns=result.turns))
+    cost, tokens, turns = totals(counted)
+    status, error = outcome(loop, rounds, status, error)
+    return status, error, dataclasses.replace(result, cost_usd=cost, tokens=tokens,
+                                              turns=turns)
+
+
+def _round_head(store: RunStore, run_id: str, head: str) -> None:
+    """Record ``head`` as the last round's (its driver recorded the round before the
+    finish committed its work)."""
+    from git_iterare.runner.rounds import current_round, rounds_of
+
+    def fn(r: RunRecord) -> RunRecord:
+        from git_iterare.runs.extra import Round
+
+        number = current_round(r)
+        rounds = [Round(**x) for x in rounds_of(r)]
+        for entry in rounds:
+            if entry.get("round") == number:
+                entry["head"] = head
+        return r.with_extra(rounds=rounds)
+
+    store.update(run_id, fn, f"{run_id} last round's head")
+
+
+def _round_note(record: RunRecord) -> dict[str, object]:
+    """What the notes of a loop's last commits say of its last round."""
+    from git_iterare.runner.rounds import current_round, loop_of, rounds_of
+
+    if loop_of(record) is None:
+        return {}
+    number = current_round(record)
+    entry = next((r for r in rounds_of(record) if r.get("round") == number), None)
+    note: dict[str, object] = {"round": number}
+    if entry is not None:
+        note.update(check_exit=entry.get("check_exit"), check_seconds=entry.get("check_seconds"),
+                    cost_usd=entry.get("cost_usd"))
+    return note
 
 
 def _ended_at(record: RunRecord, info: ContainerInfo | None) -> dict[str, str]:
@@ -653,11 +750,8 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
 
         placement_of(record).give_back(repo, record, ws)
         try:
-            work = finish_run(
-                repo, ws,
-                trailers={"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
-                          "Iterare-Prompt": record.prompt_name or ""},
-                message=f"iterare: work left uncommitted by run {record.id}")
+            work = finish_run(repo, ws,
+                *commit_words(record))
         except expected_errors() as exc:
             from git_iterare.errors import IterareError
 

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 
 from git_iterare.agents.tally import Tally
 from git_iterare.git.repo import Repo
+from git_iterare.runner.rounds import current_round, loop_of
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent
     from git_iterare.runs.record import RunRecord
+    from git_iterare.sandbox.spec import ContainerInfo
 
 Printer = Callable[[str], None]
 
@@ -148,10 +150,17 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
 
             try:
                 with using(engine_of(record)):
-                    lines: Iterable[str] = _decode(sandbox.output(info.id, follow=follow))
-                    if follow:
-                        lines = _watch_budget(repo, record, agent, info.id, lines)
-                    _render(lines, agent, verbosity, raw, emit, counted)
+                    while True:
+                        if follow and loop_of(record) is not None:
+                            emit(f"[git iterare: round {current_round(record)}]")
+                        lines: Iterable[str] = _decode(sandbox.output(info.id, follow=follow))
+                        if follow:
+                            lines = _watch_budget(repo, record, agent, info.id, lines)
+                        _render(lines, agent, verbosity, raw, emit, counted)
+                        following = _next_round(repo, record, info.id) if follow else None
+                        if following is None:
+                            break
+                        record, info = following
                 if not follow:
                     return record
                 record = finish(repo, run_id, wait=True)
@@ -169,6 +178,7 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
             return record
         if not raw:
             emit(_summary(counted, record))
+            _loop_summary(record, emit)
         return record
     if record.status in ACTIVE:
         return record  # created, not launched yet: nothing to show
@@ -176,4 +186,38 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
     _render(log, agent, verbosity, raw, emit, counted)
     if not raw:
         emit(_summary(counted, record))
+        _loop_summary(record, emit)
     return record
+
+
+def _next_round(repo: Repo, record: RunRecord, container: str
+                ) -> tuple[RunRecord, ContainerInfo] | None:
+    """For a loop, once the container ``container`` of its round ended: wait for its
+    next round (:func:`git_iterare.runner.loop.wait_for_round`) and return the record and
+    that round's container; None when there is none (the run ended, or is no loop)."""
+    from git_iterare.runner.driver import wait_for_round
+    from git_iterare.runner.ownership import container_of
+    from git_iterare.runs.status import ACTIVE
+
+    if loop_of(record) is None:
+        return None
+    record = wait_for_round(repo, record.id, record.container or container)
+    info = container_of(repo, record) if record.status in ACTIVE else None
+    if info is None or info.id == container:
+        return None
+    return record, info
+
+
+def _loop_summary(record: RunRecord, emit: Printer) -> None:
+    """A loop's closing line: how many rounds, why it ended, the last check's status."""
+    from git_iterare.runner.rounds import REASONS, rounds_of
+
+    loop = loop_of(record)
+    if loop is None:
+        return
+    rounds = rounds_of(record)
+    why = REASONS.get(str(loop.get("reason")), "it ended")
+    last = rounds[-1].get("check_exit") if rounds else None
+    check = "" if last is None else f"; the last check exited {last}"
+    emit(f"[git iterare: the loop ended after {len(rounds)} round"
+         f"{'' if len(rounds) == 1 else 's'}: {why}{check}]")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from git_iterare import ui
+from git_iterare.agents.base import PROMPT_FILE
 from git_iterare.config import Config
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
     from git_iterare.sandbox.policy import EgressPolicy
     from git_iterare.sandbox.spec import Limits
 
-#: In-sandbox path of the prompt body (read-only, outside the worktree).
-PROMPT_FILE = "/run/iterare/prompt.md"
 
 
 @dataclass(frozen=True)
@@ -133,6 +132,9 @@ def plan(repo: Repo, config: Config, checked: Checked,
         "workspace_mounts": list(workspace_mounts(repo, checked.admitted.mounts,
                                                   checked.base_commit)),
         "sidecar_image": image.sidecar, **origin(repo)}
+    if checked.loop is not None:
+        extra["loop"] = {**checked.loop, "round": 1}
+        extra["rounds"] = []
     return LaunchPlan(checked=checked, image=image, policy=policy, limits=limits, extra=extra)
 
 
@@ -243,7 +245,8 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         spec = dataclasses.replace(
             template, command=(*trees.wrapper, *command), mounts=(*trees.mounts, *more_mounts),
             owned=trees.owned, volumes=trees.volumes,
-            agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid)
+            agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid,
+            env={**template.env, **({"ITERARE_ROUND": "1"} if checked.loop else {})})
         started = warm.start(spec, trees.fill, taken)
         interrupts.hold()  # the agent runs: it is recorded before Ctrl-C acts
     except BaseException:

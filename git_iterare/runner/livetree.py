@@ -108,6 +108,25 @@ def land(live: Path, worktree: Path, gitdir: Path, admin: Path | None, config: s
     unlock(admin)
 
 
+def take(worktree: Path, live: Path, admin: Path | None) -> None:
+    """Move a landed run's worktree from ``worktree`` back to ``live`` for another round
+    of its agent (a loop), registered at ``worktree`` and locked there again
+    (:func:`register_at`).
+
+    Raises:
+        OperationFailed: it is not at ``worktree``, something is at ``live``, or git has
+            no registration ``admin`` of it.
+    """
+    if admin is None:
+        raise OperationFailed(f"{worktree} is not a registered worktree any more")
+    try:
+        os.rename(worktree, live)  # the same file system: land renamed it here
+    except OSError as exc:
+        raise OperationFailed(f"cannot move the run's worktree from {worktree} to {live} "
+                              f"for its next round: {exc.strerror or exc}") from None
+    register_at(admin, worktree)
+
+
 def _move(live: Path, worktree: Path, admin: Path | None) -> None:
     """Move the folder ``live`` to ``worktree`` (absent or an empty folder): renamed, or
     on another file system copied (``cp -a``: no depth limit, sparse files kept) to a

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from git_iterare.git.merge import MergeResult
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.spec import ContainerInfo
 
 
 def _store(repo: Repo) -> RunStore:
@@ -96,7 +97,11 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
     if not is_local(repo, record):
         raise OperationFailed(f"run {run_id} runs on another machine or repository",
                               hint="stop it where it was started")
+    from git_iterare.runner.driver import left_to_driver
+
     info = container_of(repo, record)
+    if left_to_driver(repo, record):
+        return _stop_loop(repo, store, record, info, grace_seconds, progress)
     if info is not None and info.state not in LIVE_STATES:
         # It ended by itself since settle looked: finished by whoever is first (its
         # watcher, maybe, whose warnings this user does not see), it was not stopped.
@@ -117,6 +122,29 @@ def stop(repo: Repo, run_id: str, grace_seconds: float = 10,
         raise OperationFailed(f"run {run_id} is still being launched",
                               hint="try again in a moment")
     return store.transition(run_id, STOPPED, error="stopped before its sandbox started")
+
+
+def _stop_loop(repo: Repo, store: RunStore, record: RunRecord, info: ContainerInfo | None,
+               grace_seconds: float, progress: Callable[[str], None]) -> RunRecord:
+    """Stop a loop that its driver (another process) runs: the stop is asked for, the
+    round's agent or its check is signalled, and its driver, which ends the loop as
+    ``stopped`` with the work of every round kept, is waited for."""
+    from git_iterare import sandbox
+    from git_iterare.runner.finish import finish
+    from git_iterare.runner.ownership import engine_of
+    from git_iterare.runner.rounds import check_name, current_round
+    from git_iterare.sandbox.engine import using
+
+    store.update(record.id, lambda r: r.with_extra(stop_requested=True), "stop requested")
+    progress(f"stopping run {record.id}, a loop in round {current_round(record)} (SIGKILL "
+             f"after {grace_seconds:g} s if it has not ended)")
+    with using(engine_of(record)):
+        for container in (info.id if info is not None else None,
+                          check_name(record.id, current_round(record))):
+            found = sandbox.inspect(container) if container else None
+            if found is not None and found.state == "running":
+                sandbox.stop(found.id, grace_seconds)
+    return finish(repo, record.id, wait=True)
 
 
 def _not_running(record: RunRecord) -> OperationFailed:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from git_iterare.prompt import Prompt
     from git_iterare.runner.guard import Admitted
     from git_iterare.runner.placement import Placement
-    from git_iterare.runs.extra import RunExtra
+    from git_iterare.runs.extra import Loop, RunExtra
     from git_iterare.sandbox.policy import EgressPolicy
     from git_iterare.sandbox.spec import Limits
 
@@ -52,6 +52,10 @@ class ExecuteRequest:
         networks: Docker networks to attach to besides the sandbox's own
             (``--docker-network``); their subnets are let through the firewall.
         compose: also attach the compose project's default network (``--docker-compose``).
+        until: the loop's check (``--until``) overriding frontmatter ``until`` and
+            ``run.until``; ``""`` is refused.
+        max_rounds: rounds of a loop at most (``--max-rounds``; default ``run.max_rounds``).
+        stall_after: ``--stall-after`` (default ``run.stall_after``; 0: never).
     """
 
     prompt: str | None
@@ -67,6 +71,9 @@ class ExecuteRequest:
     command: tuple[str, ...] = ()
     networks: tuple[str, ...] = ()
     compose: bool = False
+    until: str | None = None
+    max_rounds: int | None = None
+    stall_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class Checked:
         base_commit: hex id of the commit the run starts from.
         base_branch: the branch it was named by, or None.
         placement: where the run's trees will live.
+        loop: the loop ``--until`` asks for (``extra.loop``), or None for one round.
     """
 
     request: ExecuteRequest
@@ -104,6 +112,7 @@ class Checked:
     base_commit: str
     base_branch: str | None
     placement: Placement
+    loop: Loop | None = None
 
 
 def validate(repo: Repo, config: Config, request: ExecuteRequest,
@@ -162,6 +171,7 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     if timeout < 0:
         raise UserError(f"timeout must be 0 (none) or a number of seconds, not {timeout}")
     budget = run_budget(config, prompt, request)
+    loop = run_loop(config, prompt, request)
     ca_bundle_path(config)  # a missing CA bundle is refused before anything exists
     base_commit, base_branch = _base(repo, request, prompt)
     # admit() saw the agent settings of HEAD; a run from elsewhere gets those of its base.
@@ -174,6 +184,8 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
     placement = placement_for(current())
     placement.check(repo, base_commit, admitted.mounts)
+    if loop is not None:
+        placement.check_loop()
     if unheld := agent.unheld_limits(budget):
         ui.warn(f"the {agent.name} agent cannot enforce {' or '.join(unheld)}: this run "
                 f"goes on without {'that limit' if len(unheld) == 1 else 'these limits'}")
@@ -181,7 +193,7 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
                    networks=networks, held=image_agents(config, [agent.name]),
                    secret_env=secret_env, credentials=credentials, policy=policy,
                    timeout=timeout, budget=budget, base_commit=base_commit,
-                   base_branch=base_branch, placement=placement)
+                   base_branch=base_branch, placement=placement, loop=loop)
 
 
 def _base(repo: Repo, request: ExecuteRequest, prompt: Prompt) -> tuple[str, str | None]:
@@ -288,6 +300,42 @@ def run_budget(config: Config, prompt: Prompt, request: ExecuteRequest) -> RunEx
     if request.tty:
         return {}
     return {"max_budget_usd": budget or None, "max_turns": turns or None}
+
+
+def run_loop(config: Config, prompt: Prompt, request: ExecuteRequest) -> Loop | None:
+    """The loop the run is asked for: its check from ``--until``, else the prompt's
+    ``until``, else ``run.until``; ``max_rounds`` and ``stall_after`` from the flags, else
+    the configuration. None when no check is given (a run of one round). A repository's
+    check (frontmatter or its config) needs no approval: it runs in the sandbox only, as
+    the agent does.
+
+    Raises:
+        UserError: an empty ``--until``; a check asked of a terminal session; rounds out
+            of 1 to :data:`~git_iterare.limits.MAX_ROUNDS`; a negative ``stall_after``.
+    """
+    from git_iterare.limits import MAX_ROUNDS
+    from git_iterare.runs.extra import Loop
+
+    if request.until is not None and not request.until.strip():
+        raise UserError("--until needs a check: a shell command that exits 0 when the work is "
+                        "done", hint="for example --until 'make test'")
+    until = request.until or prompt.until or config["run.until"]
+    rounds = request.max_rounds if request.max_rounds is not None else config["run.max_rounds"]
+    stall = request.stall_after if request.stall_after is not None else config["run.stall_after"]
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise UserError(f"--max-rounds must be 1 to {MAX_ROUNDS}, not {rounds}",
+                        hint="fix --max-rounds or `git iterare config run.max_rounds`")
+    if stall < 0:
+        raise UserError(f"--stall-after must be 0 (never) or a number of rounds, not {stall}",
+                        hint="fix --stall-after or `git iterare config run.stall_after`")
+    if request.tty:
+        if request.until:
+            raise UserError("a terminal session has no rounds: --until runs with `execute` "
+                            "only", hint="drop --until")
+        return None  # run.until is for runs of prompts
+    if not until:
+        return None
+    return Loop(until=until, max_rounds=rounds, stall_after=stall)
 
 
 def within_limit(flag: float | None, front: float | None, configured: float, what: str,

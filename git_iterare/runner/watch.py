@@ -33,17 +33,35 @@ _PROGRAM = ("import sys; sys.path[0] = sys.argv[2]; from git_iterare.cli.main im
 _IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def watch(repo: Repo, run_id: str) -> int | None:
+def watch(repo: Repo, run_id: str, held: int | None = None) -> int | None:
     """Start the watcher of run ``run_id``, in the current directory and environment;
     return its process id, or None when it could not be started (nothing is raised: the
-    run is finished by the next command that looks at it)."""
+    run is finished by the next command that looks at it).
+
+    Args:
+        held: the descriptor of a mark this process holds for the watcher
+            (:mod:`git_iterare.marks`): a loop's driver mark
+            (:func:`git_iterare.runner.loop.hold_driver`), held before the watcher
+            starts so no other command takes the loop's rounds in the meantime. The
+            watcher inherits it (its number in ``ITERARE_LOOP_FD``); it is closed here.
+    """
     log = state_dir(repo, run_id) / "watch.log"
+    env = {**os.environ, "NO_COLOR": "1"}
+    if held is not None:
+        env[LOOP_FD] = str(held)
     try:
         with open(log, "ab") as out:
             child = subprocess.Popen(
                 [sys.executable, "-c", _PROGRAM, run_id, _IMPORT_ROOT], stdin=subprocess.DEVNULL,
                 stdout=out, stderr=out, start_new_session=True, close_fds=True,
-                env={**os.environ, "NO_COLOR": "1"})
+                pass_fds=() if held is None else (held,), env=env)
     except OSError:
         return None
+    finally:
+        if held is not None:
+            os.close(held)  # the watcher's copy holds it now
     return child.pid
+
+
+#: The variable naming the descriptor of a loop's driver mark the watcher inherits.
+LOOP_FD = "ITERARE_LOOP_FD"

@@ -36,6 +36,7 @@ yet on its branch and removes them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import shutil
@@ -591,6 +592,18 @@ def land(repo: Repo, ws: RunWorkspace) -> None:
     """
     livetree.land(live_path(repo, ws.run_id), ws.worktree, ws.gitdir,
                   worktree_admin_dir(repo, ws.worktree), run_gitdir_config(repo))
+
+
+def take_live(repo: Repo, ws: RunWorkspace) -> RunWorkspace:
+    """Move a local run's landed worktree back to :func:`live_path` for its agent's next
+    round (:func:`git_iterare.runner.livetree.take`); the workspace as it is then.
+
+    Raises:
+        OperationFailed: it could not be moved (it stays where it is).
+    """
+    live = live_path(repo, ws.run_id)
+    livetree.take(ws.worktree, live, worktree_admin_dir(repo, ws.worktree))
+    return dataclasses.replace(ws, live=live)
 
 
 def not_fetched_path(ws: RunWorkspace) -> Path:

@@ -88,12 +88,15 @@ class Loop(TypedDict, total=False):
     run in the sandbox after each round; ``max_rounds``; ``stall_after``: rounds of the
     same failing check output or an unchanged tree that end it), and why the loop ended
     (``reason``: ``passed``, ``rounds``, ``stalled``, ``budget``, ``stopped``,
-    ``timed-out``, ``failed``), once it has."""
+    ``timed-out``, ``failed``), once it has; ``round``: the round under way (1 for the
+    first); ``stalled``: what a stalled loop repeated."""
 
     until: str
     max_rounds: int
     stall_after: int
     reason: str
+    round: int
+    stalled: str
 
 
 class Round(TypedDict, total=False):

@@ -10,7 +10,7 @@ does not import the docker SDK.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from git_iterare.sandbox.backend import Backend
@@ -34,12 +34,34 @@ from git_iterare.sandbox.spec import (
 )
 
 __all__ = [
-    "BASE_DOMAINS", "LABEL_REPO", "LABEL_RUN", "Backend", "ContainerInfo", "EgressPolicy",
-    "EgressReport", "Limits", "Mount", "RefusedConnections", "SandboxExit", "SandboxSpec",
-    "VolumeTrees", "agent_ids", "drop_dns_log", "engine_cpus", "get_backend", "inspect",
-    "list_sandboxes", "output", "policy_from_config", "read_egress_report", "reclaim",
-    "remove", "start",
-    "stop", "wait",
+    "BASE_DOMAINS",
+    "LABEL_REPO",
+    "LABEL_RUN",
+    "Backend",
+    "ContainerInfo",
+    "EgressPolicy",
+    "EgressReport",
+    "Limits",
+    "Mount",
+    "RefusedConnections",
+    "SandboxExit",
+    "SandboxSpec",
+    "VolumeTrees",
+    "again",
+    "agent_ids",
+    "drop_dns_log",
+    "engine_cpus",
+    "get_backend",
+    "inspect",
+    "list_sandboxes",
+    "output",
+    "policy_from_config",
+    "read_egress_report",
+    "reclaim",
+    "remove",
+    "start",
+    "stop",
+    "wait",
 ]
 
 _BACKEND: Backend | None = None
@@ -105,6 +127,14 @@ def reclaim(container: str, trees: Sequence[Path], uid: int, gid: int,
     """Make the trees the agent owned inert and ``uid``'s again (and the sidecar's
     ``out_dir``); notes for the user (see :meth:`Backend.reclaim`)."""
     return get_backend().reclaim(container, trees, uid, gid, image, out_dir)
+
+
+def again(container: str, *, name: str, role: str, command: Sequence[str],
+          env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+    """Start another container in the sandbox of the exited ``container``; its id (see
+    :meth:`Backend.again`)."""
+    return get_backend().again(container, name=name, role=role, command=command, env=env,
+                               files=files)
 
 
 def remove(run_id: str, repo_path: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +44,23 @@ class _Tar:
     def data(self) -> bytes:
         self.tar.close()
         return self.buffer.getvalue()
+
+
+def file_archive(files: Mapping[str, bytes]) -> bytes:
+    """A tar archive for ``put_archive`` at ``/`` of ``files`` (absolute path ->
+    content): root's, mode 0644, in root's folders (0755)."""
+    tar = _Tar()
+    for path, data in sorted(files.items()):
+        _root_file(tar, path, data)
+    return tar.data()
+
+
+def _root_file(tar: _Tar, path: str, data: bytes) -> None:
+    """Add ``path`` (absolute) to ``tar``, root's, 0644, in root's folders (0755)."""
+    steps = path.strip("/").split("/")
+    for depth in range(1, len(steps)):
+        tar.dir("/".join(steps[:depth]), 0, 0, 0o755)
+    tar.file(path, data, 0, 0, 0o644)
 
 
 def container_file(name: str) -> bytes:
@@ -141,10 +159,7 @@ def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
         tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
     if spec.volumes is not None:  # what an engine of volumes cannot mount (the prompt): root's
         for path, data in sorted(spec.volumes.files.items()):
-            steps = path.strip("/").split("/")
-            for depth in range(1, len(steps)):
-                tar.dir("/".join(steps[:depth]), 0, 0, 0o755)
-            tar.file(path, data, 0, 0, 0o644)
+            _root_file(tar, path, data)
     return tar.data()
 
 

@@ -5,12 +5,12 @@ handles them by their agent container's id or name afterwards. How a sandbox is 
 containers (the network sidecar first, the agent's container in its namespace) is the
 backend's own business: :mod:`git_iterare.sandbox.docker_backend` implements it on the
 Docker Engine API (Docker and Podman); another orchestrator is another module with the
-same eight methods.
+same nine methods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -54,6 +54,16 @@ class Backend(Protocol):
         """After the agent ended: strip set-uid/set-gid bits and special files from the
         host ``trees`` and give them (and the sandbox's ``out_dir``) to ``uid``:``gid``, as
         root in git-iterare's own ``image``; return notes for the user."""
+        ...
+
+    def again(self, container: str, *, name: str, role: str, command: Sequence[str],
+              env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+        """Start another container in the sandbox of the exited agent's container
+        ``container`` (a loop's check, or its next round): as the agent left its file
+        system, with its user, environment plus ``env``, trees, limits and firewall, named
+        ``name``, labelled with ``role``, running ``command``, with ``files`` (absolute
+        path -> content, root's) put in; return its id. What it needs of the engine is
+        removed with the run's containers (:meth:`remove`)."""
         ...
 
     def remove(self, run_id: str, repo_path: str) -> None:

@@ -392,6 +392,53 @@ class DockerBackend:
                                   f"(status {code}): {said.strip()[-300:]}")
         return [line for line in said.splitlines() if line.strip()][:100]
 
+    def again(self, container: str, *, name: str, role: str, command: Sequence[str],
+              env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+        """Start another container in the sandbox of the exited agent's container
+        ``container``: from its file system as the agent left it (committed to an image
+        labelled as the run's, removed with the run's containers by :meth:`remove`), with
+        its user, entrypoint (the agent start script), environment plus ``env``, mounts,
+        limits and network namespace (the sidecar's, so the same firewall), named
+        ``name`` and labelled ``role``, running ``command``; ``files`` (absolute path ->
+        content, root's, mode 0644) are put in first. Return its id.
+
+        Raises:
+            OperationFailed: the engine refused (nothing is left but the image), or the
+                sandbox's sidecar is no longer running.
+        """
+        from git_iterare.sandbox.accounts import file_archive
+
+        engine = client()
+        with docker_errors(f"start another container in the sandbox of {container[:24]}"):
+            old = engine.containers.get(container)
+            sidecar = self._sidecar(container)
+            if sidecar is None or sidecar.status != "running":
+                raise OperationFailed(f"the network sidecar of {old.name} is not running")
+            image = engine.api.commit(old.id, conf={"Labels": {
+                **(old.labels or {}), LABEL_ROLE: "round"}})
+            config = old.attrs["Config"]
+            if name == old.name:  # its name goes to the next round's container
+                old.remove(force=True)
+            added = {f"{k}=" for k in env}
+            kept = [e for e in config.get("Env") or [] if not any(map(e.startswith, added))]
+            # The Engine API's create body: what made the sandbox's containers what they
+            # are (user, entrypoint, host config: mounts, limits, namespace), the rest new.
+            made = engine.api.create_container_from_config({
+                "Image": image["Id"], "Cmd": list(command), "User": config.get("User"),
+                "Entrypoint": config.get("Entrypoint"), "WorkingDir": config.get("WorkingDir"),
+                "Env": [*kept, *(f"{k}={v}" for k, v in env.items())],
+                "Labels": {**(old.labels or {}), LABEL_ROLE: role},
+                "HostConfig": old.attrs["HostConfig"]}, name)
+            new = engine.containers.get(str(made["Id"]))
+            try:
+                if files:
+                    new.put_archive("/", file_archive(files))
+                new.start()
+            except BaseException:
+                _drop(new)
+                raise
+        return str(new.id)
+
     def remove(self, run_id: str, repo_path: str) -> None:
         """Remove every container labelled as run ``run_id``'s of the repository at
         ``repo_path`` (agent, sidecar, helpers; made or started) and the sidecar each
@@ -422,6 +469,10 @@ class DockerBackend:
                         container.exec_run([SIDECAR, "report"], user="0:0")
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True, v=True)
+            # What a loop's rounds started from (:meth:`again`).
+            for image in client().images.list(filters={"label": labels}):
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    client().images.remove(image.id, force=True)
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """State, exit status and labels; None when there is no such container."""

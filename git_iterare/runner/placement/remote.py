@@ -92,6 +92,18 @@ class Remote:
                                 "remote Docker engine cannot have submodules yet",
                                 hint="use a local Docker engine for this repository")
 
+    def check_loop(self) -> None:
+        """Refuse: the round's work would have to come back from the engine between
+        rounds, and it comes back only when the run ends.
+
+        Raises:
+            UserError: always, naming the engine.
+        """
+        from git_iterare.sandbox.engine import current
+
+        raise UserError(f"loops (--until) need a local Docker engine for now; {current().label} "
+                        "is remote", hint="drop --until, or run it on a local engine")
+
     def check_host_folder(self, what: str) -> None:
         """Refuse: a remote engine sees none of this machine's folders.
 
@@ -219,6 +231,15 @@ class Remote:
     def give_back(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
                   sandbox: str | None = None) -> None:
         """Nothing: its trees came back as the user's, inert (:meth:`fetch`)."""
+
+    def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
+                   sandbox: str) -> None:
+        """Refused: :meth:`check_loop` refuses loops on remote engines.
+
+        Raises:
+            OperationFailed: always.
+        """
+        raise OperationFailed("a run on a remote engine takes no rounds")
 
     def ended_by_engine(self, record: RunRecord) -> bool:
         """Whether the run's network sidecar, which only git-iterare removes, is not
