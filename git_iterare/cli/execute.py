@@ -7,6 +7,7 @@ import click
 from git_iterare.cli.agent_options import agent_option
 from git_iterare.cli.context import app, docker_network_options, project_option
 from git_iterare.cli.numbers import VERBOSITY, Number
+from git_iterare.limits import MAX_ATTEMPTS
 
 
 @click.command("execute")
@@ -34,12 +35,19 @@ from git_iterare.cli.numbers import VERBOSITY, Number
                    "run.max_turns).")
 @click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
+@click.option("-n", "--attempts", "attempts", type=Number("attempts", whole=True, minimum=1,
+                                                          maximum=MAX_ATTEMPTS),
+              default=1, metavar="N", help="Run the prompt N times from the same base, as "
+                                             "one group to compare (`git iterare compare`).")
+@click.option("--jobs", "-j", "jobs", type=Number("attempts at once", whole=True, minimum=1),
+              metavar="J", help="With -n: run at most J attempts at once (default: the "
+                                "engine's CPUs divided by docker.cpus).")
 @docker_network_options()
 @project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,
             max_budget_usd: float | None, max_turns: int | None, verbosity: int,
-            networks: tuple[str, ...], compose: bool) -> None:
+            networks: tuple[str, ...], compose: bool, attempts: int, jobs: int | None) -> None:
     """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
     import sys
 
@@ -53,6 +61,11 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
                              branch=branch, name=name, timeout=timeout,
                              max_budget_usd=max_budget_usd, max_turns=max_turns,
                              networks=networks, compose=compose)
+    if attempts > 1:
+        from git_iterare.cli.attempts import execute_group
+
+        execute_group(request, attempts, jobs, follow)
+        return
     run_id = None
     try:
         record = execute(ctx.repo, ctx.config, request, progress=ui.progress)

@@ -133,6 +133,8 @@ def plan(repo: Repo, config: Config, checked: Checked,
         "workspace_mounts": list(workspace_mounts(repo, checked.admitted.mounts,
                                                   checked.base_commit)),
         "sidecar_image": image.sidecar, **origin(repo)}
+    if request.group is not None and request.attempt is not None:
+        extra.update(group=request.group, attempt=request.attempt)
     return LaunchPlan(checked=checked, image=image, policy=policy, limits=limits, extra=extra)
 
 
@@ -207,6 +209,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
            record: RunRecord, warm: Plain, interrupts: HeldInterrupts) -> RunRecord:
     from git_iterare import proc
     from git_iterare.runner import workspace as wsp
+    from git_iterare.runner.attempts import attempt_env
     from git_iterare.runner.guard import exclude_in_run
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runner.spec import sandbox_spec
@@ -242,6 +245,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         exclude_in_run(trees.workspace.gitdir, more_mounts)  # mounts below /workspace
         spec = dataclasses.replace(
             template, command=(*trees.wrapper, *command), mounts=(*trees.mounts, *more_mounts),
+            env={**template.env, **attempt_env(record)},
             owned=trees.owned, volumes=trees.volumes,
             agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid)
         started = warm.start(spec, trees.fill, taken)

@@ -52,6 +52,11 @@ class ExecuteRequest:
         networks: Docker networks to attach to besides the sandbox's own
             (``--docker-network``); their subnets are let through the firewall.
         compose: also attach the compose project's default network (``--docker-compose``).
+        base: ``(commit hex, branch or None)`` to start from, resolved once for all the
+            attempts of ``execute -n`` (:mod:`git_iterare.runner.attempts`); None: from
+            ``reuse``, ``branch``, the prompt or HEAD.
+        group: the group of attempts this run is one of (``extra.group``), or None.
+        attempt: its number in the group, 1 for the first (``extra.attempt``).
     """
 
     prompt: str | None
@@ -67,6 +72,9 @@ class ExecuteRequest:
     command: tuple[str, ...] = ()
     networks: tuple[str, ...] = ()
     compose: bool = False
+    base: tuple[str, str | None] | None = None
+    group: str | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +200,8 @@ def _base(repo: Repo, request: ExecuteRequest, prompt: Prompt) -> tuple[str, str
         UserError: it names no commit.
         OperationFailed: the run to reuse has no result, or left work uncommitted.
     """
+    if request.base is not None:
+        return request.base
     if request.reuse:
         from git_iterare.runs.store import RunStore
 
