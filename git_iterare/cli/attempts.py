@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from git_iterare.cli.context import app
 
+if TYPE_CHECKING:
+    from git_iterare.runner.request import ExecuteRequest
+    from git_iterare.runs.record import RunRecord
 
-def execute_group(request: object, size: int, jobs: int | None, follow: bool) -> None:
+
+def execute_group(request: ExecuteRequest, size: int, jobs: int | None, follow: bool) -> None:
     """Start ``size`` attempts at ``request`` (an
     :class:`~git_iterare.runner.request.ExecuteRequest`), at most ``jobs`` at once
     (:mod:`git_iterare.runner.attempts`).
@@ -29,19 +34,19 @@ def execute_group(request: object, size: int, jobs: int | None, follow: bool) ->
     from git_iterare.errors import ExitCode
     from git_iterare.runner import attempts
     from git_iterare.runner.interrupts import RunGoesOn, end_on_next_interrupt
-    from git_iterare.runner.request import ExecuteRequest, validate
+    from git_iterare.runner.request import validate
     from git_iterare.ui import sanitize_line
 
-    assert isinstance(request, ExecuteRequest)
+    attempts.check_counts(size, jobs)  # before anything else is looked at
     ctx = app()
     repo, config = ctx.repo, ctx.config
     checked = validate(repo, config, request, os.environ)
     queue = attempts.prepare(repo, config, checked, size, jobs)
     group = sanitize_line(queue.group)
 
-    def started(attempt: int, record: object) -> None:
+    def started(attempt: int, record: RunRecord) -> None:
         click.echo(f"{ui.paint('started', 'green')} "
-                   f"{attempts.started_line(queue, attempt, record)}")  # type: ignore[arg-type]
+                   f"{attempts.started_line(queue, attempt, record)}")
 
     def failed(ended: attempts.Ended) -> None:
         ui.warn(attempts.ended_line(queue, ended))
@@ -76,7 +81,7 @@ def execute_group(request: object, size: int, jobs: int | None, follow: bool) ->
         ok = sum(1 for ended in queue.ended if attempts.succeeded(ended))
         click.echo(f"group {group}: {ok} of {size} attempts succeeded; compare them with "
                    f"`git iterare compare {group}`")
-        sys.exit(ExitCode.OK if ok else ExitCode.FAILURE)
+        sys.exit(ExitCode.OK if ok else ExitCode.FAILED)
     if queue.waiting:
         log = attempts.detach(queue)
         waiting = len(queue.waiting)

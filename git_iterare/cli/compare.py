@@ -11,7 +11,7 @@ from git_iterare.cli.context import app, project_option
 from git_iterare.runs.groups import SORT_KEYS
 
 if TYPE_CHECKING:
-    from git_iterare.git.repo import Repo
+    from git_iterare.runner.session import Repo
     from git_iterare.runs.groups import Attempt
     from git_iterare.runs.record import RunRecord
 
@@ -75,7 +75,13 @@ def json_item(rank: int, row: Attempt) -> dict[str, Any]:
 def table(rows: list[Attempt], paint: Any) -> str:
     """The human table of ``compare``: one line per attempt, best first; every cell
     sanitized (records travel with fetch)."""
-    from git_iterare.runs.render import STATUS_STYLES, REPORTED, changes_text, cost_text, human_span
+    from git_iterare.runs.render import (
+        COST_FOOTNOTE,
+        STATUS_STYLES,
+        changes_text,
+        cost_text,
+        human_span,
+    )
     from git_iterare.ui import sanitize_line
 
     cells = []
@@ -103,7 +109,7 @@ def table(rows: list[Attempt], paint: Any) -> str:
     lines = [fmt(headers, None)]
     lines += [fmt(line, row.record.status) for line, row in zip(cells, rows, strict=True)]
     if any(row.cost_usd is not None for row in rows):
-        lines.append(f"* cost {REPORTED}")
+        lines.append(COST_FOOTNOTE)
     return "\n".join(lines) + "\n"
 
 

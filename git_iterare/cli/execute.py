@@ -7,7 +7,6 @@ import click
 from git_iterare.cli.agent_options import agent_option
 from git_iterare.cli.context import app, docker_network_options, project_option
 from git_iterare.cli.numbers import VERBOSITY, Number
-from git_iterare.limits import MAX_ATTEMPTS
 
 
 @click.command("execute")
@@ -35,8 +34,7 @@ from git_iterare.limits import MAX_ATTEMPTS
                    "run.max_turns).")
 @click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
-@click.option("-n", "--attempts", "attempts", type=Number("attempts", whole=True, minimum=1,
-                                                          maximum=MAX_ATTEMPTS),
+@click.option("-n", "--attempts", "attempts", type=Number("attempts", whole=True, minimum=1),
               default=1, metavar="N", help="Run the prompt N times from the same base, as "
                                              "one group to compare (`git iterare compare`).")
 @click.option("--jobs", "-j", "jobs", type=Number("attempts at once", whole=True, minimum=1),

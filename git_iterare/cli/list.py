@@ -10,7 +10,7 @@ from git_iterare.cli.context import app, project_option
 from git_iterare.cli.numbers import Number
 
 if TYPE_CHECKING:
-    from git_iterare.git.repo import Repo
+    from git_iterare.runner.session import Repo
 
 STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stopped",
                   "timed-out", "lost", "merged", "cleaned", "corrupt")

@@ -51,15 +51,6 @@ _PROGRAM = ("import sys; sys.path[0] = sys.argv[1]; "
             "from git_iterare.runner.attempts import _resume; sys.exit(_resume(int(sys.argv[2])))")
 
 
-def attempt_env(record: RunRecord) -> dict[str, str]:
-    """The sandbox environment that tells an attempt which one it is: ``ITERARE_ATTEMPT``
-    (``1`` for the first) for a run of a group, nothing for any other run."""
-    attempt = record.extra.get("attempt")
-    if record.extra.get("group") and isinstance(attempt, int) and attempt > 0:
-        return {"ITERARE_ATTEMPT": str(attempt)}
-    return {}
-
-
 def default_jobs(config: Config) -> int:
     """How many attempts run at once when ``--jobs`` is not given: the engine's CPUs
     divided by each run's ``docker.cpus``, at least 1.
@@ -211,6 +202,22 @@ class Queue:
             self.poll(done)
 
 
+def check_counts(size: int, jobs: int | None) -> None:
+    """Refuse a number of attempts outside 1 to :data:`~git_iterare.limits.MAX_ATTEMPTS`,
+    or fewer than 1 at once.
+
+    Raises:
+        UserError: one line naming the option and what it takes.
+    """
+    from git_iterare.limits import MAX_ATTEMPTS
+
+    if not 1 <= size <= MAX_ATTEMPTS:
+        raise UserError(f"-n {size}: at most {MAX_ATTEMPTS} attempts (MAX_ATTEMPTS), and at "
+                        "least 1", hint="more than the engine runs at once is fine: they queue")
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs {jobs}: at least 1 attempt at once")
+
+
 def prepare(repo: Repo, config: Config, checked: Checked, size: int, jobs: int | None
             ) -> Queue:
     """The queue of ``size`` attempts at ``checked`` (a new group), before any starts.
@@ -219,14 +226,10 @@ def prepare(repo: Repo, config: Config, checked: Checked, size: int, jobs: int |
         UserError: ``size`` or ``jobs`` out of range, or a name too long for ``.<size>``.
         OperationFailed: ``jobs`` is None and the engine cannot be asked for its CPUs.
     """
-    from git_iterare.limits import MAX_ATTEMPTS
     from git_iterare.runs.groups import new_group_id
     from git_iterare.runs.ids import validate_name
 
-    if not 1 <= size <= MAX_ATTEMPTS:
-        raise UserError(f"-n {size}: give 1 to {MAX_ATTEMPTS} attempts")
-    if jobs is not None and jobs < 1:
-        raise UserError(f"--jobs {jobs}: give 1 or more")
+    check_counts(size, jobs)
     name = checked.request.name or checked.prompt.run_name
     validate_name(f"{name}.{size}")  # the longest name an attempt gets
     return Queue(repo=repo, config=config, checked=checked, group=new_group_id(name),
@@ -290,7 +293,10 @@ def _resume(lock_fd: int) -> int:
     import pickle
 
     queue: Queue = pickle.loads(sys.stdin.buffer.read())
-    say = lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)  # noqa: E731
+
+    def say(line: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
     try:
         queue.run(started=lambda k, record: say("started " + started_line(queue, k, record)),
                   done=lambda ended: say(ended_line(queue, ended)),

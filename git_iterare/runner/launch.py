@@ -134,7 +134,7 @@ def plan(repo: Repo, config: Config, checked: Checked,
                                                   checked.base_commit)),
         "sidecar_image": image.sidecar, **origin(repo)}
     if request.group is not None and request.attempt is not None:
-        extra.update(group=request.group, attempt=request.attempt)
+        extra["group"], extra["attempt"] = request.group, request.attempt
     return LaunchPlan(checked=checked, image=image, policy=policy, limits=limits, extra=extra)
 
 
@@ -209,10 +209,10 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
            record: RunRecord, warm: Plain, interrupts: HeldInterrupts) -> RunRecord:
     from git_iterare import proc
     from git_iterare.runner import workspace as wsp
-    from git_iterare.runner.attempts import attempt_env
     from git_iterare.runner.guard import exclude_in_run
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runner.spec import sandbox_spec
+    from git_iterare.runs.groups import attempt_env
     from git_iterare.runs.status import RUNNING
 
     checked = planned.checked

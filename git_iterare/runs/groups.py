@@ -69,6 +69,13 @@ def attempt_of(record: RunRecord) -> int:
     return attempt if ok else 0  # type: ignore[return-value]
 
 
+def attempt_env(record: RunRecord) -> dict[str, str]:
+    """The sandbox environment that tells an attempt which one it is: ``ITERARE_ATTEMPT``
+    (``1`` for the first) for a run of a group, nothing for any other run."""
+    attempt = attempt_of(record)
+    return {"ITERARE_ATTEMPT": str(attempt)} if group_of(record) and attempt else {}
+
+
 def members(records: Iterable[RunRecord], group: str) -> list[RunRecord]:
     """The records of ``group``'s attempts among ``records``, by attempt number."""
     return sorted((r for r in records if group_of(r) == group),

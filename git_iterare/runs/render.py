@@ -136,6 +136,9 @@ def _plain(value: Any) -> str:
     return sanitize_line(str(value)).replace("^I", " ").replace("^J", " ")
 
 
+#: The line under a table with a cost column (``COST*``).
+COST_FOOTNOTE = f"* cost {REPORTED}"
+
 #: Table columns: (header, right-aligned).
 TABLE_COLUMNS = (("ID", False), ("STATUS", False), ("AGENT", False), ("AGE", True),
                  ("DURATION", True), ("COST*", True), ("BRANCH", False), ("CHANGES", False))
@@ -172,7 +175,7 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
 
     lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
     if any(row[5] != "-" for row in rows):
-        lines.append(f"* cost {REPORTED}")
+        lines.append(COST_FOOTNOTE)
     if any(row[5].split("/")[0].endswith(DISPUTED_MARK) for row in rows):
         lines.append(f"{DISPUTED_MARK} disputed: the run's log holds more than one result "
                      "report (see `git iterare show`)")
