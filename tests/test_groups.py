@@ -39,7 +39,7 @@ def attempt(group: str, k: int, *, status: str = "succeeded", check: int | None 
     return RunRecord(id=f"fix.{k}-0000000{k}", name=f"fix.{k}", status=status, exit_code=0,
                      changes=None if lines is None else {"files": 1, "insertions": lines,
                                                          "deletions": 0},
-                     cost_usd=cost, extra=extra)  # type: ignore[typeddict-item]
+                     cost_usd=cost, extra=extra)  # type: ignore[arg-type]
 
 
 def ranked(records: list[RunRecord], sort: str = "check") -> list[int]:
@@ -85,9 +85,9 @@ def test_an_unknown_sort_key_is_refused() -> None:
 
 
 def test_crafted_loop_values_count_as_absent() -> None:
-    record = RunRecord(id="x-00000001", name="x", status="succeeded",
-                       extra={"group": "x:abcdef", "attempt": True,  # type: ignore[typeddict-item]
-                              "loop": "yes", "rounds": [{"check_exit": "0"}]})
+    crafted: Any = {"group": "x:abcdef", "attempt": True, "loop": "yes",
+                    "rounds": [{"check_exit": "0"}]}
+    record = RunRecord(id="x-00000001", name="x", status="succeeded", extra=crafted)
     row = attempt_row(record, None)
     assert (row.attempt, row.reason, row.check, row.rounds) == (0, None, "-", 1)
     assert attempt_env(record) == {}

@@ -77,7 +77,7 @@ def table(rows: list[Attempt], paint: Any) -> str:
     sanitized (records travel with fetch)."""
     from git_iterare.runs.render import (
         COST_FOOTNOTE,
-        STATUS_STYLES,
+        aligned,
         changes_text,
         cost_text,
         human_span,
@@ -94,20 +94,7 @@ def table(rows: list[Attempt], paint: Any) -> str:
                       human_span(row.duration),
                       (f"{len(hosts)}: " + ", ".join(hosts)) if hosts else "-"])
     cells = [[sanitize_line(cell) for cell in line] for line in cells]
-    headers = [header for header, _ in COLUMNS]
-    widths = [max(len(line[i]) for line in [headers, *cells]) for i in range(len(headers))]
-
-    def fmt(line: list[str], status: str | None) -> str:
-        out = []
-        for i, (cell, (_, right)) in enumerate(zip(line, COLUMNS, strict=True)):
-            text = cell.rjust(widths[i]) if right else cell.ljust(widths[i])
-            if i == 2 and status is not None:
-                text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
-            out.append(text)
-        return "  ".join(out).rstrip()
-
-    lines = [fmt(headers, None)]
-    lines += [fmt(line, row.record.status) for line, row in zip(cells, rows, strict=True)]
+    lines = aligned(COLUMNS, cells, [row.record.status for row in rows], 2, paint)
     if any(row.cost_usd is not None for row in rows):
         lines.append(COST_FOOTNOTE)
     return "\n".join(lines) + "\n"
