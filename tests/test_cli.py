@@ -129,13 +129,18 @@ def test_unreadable_config_is_a_user_error_not_a_traceback(repo: Path) -> None:
         2, f"error: {path} is not a regular file; refusing to read it\n")
 
 
-def test_diff_finds_the_run_among_git_diff_arguments() -> None:
-    from git_iterare.cli.diff import split_run
+def test_diff_finds_the_runs_among_git_diff_arguments() -> None:
+    from git_iterare.cli.diff import split_runs
 
-    assert split_run(["--stat", "fix-0123abcd"]) == ("fix-0123abcd", ["--stat"])
-    assert split_run(["fix-0123abcd", "-U1", "--", "a.txt"]) == ("fix-0123abcd",
-                                                                ["-U1", "--", "a.txt"])
-    assert split_run(["--stat", "--", "a.txt"]) == (None, ["--stat", "--", "a.txt"])
+    assert split_runs(["--stat", "fix-0123abcd"]) == (["fix-0123abcd"], ["--stat"])
+    assert split_runs(["fix-0123abcd", "-U1", "--", "a.txt"]) == (["fix-0123abcd"],
+                                                                 ["-U1", "--", "a.txt"])
+    assert split_runs(["--stat", "--", "a.txt"]) == ([], ["--stat", "--", "a.txt"])
+    # Two runs: from the first's result to the second's; a path after -- is no run.
+    assert split_runs(["a-0123abcd", "--stat", "b-0123abcd", "--", "c"]) == (
+        ["a-0123abcd", "b-0123abcd"], ["--stat", "--", "c"])
+    assert split_runs(["a-0123abcd", "--", "b-0123abcd"]) == (
+        ["a-0123abcd"], ["--", "b-0123abcd"])
 
 
 def test_execute_and_interactive_share_one_declaration_of_the_network_options() -> None:

@@ -55,3 +55,65 @@ def confirm_runs(records: list[Any], *, question: str, nothing: str, command: st
     if not confirm_or_refuse(question.format(names=names), assume_yes):
         raise OperationFailed(f"{command} not confirmed", hint="rerun with --yes")
     return True
+
+
+def best_attempt(arg: str | None, pick: str | None) -> Any:
+    """The run ``merge GROUP`` merges: ``pick`` (a run, which must be an attempt of the
+    group ``arg`` when ``arg`` names one), else the group's best-ranked attempt
+    (:func:`git_iterare.runs.groups.rank`), said on stderr.
+
+    Raises:
+        UserError: ``pick`` is no attempt of the group (exit 2).
+        OperationFailed: no such group or run; an attempt is still active, or none is left.
+    """
+    from git_iterare import ui
+    from git_iterare.cli.compare import ranked_attempts
+    from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.runs.groups import group_of, resolve_group
+    from git_iterare.runs.status import ACTIVE, CLEANED
+    from git_iterare.runs.store import RunStore
+
+    store = RunStore(app().repo)
+    group, records = resolve_group(store, arg)
+    if pick is not None:
+        record = resolve_run(pick)
+        if group_of(record) != group:
+            raise UserError(f"--pick {record.id}: not an attempt of group {group}",
+                            hint=f"see them with `git iterare compare {group}`")
+        return record
+    rows = [row for row in ranked_attempts(app().repo, records, "check")
+            if row.record.status != CLEANED]
+    if active := [row.record.id for row in rows if row.record.status in ACTIVE]:
+        raise OperationFailed(f"group {group} has attempts still running: {', '.join(active)}",
+                        hint="wait for them (`git iterare list`), or choose one with "
+                             "--pick RUN")
+    if not rows:
+        raise OperationFailed(f"group {group} has no attempt left to merge (all cleaned up)")
+    best = rows[0]
+    if not best.passed:
+        ui.warn(f"no attempt of group {group} passed; the best ranked is "
+                f"{best.record.id} ({best.record.status})")
+    click.echo(f"the best attempt of group {ui.sanitize_line(group)}: "
+               f"{ui.sanitize_line(best.record.id)} (attempt {best.attempt}; "
+               f"`git iterare compare {ui.sanitize_line(group)}` ranks them)", err=True)
+    return best.record
+
+
+def group_runs_to_clean(arg: str) -> list[Any]:
+    """The attempts ``cleanup GROUP`` removes: all of the group's but those merged (the
+    attempt kept), said on stderr.
+
+    Raises:
+        UserError, OperationFailed: as :func:`git_iterare.runs.groups.resolve_group`.
+    """
+    from git_iterare import ui
+    from git_iterare.runs.groups import resolve_group
+    from git_iterare.runs.status import MERGED
+    from git_iterare.runs.store import RunStore
+
+    group, records = resolve_group(RunStore(app().repo), arg)
+    kept = [r.id for r in records if r.status == MERGED]
+    if kept:
+        click.echo(f"keeping {ui.sanitize_line(', '.join(kept))}, merged from group "
+                   f"{ui.sanitize_line(group)}", err=True)
+    return [r for r in records if r.status != MERGED]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from git_iterare.cli._runs import confirm_runs, resolve_run
+from git_iterare.cli._runs import confirm_runs, group_runs_to_clean, resolve_run
 from git_iterare.cli.context import app, project_option
 from git_iterare.ui import sanitize_line
 from git_iterare.ui import sanitize_line as sanitize
@@ -20,10 +20,11 @@ from git_iterare.ui import sanitize_line as sanitize
               help="Remove this repository's object caches, here and on the Docker engine.")
 @project_option()
 def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) -> None:
-    """Remove the worktree, branch and container of RUN (default: the most recent run);
-    the record and commits are kept."""
+    """Remove the worktree, branch and container of RUN (default: the most recent run),
+    or of every attempt of GROUP but the merged one; the record and commits are kept."""
     from git_iterare.errors import UserError
     from git_iterare.runner.manage import cleanup
+    from git_iterare.runs.groups import names_group
     from git_iterare.runs.store import RunStore
 
     repo = app().repo
@@ -47,7 +48,12 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
         elif not here:
             click.echo(f"no object cache of this repository here or on {where}")
         return
-    records = RunStore(repo).list(statuses=["merged"]) if merged else [resolve_run(run)]
+    if merged:
+        records = RunStore(repo).list(statuses=["merged"])
+    elif names_group(run):
+        records = group_runs_to_clean(str(run))
+    else:
+        records = [resolve_run(run)]
     if merged and not force:
         from git_iterare.runner.manage import merge_holds
         from git_iterare.ui import warn

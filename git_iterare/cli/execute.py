@@ -45,13 +45,19 @@ from git_iterare.cli.numbers import VERBOSITY, Number
                    "run.stall_after, 2).")
 @click.option("-v", "--verbosity", type=VERBOSITY, metavar="LEVEL", default=0, show_default=True,
               help="With --follow: 0 what the agent says, 1 tool calls, 2 everything.")
+@click.option("-n", "--attempts", "attempts", type=Number("attempts", whole=True, minimum=1),
+              default=1, metavar="N", help="Run the prompt N times from the same base, as "
+                                             "one group to compare (`git iterare compare`).")
+@click.option("--jobs", "-j", "jobs", type=Number("attempts at once", whole=True, minimum=1),
+              metavar="J", help="With -n: run at most J attempts at once (default: the "
+                                "engine's CPUs divided by docker.cpus).")
 @docker_network_options()
 @project_option()
 def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | None,
             agent: str | None, branch: str | None, name: str | None, timeout: int | None,
             max_budget_usd: float | None, max_turns: int | None, until: str | None,
             max_rounds: int | None, stall_after: int | None, verbosity: int,
-            networks: tuple[str, ...], compose: bool) -> None:
+            networks: tuple[str, ...], compose: bool, attempts: int, jobs: int | None) -> None:
     """Run PROMPT (a name under .iterare/prompts, or a path) in a sandbox."""
     import sys
 
@@ -67,6 +73,11 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
                              max_budget_usd=max_budget_usd, max_turns=max_turns,
                              networks=networks, compose=compose, until=until,
                              max_rounds=max_rounds, stall_after=stall_after)
+    if attempts > 1:
+        from git_iterare.cli.attempts import execute_group
+
+        execute_group(request, attempts, jobs, follow)
+        return
     run_id, looping = None, False
     try:
         record = execute(ctx.repo, ctx.config, request, progress=ui.progress)

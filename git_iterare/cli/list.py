@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from git_iterare.cli.context import app, project_option
 from git_iterare.cli.numbers import Number
+
+if TYPE_CHECKING:
+    from git_iterare.runner.session import Repo
 
 STATUS_CHOICES = ("created", "starting", "running", "succeeded", "failed", "stopped",
                   "timed-out", "lost", "merged", "cleaned", "corrupt")
@@ -50,12 +55,25 @@ def command(all_: bool, statuses: tuple[str, ...], max_count: int | None, fmt: s
 
     shown = [e for e in entries if keep(e)][:max_count]
     now = dt.datetime.now(dt.timezone.utc)
-    if fmt == "table" and not shown:
+    waiting = queued_lines(repo) if fmt == "table" and not wanted else []
+    if fmt == "table" and not shown and not waiting:
         click.echo("no runs" + ("" if all_ or wanted else " (see --all for cleaned runs)"),
                    err=True)
         return
     text = (render.list_json(shown, now) + "\n" if fmt == "json"
             else render.list_porcelain(shown, now) if fmt == "porcelain"
-            else render.list_table(shown, now, ui.paint))
+            else render.list_table(shown, now, ui.paint) if shown else "")
+    text += "".join(f"{line}\n" for line in waiting)
     # On a terminal, through the pager git would use; ui already decided the colors.
     ui.page(text, "list", repo.work_tree)
+
+
+def queued_lines(repo: Repo) -> list[str]:
+    """One line per attempt of ``execute -n`` still waiting for a slot
+    (:func:`git_iterare.runner.attempts.queued`)."""
+    from git_iterare import ui
+    from git_iterare.runner.attempts import queued
+
+    return [f"{ui.sanitize_line(group)}  {ui.paint('queued', 'cyan')}  attempt {attempt}/{size}"
+            " (starts when a running attempt of its group ends)"
+            for group, attempt, size in queued(repo)]

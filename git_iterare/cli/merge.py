@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from git_iterare.cli._runs import confirm_or_refuse, resolve_run
+from git_iterare.cli._runs import best_attempt, confirm_or_refuse, resolve_run
 from git_iterare.cli.context import app, project_option
 
 
@@ -42,18 +42,22 @@ def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
 @click.option("--squash", is_flag=True,
               help="Squash the run's changes into one new commit on the current branch.")
 @click.option("--no-ff", "no_ff", is_flag=True, help="Always create a merge commit.")
+@click.option("--pick", metavar="RUN",
+              help="With a GROUP: merge this attempt of it rather than the best ranked.")
 @click.option("--yes", "-y", is_flag=True,
               help="Merge without asking when files that run on the host changed, or the "
                    "run deletes files under .iterare/ or many of its base's.")
 @project_option()
-def command(run: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
-    """Merge the result of RUN (default: the most recent run) into the current branch."""
+def command(run: str | None, pick: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
+    """Merge the result of RUN (default: the most recent run), or of the best attempt of
+    GROUP, into the current branch."""
     import sys
 
     from git_iterare import ui
     from git_iterare.runner.manage import merge
+    from git_iterare.runs.groups import names_group
 
-    record = resolve_run(run)
+    record = best_attempt(run, pick) if pick or names_group(run) else resolve_run(run)
 
     def confirm(review: Any) -> bool:
         paint = lambda text, *styles: ui.paint(text, *styles, stream=sys.stderr)  # noqa: E731

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "execute": ("execute", "Run a prompt with an agent in a sandbox"),
     "log": ("log", "Show or follow the log of a run"),
     "diff": ("diff", "Show the changes a run made against its base"),
+    "compare": ("compare", "Compare the attempts of a group (execute -n), best first"),
     "merge": ("merge", "Merge the result of a run into the current branch"),
     "cleanup": ("cleanup", "Remove a run's worktree, branch and container"),
     "forget": ("forget", "Delete the records of runs that were cleaned up"),

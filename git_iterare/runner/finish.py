@@ -393,9 +393,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     # cannot yet (not the user's), with the run's state folder at cleanup.
     sandbox.drop_dns_log(state_dir(repo, record.id) / "out")
     if commits:
-        store.add_note(commits, {"run": record.id, "prompt": record.prompt_name,
-                                 "agent": record.agent, "status": status,
-                                 **_round_note(record)})
+        store.add_note(commits, note_entry(record, status))
     try:
         sandbox.remove(record.id, str(repo.main_work_tree))
         if placement.clear(record):
@@ -648,6 +646,18 @@ def _check_budget(repo: Repo, record: RunRecord) -> None:
         stop_over_budget(repo, record, agent, counted.cost_usd, info.id)
 
 
+def note_entry(record: RunRecord, status: str) -> dict[str, object]:
+    """The note a run's commits get (gititerare-records(5)): its id, prompt, agent and
+    ``status``, the group it is an attempt of (``execute -n``) when it is one, and for a
+    loop its round (:func:`_round_note`)."""
+    entry: dict[str, object] = {"run": record.id, "prompt": record.prompt_name,
+                                "agent": record.agent, "status": status}
+    if isinstance(group := record.extra.get("group"), str):
+        entry["group"] = group
+    entry.update(_round_note(record))
+    return entry
+
+
 def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[RunRecord]:
     """Finish every active run whose sandbox ended or vanished; stop overdue ones.
 
@@ -772,8 +782,7 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
             new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
                                    ).stdout.split())
         if new:
-            store.add_note(new, {"run": record.id, "prompt": record.prompt_name,
-                                 "agent": record.agent, "status": record.status})
+            store.add_note(new, note_entry(record, record.status))
 
         def settled(r: RunRecord) -> RunRecord:
             extra = {k: v for k, v in r.extra.items() if k != "unfinished"}

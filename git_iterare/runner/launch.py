@@ -135,6 +135,8 @@ def plan(repo: Repo, config: Config, checked: Checked,
     if checked.loop is not None:
         extra["loop"] = {**checked.loop, "round": 1}
         extra["rounds"] = []
+    if request.group is not None and request.attempt is not None:
+        extra["group"], extra["attempt"] = request.group, request.attempt
     return LaunchPlan(checked=checked, image=image, policy=policy, limits=limits, extra=extra)
 
 
@@ -212,6 +214,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
     from git_iterare.runner.guard import exclude_in_run
     from git_iterare.runner.secrets import remember_secrets
     from git_iterare.runner.spec import sandbox_spec
+    from git_iterare.runs.groups import attempt_env
     from git_iterare.runs.status import RUNNING
 
     checked = planned.checked
@@ -244,9 +247,10 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         exclude_in_run(trees.workspace.gitdir, more_mounts)  # mounts below /workspace
         spec = dataclasses.replace(
             template, command=(*trees.wrapper, *command), mounts=(*trees.mounts, *more_mounts),
+            env={**template.env, **attempt_env(record),
+                 **({"ITERARE_ROUND": "1"} if checked.loop else {})},
             owned=trees.owned, volumes=trees.volumes,
-            agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid,
-            env={**template.env, **({"ITERARE_ROUND": "1"} if checked.loop else {})})
+            agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid)
         started = warm.start(spec, trees.fill, taken)
         interrupts.hold()  # the agent runs: it is recorded before Ctrl-C acts
     except BaseException:

@@ -256,7 +256,7 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
     agent again for the next round): the agent's commits imported, the rest committed
     with an ``Iterare-Round`` trailer, the commits annotated with the round. Returns the
     round's head commit and its tree (hex), None when unknown."""
-    from git_iterare.runner.finish import commit_words
+    from git_iterare.runner.finish import commit_words, note_entry
     from git_iterare.runner.importer import finish_run
     from git_iterare.runner.placement import placement_of
     from git_iterare.runner.workspace import open_run
@@ -264,7 +264,6 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
     placement = placement_of(record)
     ws = open_run(repo, record.id, str(record.base_commit))
     placement.give_back(repo, record, ws, info.id)
-    number = entry.get("round")
     work = finish_run(repo, ws, *commit_words(record))
     if work.head and work.head != record.head:
         changes = {"files": work.changes.files, "insertions": work.changes.insertions,
@@ -272,8 +271,7 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
         store.set_head(record.id, work.head, changes)
     if work.commits:
         store.add_note(work.commits, {
-            "run": record.id, "prompt": record.prompt_name, "agent": record.agent,
-            "round": number, "check_exit": entry.get("check_exit"),
+            **note_entry(record, record.status), "check_exit": entry.get("check_exit"),
             "check_seconds": entry.get("check_seconds"), "cost_usd": entry.get("cost_usd")})
     placement.give_again(repo, record, ws, info.id)
     return work.head, _tree_of(repo, work.head)

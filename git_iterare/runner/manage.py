@@ -208,6 +208,28 @@ def diff(repo: Repo, record: RunRecord, git_args: list[str]) -> int:
     return diff_run(repo, base, _result_commit(record), git_args)
 
 
+def diff_between(repo: Repo, first: RunRecord, second: RunRecord, git_args: list[str]) -> int:
+    """``git diff <first's result> <second's result>``, with the user's diff options: how
+    two runs (two attempts of a group, say) differ.
+
+    Returns:
+        git's exit status.
+
+    Raises:
+        OperationFailed: either run is still active or has no result.
+    """
+    from git_iterare.git.merge import diff_run
+    from git_iterare.runs.status import ACTIVE
+
+    heads = []
+    for record in (settle(repo, first), settle(repo, second)):
+        if record.status in ACTIVE:
+            raise OperationFailed(f"run {record.id} is still {record.status}",
+                                  hint=f"wait for it: `git iterare log -f {record.id}`")
+        heads.append(_result_commit(record))
+    return diff_run(repo, heads[0], heads[1], git_args)
+
+
 def diffstat(repo: Repo, record: RunRecord) -> str | None:
     """``git diff --stat`` from the run's base to its result, for ``show``; None when the
     run has no result yet, a note when its commits are not in this repository.

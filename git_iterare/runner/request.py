@@ -56,6 +56,11 @@ class ExecuteRequest:
             ``run.until``; ``""`` is refused.
         max_rounds: rounds of a loop at most (``--max-rounds``; default ``run.max_rounds``).
         stall_after: ``--stall-after`` (default ``run.stall_after``; 0: never).
+        base: ``(commit hex, branch or None)`` to start from, resolved once for all the
+            attempts of ``execute -n`` (:mod:`git_iterare.runner.attempts`); None: from
+            ``reuse``, ``branch``, the prompt or HEAD.
+        group: the group of attempts this run is one of (``extra.group``), or None.
+        attempt: its number in the group, 1 for the first (``extra.attempt``).
     """
 
     prompt: str | None
@@ -74,6 +79,9 @@ class ExecuteRequest:
     until: str | None = None
     max_rounds: int | None = None
     stall_after: int | None = None
+    base: tuple[str, str | None] | None = None
+    group: str | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,8 @@ def _base(repo: Repo, request: ExecuteRequest, prompt: Prompt) -> tuple[str, str
         UserError: it names no commit.
         OperationFailed: the run to reuse has no result, or left work uncommitted.
     """
+    if request.base is not None:
+        return request.base
     if request.reuse:
         from git_iterare.runs.store import RunStore
 

@@ -136,9 +136,32 @@ def _plain(value: Any) -> str:
     return sanitize_line(str(value)).replace("^I", " ").replace("^J", " ")
 
 
+#: The line under a table with a cost column (``COST*``).
+COST_FOOTNOTE = f"* cost {REPORTED}"
+
 #: Table columns: (header, right-aligned).
 TABLE_COLUMNS = (("ID", False), ("STATUS", False), ("AGENT", False), ("AGE", True),
                  ("DURATION", True), ("COST*", True), ("BRANCH", False), ("CHANGES", False))
+
+
+def aligned(columns: Sequence[tuple[str, bool]], rows: Sequence[list[str]],
+            statuses: Sequence[str], status_column: int, paint: Any) -> list[str]:
+    """A table's lines: the headers of ``columns`` (``(header, right-aligned)`` each), then
+    ``rows`` (cells already sanitized), every column as wide as its widest cell, the cell
+    of ``status_column`` colored by the row's status (:data:`STATUS_STYLES`)."""
+    headers = [header for header, _ in columns]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def fmt(row: list[str], status: str | None) -> str:
+        cells = []
+        for i, (cell, (_, right)) in enumerate(zip(row, columns, strict=True)):
+            text = cell.rjust(widths[i]) if right else cell.ljust(widths[i])
+            if i == status_column and status is not None:
+                text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
+            cells.append(text)
+        return "  ".join(cells).rstrip()
+
+    return [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
 
 
 def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
@@ -158,21 +181,9 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
                      rec.branch or "-", changes_text(rec.changes)])
         statuses.append(rec.status)
     rows = [[sanitize_line(str(cell)) for cell in row] for row in rows]
-    headers = [header for header, _ in TABLE_COLUMNS]
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def fmt(row: list[str], status: str | None) -> str:
-        cells = []
-        for i, (cell, (_, right)) in enumerate(zip(row, TABLE_COLUMNS, strict=True)):
-            text = cell.rjust(widths[i]) if right else cell.ljust(widths[i])
-            if i == 1 and status is not None:
-                text = paint(cell, *STATUS_STYLES.get(status, ())) + " " * (widths[i] - len(cell))
-            cells.append(text)
-        return "  ".join(cells).rstrip()
-
-    lines = [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
+    lines = aligned(TABLE_COLUMNS, rows, statuses, 1, paint)
     if any(row[5] != "-" for row in rows):
-        lines.append(f"* cost {REPORTED}")
+        lines.append(COST_FOOTNOTE)
     if any(row[5].split("/")[0].endswith(DISPUTED_MARK) for row in rows):
         lines.append(f"{DISPUTED_MARK} disputed: the run's log holds more than one result "
                      "report (see `git iterare show`)")
