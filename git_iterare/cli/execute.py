@@ -65,7 +65,7 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
     from git_iterare.errors import ExitCode
     from git_iterare.runner.interrupts import RunGoesOn
     from git_iterare.runner.launch import ExecuteRequest, execute
-    from git_iterare.runner.rounds import loop_of
+    from git_iterare.runs.loops import loop_of
 
     ctx = app()
     request = ExecuteRequest(prompt=prompt, env_names=env_names, reuse=reuse, agent=agent,

@@ -17,7 +17,7 @@ from git_iterare.cli.context import app
 def command(run: str, wait: bool, watcher: bool) -> None:
     """Commit the work RUN left in its worktree when committing it at the end failed."""
     from git_iterare.runner.finish import finish_later
-    from git_iterare.runner.rounds import loop_of
+    from git_iterare.runs.loops import loop_of
     from git_iterare.runs.status import ACTIVE
     from git_iterare.ui import sanitize_line
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from git_iterare import marks
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
-from git_iterare.runner.rounds import loop_of
+from git_iterare.runs.loops import loop_of
 
 if TYPE_CHECKING:
     from git_iterare.runs.record import RunRecord

@@ -338,7 +338,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 
         status, error = LOST, ("the Docker engine ended the sandbox (it restarted, or the "
                                "sandbox was killed there); its work so far is kept")
-    from git_iterare.runner.rounds import loop_of
+    from git_iterare.runs.loops import loop_of
 
     loop = loop_of(record)
     if loop is not None:
@@ -412,7 +412,7 @@ def commit_words(record: RunRecord) -> tuple[dict[str, str], str]:
     """The trailers and message of the commit of what a run's agent left uncommitted
     (:func:`git_iterare.runner.importer.finish_run`'s ``trailers`` and ``message``): for
     a loop, naming the round (``Iterare-Round``)."""
-    from git_iterare.runner.rounds import current_round, loop_of
+    from git_iterare.runs.loops import current_round, loop_of
 
     trailers = {"Iterare-Run": record.id, "Iterare-Agent": record.agent or "",
                 "Iterare-Prompt": record.prompt_name or ""}
@@ -426,7 +426,8 @@ def commit_words(record: RunRecord) -> tuple[dict[str, str], str]:
 def _with_rounds(store: RunStore, record: RunRecord, log: bytes) -> bytes:
     """The log to store for a run whose last container printed ``log``: for a loop, the
     rounds before it first (:func:`git_iterare.runner.loop.joined_log`)."""
-    from git_iterare.runner.rounds import current_round, joined_log, loop_of, rounds_of
+    from git_iterare.runner.rounds import joined_log
+    from git_iterare.runs.loops import current_round, loop_of, rounds_of
 
     if loop_of(record) is None:
         return log
@@ -443,7 +444,8 @@ def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
     not record it (it ended first)."""
     import dataclasses
 
-    from git_iterare.runner.rounds import current_round, outcome, rounds_of, totals
+    from git_iterare.runner.rounds import outcome, totals
+    from git_iterare.runs.loops import current_round, rounds_of
 
     rounds = rounds_of(record)
     counted = list(rounds)
@@ -461,7 +463,7 @@ def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
 def _round_head(store: RunStore, run_id: str, head: str) -> None:
     """Record ``head`` as the last round's (its driver recorded the round before the
     finish committed its work)."""
-    from git_iterare.runner.rounds import current_round, rounds_of
+    from git_iterare.runs.loops import current_round, rounds_of
 
     def fn(r: RunRecord) -> RunRecord:
         from git_iterare.runs.extra import Round
@@ -478,7 +480,7 @@ def _round_head(store: RunStore, run_id: str, head: str) -> None:
 
 def _round_note(record: RunRecord) -> dict[str, object]:
     """What the notes of a loop's last commits say of its last round."""
-    from git_iterare.runner.rounds import current_round, loop_of, rounds_of
+    from git_iterare.runs.loops import current_round, loop_of, rounds_of
 
     if loop_of(record) is None:
         return {}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare.agents.tally import Tally
 from git_iterare.git.repo import Repo
-from git_iterare.runner.rounds import current_round, loop_of
+from git_iterare.runs.loops import current_round, loop_of
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent
@@ -210,7 +210,7 @@ def _next_round(repo: Repo, record: RunRecord, container: str
 
 def _loop_summary(record: RunRecord, emit: Printer) -> None:
     """A loop's closing line: how many rounds, why it ended, the last check's status."""
-    from git_iterare.runner.rounds import REASONS, rounds_of
+    from git_iterare.runs.loops import REASONS, rounds_of
 
     loop = loop_of(record)
     if loop is None:

@@ -27,16 +27,14 @@ from git_iterare.runner.driver import DRIVING, hold_driver, inherited
 from git_iterare.runner.rounds import (
     ROUND_FILE,
     check_name,
-    current_round,
     joined_log,
     left_of,
-    loop_of,
     over_budget,
     round_entry,
     round_prompt,
-    rounds_of,
     stall_reason,
 )
+from git_iterare.runs.loops import current_round, loop_of, rounds_of
 
 if TYPE_CHECKING:
     from git_iterare.agents.base import Agent

@@ -132,7 +132,8 @@ def _stop_loop(repo: Repo, store: RunStore, record: RunRecord, info: ContainerIn
     from git_iterare import sandbox
     from git_iterare.runner.finish import finish
     from git_iterare.runner.ownership import engine_of
-    from git_iterare.runner.rounds import check_name, current_round
+    from git_iterare.runner.rounds import check_name
+    from git_iterare.runs.loops import current_round
     from git_iterare.sandbox.engine import using
 
     store.update(record.id, lambda r: r.with_extra(stop_requested=True), "stop requested")

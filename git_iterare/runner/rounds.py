@@ -13,15 +13,9 @@ from git_iterare.runs.extra import Loop, Round
 
 if TYPE_CHECKING:
     from git_iterare.agents.values import RunResult
-    from git_iterare.runs.record import RunRecord
 
 #: In-sandbox path of a later round's prompt (root's, read-only to the agent).
 ROUND_FILE = "/run/iterare/round.md"
-
-#: Why a loop ended (``extra.loop.reason``), as ``list`` and ``show`` say it.
-REASONS = {"passed": "the check passed", "rounds": "out of rounds",
-           "stalled": "stalled", "budget": "stopped at its budget",
-           "stopped": "stopped", "timed-out": "timed out", "failed": "failed"}
 
 # What differs between two runs of the same failing check but says nothing of the work:
 # times and durations, addresses, temporary names.
@@ -35,27 +29,6 @@ _NOISE = [
     (re.compile(r"/tmp/[^\s:'\"]+"), "<tmp>"),
     (re.compile(r"\bpid[ =:]?\d+\b", re.IGNORECASE), "<pid>"),
 ]
-
-
-def loop_of(record: RunRecord) -> Loop | None:
-    """The loop ``record``'s run was asked for (``extra.loop``), or None for a run of one
-    round (or a record whose ``loop`` is no object)."""
-    loop = record.extra.get("loop")
-    return loop if isinstance(loop, dict) and isinstance(loop.get("until"), str) else None
-
-
-def rounds_of(record: RunRecord) -> list[Round]:
-    """The rounds recorded so far (``extra.rounds``), those that are objects."""
-    rounds = record.extra.get("rounds")
-    return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
-
-
-def current_round(record: RunRecord) -> int:
-    """The round under way (``extra.loop.round``; 1 when unknown)."""
-    loop = loop_of(record) or {}
-    value = loop.get("round")
-    return value if isinstance(value, int) and value > 0 else 1
-
 
 def normalized(output: str) -> str:
     """A check's output with what changes from one run of it to the next (times,

@@ -164,6 +164,53 @@ def aligned(columns: Sequence[tuple[str, bool]], rows: Sequence[list[str]],
     return [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
 
 
+def loop_text(rec: RunRecord) -> str:
+    """What ``list`` adds to a loop's status: `` round 3/5`` while it runs, `` (stalled)``
+    once it ended (its reason), nothing for a run of one round."""
+    from git_iterare.runs.loops import REASONS, current_round, loop_of
+    from git_iterare.runs.status import ACTIVE
+
+    loop = loop_of(rec)
+    if loop is None:
+        return ""
+    if rec.status in ACTIVE:
+        return f" round {current_round(rec)}/{loop.get('max_rounds', '?')}"
+    reason = loop.get("reason")
+    return f" ({reason})" if isinstance(reason, str) and reason in REASONS else ""
+
+
+def rounds_text(rec: RunRecord, paint: Any) -> list[str]:
+    """The ``Rounds:`` part of ``show`` for a loop: its check and why it ended, then one
+    line per round (the check's exit status and seconds, the round's cost, its head
+    commit) with the last line of the check's output."""
+    from git_iterare.runs.loops import REASONS, loop_of, rounds_of
+
+    loop = loop_of(rec)
+    if loop is None:
+        return []
+    rounds = rounds_of(rec)
+    reason = loop.get("reason")
+    why = f": {REASONS.get(str(reason), str(reason))}" if reason else ""
+    lines = ["", paint("Rounds:", "bold") + sanitize_line(
+        f" {len(rounds)} of at most {loop.get('max_rounds', '?')}{why}; the check: "
+        f"{loop.get('until', '')}")]
+    for entry in rounds:
+        check = entry.get("check_exit")
+        seconds = entry.get("check_seconds")
+        said = (f"check exited {check}" if check is not None else "no check (stopped)") + (
+            f" in {seconds:g} s" if isinstance(seconds, (int, float)) else "")
+        cost = entry.get("cost_usd")
+        head = entry.get("head")
+        line = f"    {entry.get('round', '?')}  {said}" + (
+            f", {cost_text(cost)}" if isinstance(cost, (int, float)) else "") + (
+            f", head {str(head)[:12]}" if head else "")
+        lines.append(sanitize_line(line))
+        tail = (entry.get("check_tail") or "").strip().splitlines()
+        if tail:
+            lines.append("       " + sanitize_line(tail[-1]))
+    return lines
+
+
 def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
     """The human table of ``list``; ``paint(text, *styles)`` colors the status.
 
@@ -176,7 +223,8 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
             rows.append([entry.run_id, CORRUPT, "-", "-", "-", "-", "-", entry.problem or ""])
             statuses.append(CORRUPT)
             continue
-        rows.append([rec.id, rec.status, rec.agent or "-", human_span(age_seconds(rec, now)),
+        rows.append([rec.id, rec.status + loop_text(rec), rec.agent or "-",
+                     human_span(age_seconds(rec, now)),
                      human_span(duration_seconds(rec, now)), spend_text(rec),
                      rec.branch or "-", changes_text(rec.changes)])
         statuses.append(rec.status)
@@ -475,6 +523,7 @@ def show_text(shown: Shown, now: _dt.datetime, paint: Any) -> str:
     out.append(paint("Log:", "bold") + f" {count} line{'s' if count != 1 else ''}")
     if last is not None:
         out.append(f"    last result {REPORTED}: {sanitize_line(last)}")
+    out.extend(rounds_text(rec, paint))
     if diffstat is not None:
         out.append("")
         span_text = sanitize_line(f"{(rec.base_commit or '')[:12]}..{(rec.head or '')[:12]}")
