@@ -36,7 +36,8 @@ from git_iterare.cli.numbers import VERBOSITY, Number
               help="Loop: after the agent ends, run CHECK (a shell command) in the sandbox; "
                    "while it fails, the agent goes again with its output (default: the "
                    "prompt's until, then run.until).")
-@click.option("--max-rounds", "max_rounds", type=Number("rounds", whole=True), metavar="N",
+@click.option("--max-rounds", "max_rounds", type=Number("rounds", whole=True, minimum=1),
+              metavar="N",
               help="With --until: rounds at most (default: run.max_rounds, 5).")
 @click.option("--stall-after", "stall_after", type=Number("rounds", whole=True, zero="never"),
               metavar="K",
@@ -96,11 +97,13 @@ def command(prompt: str, follow: bool, env_names: tuple[str, ...], reuse: str | 
         if run_id is None:
             raise
         _goes_on(run_id)
+    stop_it = (lambda: _stop_loop(record.id)) if looping else None
     try:
-        follow_and_exit(record.id, verbosity=verbosity, raw=False, exit_status=True)
+        follow_and_exit(record.id, verbosity=verbosity, raw=False, exit_status=True,
+                        interrupted=stop_it)
     except KeyboardInterrupt:  # before following began, or a second Ctrl-C
-        if looping:
-            _stop_loop(record.id)
+        if stop_it is not None:
+            stop_it()
         _goes_on(record.id)
     sys.exit(ExitCode.OK)
 
@@ -116,7 +119,7 @@ def _stop_loop(run_id: str) -> None:
     from git_iterare.runner.manage import stop
 
     end_on_next_interrupt()
-    ui.warn(f"interrupted: stopping run {run_id}, its rounds' work kept")
+    ui.warn(f"interrupted: stopping run {run_id}, the work of its rounds kept")
     record = stop(app().repo, run_id, 10)
     click.echo(ui.sanitize_line(f"run {record.id} {record.status}; its work is on "
                                 f"{record.branch}"), err=True)
@@ -140,8 +143,6 @@ def _goes_on(run_id: str) -> None:
 def _watch(run_id: str) -> None:
     """Have run ``run_id``, which nobody follows from now on, finished when its agent ends
     (:mod:`git_iterare.runner.watch`); a loop's watcher drives its rounds."""
-    from git_iterare.runner.driver import hold_driver, is_loop_run
     from git_iterare.runner.watch import watch
 
-    repo = app().repo
-    watch(repo, run_id, hold_driver(repo, run_id) if is_loop_run(repo, run_id) else None)
+    watch(app().repo, run_id)

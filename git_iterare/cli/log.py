@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -13,7 +14,8 @@ from git_iterare.errors import ExitCode
 
 
 def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = True,
-                    exit_status: bool = False) -> None:
+                    exit_status: bool = False,
+                    interrupted: Callable[[], None] | None = None) -> None:
     """Print a run's log (following it when asked). Ctrl-C stops following, not the run
     (exit 130).
 
@@ -21,6 +23,7 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         exit_status: exit 1 when the run ended without succeeding (failed, timed out,
             stopped, lost), as ``gh run watch --exit-status``; otherwise exit 0 whatever
             the run's status, as ``git log`` does.
+        interrupted: called on Ctrl-C instead (it exits).
     """
     from git_iterare.runner.follow import show_log
     from git_iterare.runs.status import ACTIVE, SUCCEEDED
@@ -35,6 +38,8 @@ def follow_and_exit(run_id: str, *, verbosity: int, raw: bool, follow: bool = Tr
         from git_iterare.runner.interrupts import end_on_next_interrupt
 
         end_on_next_interrupt()
+        if interrupted is not None:
+            interrupted()
         click.echo(interrupted_line(run_id, "stopped following"), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if record.status in ACTIVE:

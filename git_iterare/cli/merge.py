@@ -8,6 +8,7 @@ import click
 
 from git_iterare.cli._runs import best_attempt, confirm_or_refuse, resolve_run
 from git_iterare.cli.context import app, project_option
+from git_iterare.cli.numbers import Number
 
 
 def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
@@ -44,11 +45,14 @@ def review_lines(run_id: str, changes: list[Any], paint: Any) -> list[str]:
 @click.option("--no-ff", "no_ff", is_flag=True, help="Always create a merge commit.")
 @click.option("--pick", metavar="RUN",
               help="With a GROUP: merge this attempt of it rather than the best ranked.")
+@click.option("--round", "round_number", type=Number("round", whole=True, minimum=1), metavar="K",
+              help="Of a loop (execute --until): merge the state after round K.")
 @click.option("--yes", "-y", is_flag=True,
               help="Merge without asking when files that run on the host changed, or the "
                    "run deletes files under .iterare/ or many of its base's.")
 @project_option()
-def command(run: str | None, pick: str | None, squash: bool, no_ff: bool, yes: bool) -> None:
+def command(run: str | None, pick: str | None, squash: bool, no_ff: bool,
+            round_number: int | None, yes: bool) -> None:
     """Merge the result of RUN (default: the most recent run), or of the best attempt of
     GROUP, into the current branch."""
     import sys
@@ -83,7 +87,7 @@ def command(run: str | None, pick: str | None, squash: bool, no_ff: bool, yes: b
         return confirm_or_refuse("Merge into the detached HEAD?", yes)
 
     outcome = merge(app().repo, record, squash=squash, no_ff=no_ff, confirm=confirm,
-                    confirm_detached=confirm_detached)
+                    confirm_detached=confirm_detached, round_number=round_number)
     how = "squashed into the index" if squash else "merged"
     click.echo(f"run {ui.sanitize_line(outcome.record.id)} {how}")
     if outcome.result.detached and not outcome.result.up_to_date:

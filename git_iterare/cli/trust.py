@@ -37,6 +37,13 @@ def command(prompts: tuple[str, ...], show: bool, yes: bool, revoke: bool) -> No
         return
     current = trust.state(repo, app().config, trust.prompts_env(repo, prompts))
     click.echo(trust.render(current))
+    checks = trust.prompt_checks(repo, app().config)
+    if checks:
+        from git_iterare.ui import sanitize_line
+
+        click.echo("loop checks (`until`: they run in the sandbox only, no approval needed):")
+        for where, check in checks:
+            click.echo(sanitize_line(f"  {where}: {check}"))
     if show or current.request.empty or not current.missing:
         return
     if not yes:

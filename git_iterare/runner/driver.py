@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 #: Runs this process drives (a driver finishes its own run: the mark is its own).
 DRIVING: set[str] = set()
 
+#: The variable naming the descriptor of a loop's driver mark the watcher inherits.
+LOOP_FD = "ITERARE_LOOP_FD"
+
 
 def _lock_path(repo: Repo, run_id: str) -> Path:
     """The mark a run's driver holds (:mod:`git_iterare.marks`)."""
@@ -38,10 +41,14 @@ def left_to_driver(repo: Repo, record: RunRecord) -> bool:
 
 
 def is_loop_run(repo: Repo, run_id: str) -> bool:
-    """Whether run ``run_id``'s record asks for a loop."""
+    """Whether run ``run_id``'s record asks for a loop (False when it cannot be read)."""
+    from git_iterare.errors import OperationFailed
     from git_iterare.runs.store import RunStore
 
-    return loop_of(RunStore(repo).get(run_id)) is not None
+    try:
+        return loop_of(RunStore(repo).get(run_id)) is not None
+    except OperationFailed:
+        return False
 
 
 def hold_driver(repo: Repo, run_id: str) -> int | None:
@@ -59,8 +66,6 @@ def inherited(repo: Repo, run_id: str) -> int | None:
     """The descriptor of run ``run_id``'s driver mark this process was given by
     ``execute`` (:func:`git_iterare.runner.watch.watch`), when it is that file."""
     import os
-
-    from git_iterare.runner.watch import LOOP_FD
 
     value = os.environ.pop(LOOP_FD, "")
     if not value.isdigit():

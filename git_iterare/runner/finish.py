@@ -392,6 +392,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     # agent looked up in plain text (a secret as a DNS name too), goes now; when it
     # cannot yet (not the user's), with the run's state folder at cleanup.
     sandbox.drop_dns_log(state_dir(repo, record.id) / "out")
+    commits = unannotated(repo, record.head, head, commits)  # a loop's rounds have theirs
     if commits:
         store.add_note(commits, note_entry(record, status))
     try:
@@ -648,6 +649,17 @@ def _check_budget(repo: Repo, record: RunRecord) -> None:
         stop_over_budget(repo, record, agent, counted.cost_usd, info.id)
 
 
+def unannotated(repo: Repo, before: str | None, head: str | None,
+                commits: tuple[str, ...]) -> tuple[str, ...]:
+    """Of a run's ``commits`` (hex, oldest first, up to ``head``), those after the head it
+    had (``before``), whose commits got their notes then: all when it had none."""
+    if not before or not head:
+        return commits
+    from git_iterare.git.repo import common_git
+
+    return tuple(common_git(repo, "rev-list", "--reverse", f"{before}..{head}").stdout.split())
+
+
 def note_entry(record: RunRecord, status: str) -> dict[str, object]:
     """The note a run's commits get (gititerare-records(5)): its id, prompt, agent and
     ``status``, the group it is an attempt of (``execute -n``) when it is one, and for a
@@ -777,12 +789,8 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
         if work.skipped:
             _note_skipped(store, record.id, work.skipped)
         _note_history(store, record.id, work)
-        new = work.commits
-        if head:  # those up to the recorded head were annotated when the run ended
-            from git_iterare.git.repo import common_git
-
-            new = tuple(common_git(repo, "rev-list", "--reverse", f"{head}..{work.head}"
-                                   ).stdout.split())
+        # those up to the recorded head were annotated when the run ended
+        new = unannotated(repo, head, work.head, work.commits)
         if new:
             store.add_note(new, note_entry(record, record.status))
 

@@ -254,7 +254,7 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
     agent again for the next round): the agent's commits imported, the rest committed
     with an ``Iterare-Round`` trailer, the commits annotated with the round. Returns the
     round's head commit and its tree (hex), None when unknown."""
-    from git_iterare.runner.finish import commit_words, note_entry
+    from git_iterare.runner.finish import commit_words, note_entry, unannotated
     from git_iterare.runner.importer import finish_run
     from git_iterare.runner.placement import placement_of
     from git_iterare.runner.workspace import open_run
@@ -267,8 +267,9 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
         changes = {"files": work.changes.files, "insertions": work.changes.insertions,
                    "deletions": work.changes.deletions}
         store.set_head(record.id, work.head, changes)
-    if work.commits:
-        store.add_note(work.commits, {
+    commits = unannotated(repo, record.head, work.head, work.commits)
+    if commits:
+        store.add_note(commits, {
             **note_entry(record, record.status), "check_exit": entry.get("check_exit"),
             "check_seconds": entry.get("check_seconds"), "cost_usd": entry.get("cost_usd")})
     placement.give_again(repo, record, ws, info.id)

@@ -324,7 +324,8 @@ def changed_files(repo: Repo, record: RunRecord) -> list[FileChange]:
 
 def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
           confirm: Callable[[MergeReview], bool],
-          confirm_detached: Callable[[str], bool] = lambda head: True) -> MergeOutcome:
+          confirm_detached: Callable[[str], bool] = lambda head: True,
+          round_number: int | None = None) -> MergeOutcome:
     """Merge a finished run's result into the current branch of the worktree the command
     runs in.
 
@@ -339,8 +340,11 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
             warnings, the deletions worth a question); returns whether to go on.
         confirm_detached: called with HEAD's commit (hex) when HEAD is detached, before
             anything else is shown; returns whether to merge into it.
+        round_number: of a loop, merge the state after this round (its head commit)
+            rather than the result.
 
     Raises:
+        UserError: ``round_number`` names no round of the run with a commit.
         OperationFailed: still active, no result, a merge, rebase, cherry-pick, revert
             or bisect in progress in the worktree, refused, or a conflict (the user's tree
             and index are left as they were; the conflicting files are named).
@@ -356,6 +360,9 @@ def merge(repo: Repo, record: RunRecord, *, squash: bool, no_ff: bool,
         raise OperationFailed(f"run {record.id} was cleaned up; merge its commit "
                               f"{record.head} with git merge if you still want it")
     head = _result_commit(record)
+    if round_number is not None:
+        record = _at_round(record, round_number)
+        head = str(record.head)
     refuse_in_progress(repo)  # before asking about the detached HEAD a stopped rebase has
     detached = detached_head(repo)
     if detached is not None and not confirm_detached(detached):
@@ -411,6 +418,29 @@ def merge_holds(repo: Repo, record: RunRecord) -> bool:
     if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
         return True
     return _reachable_elsewhere(repo, commit)
+
+
+def _at_round(record: RunRecord, number: int) -> RunRecord:
+    """``record`` as if its result were the state after round ``number`` of its loop
+    (its ``head`` that round's; its status and rounds as they are).
+
+    Raises:
+        UserError: the run is no loop, or has no such round with a result.
+    """
+    from git_iterare.errors import UserError
+    from git_iterare.runs.loops import loop_of, rounds_of
+
+    rounds = rounds_of(record)
+    if loop_of(record) is None or not rounds:
+        raise UserError(f"--round {number}: run {record.id} has no rounds (it ran no loop)",
+                        hint="drop --round")
+    heads = {r.get("round"): r.get("head") for r in rounds}
+    head = heads.get(number)
+    if not isinstance(head, str) or not head:
+        raise UserError(f"--round {number}: run {record.id} has rounds 1 to {len(rounds)}"
+                        + (f"; round {number} left no commit" if number in heads else ""),
+                        hint="see its rounds with `git iterare show`")
+    return record.replace(head=head)
 
 
 def _merge_ref(repo: Repo, record: RunRecord, head: str) -> str:

@@ -208,6 +208,27 @@ def prompts_env(repo: Repo, extra: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def prompt_checks(repo: Repo, config: Config) -> list[tuple[str, str]]:
+    """The loop checks (``until``) that runs would run: ``(where, check)`` for each prompt
+    in ``.iterare/prompts`` that sets one (prompts that do not parse are skipped), and
+    ``run.until`` when set. They need no approval (a check runs in the sandbox only, as
+    the agent does); ``trust --show`` shows them."""
+    from git_iterare.prompt import list_prompts, load_prompt
+
+    folder = repo.iterare_dir / "prompts"
+    found: list[tuple[str, str]] = []
+    for name in list_prompts(folder):
+        try:
+            until = load_prompt(name, folder, Path.cwd()).until
+        except UserError:
+            continue
+        if until:
+            found.append((f"prompt {name}", until))
+    if config["run.until"]:
+        found.append(("run.until", config["run.until"]))
+    return found
+
+
 def requested_agent_settings(repo: Repo, base: str | None = None,
                              agents: Collection[str] | None = None) -> dict[str, object]:
     """What the repository's configuration of the agents asks for that starts programs:

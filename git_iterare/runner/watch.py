@@ -33,18 +33,20 @@ _PROGRAM = ("import sys; sys.path[0] = sys.argv[2]; from git_iterare.cli.main im
 _IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def watch(repo: Repo, run_id: str, held: int | None = None) -> int | None:
+def watch(repo: Repo, run_id: str) -> int | None:
     """Start the watcher of run ``run_id``, in the current directory and environment;
     return its process id, or None when it could not be started (nothing is raised: the
     run is finished by the next command that looks at it).
 
-    Args:
-        held: the descriptor of a mark this process holds for the watcher
-            (:mod:`git_iterare.marks`): a loop's driver mark
-            (:func:`git_iterare.runner.loop.hold_driver`), held before the watcher
-            starts so no other command takes the loop's rounds in the meantime. The
-            watcher inherits it (its number in ``ITERARE_LOOP_FD``); it is closed here.
+    The watcher of a loop drives its rounds: the loop's driver mark
+    (:func:`git_iterare.runner.driver.hold_driver`) is held here before the watcher
+    starts, so no other command takes the loop's rounds in the meantime, and handed to
+    it (the descriptor inherited, its number in
+    :data:`~git_iterare.runner.driver.LOOP_FD`).
     """
+    from git_iterare.runner.driver import LOOP_FD, hold_driver, is_loop_run
+
+    held = hold_driver(repo, run_id) if is_loop_run(repo, run_id) else None
     log = state_dir(repo, run_id) / "watch.log"
     env = {**os.environ, "NO_COLOR": "1"}
     if held is not None:
@@ -61,7 +63,3 @@ def watch(repo: Repo, run_id: str, held: int | None = None) -> int | None:
         if held is not None:
             os.close(held)  # the watcher's copy holds it now
     return child.pid
-
-
-#: The variable naming the descriptor of a loop's driver mark the watcher inherits.
-LOOP_FD = "ITERARE_LOOP_FD"

@@ -375,10 +375,26 @@ def recorded_warnings(rec: RunRecord) -> list[str]:
     :func:`git_iterare.runner.finish._note_history`), each made one line; the first
     :data:`MAX_WARNINGS_SHOWN` of them (a fetched record may hold anything)."""
     found = rec.extra.get("warnings")
-    if not isinstance(found, list):
+    kept = [bounded_line(w) for w in found if isinstance(w, str)][:MAX_WARNINGS_SHOWN] \
+        if isinstance(found, list) else []
+    return kept + _check_warning(rec)
+
+
+def _check_warning(rec: RunRecord) -> list[str]:
+    """A loop whose last check did not pass: a line saying so (``show`` and ``merge``)."""
+    from git_iterare.runs.loops import loop_of, rounds_of
+    from git_iterare.runs.status import ACTIVE
+
+    loop, rounds = loop_of(rec), rounds_of(rec)
+    if loop is None or rec.status in ACTIVE or not rounds:
         return []
-    return [bounded_line(w) for w in found if isinstance(w, str)][
-        :MAX_WARNINGS_SHOWN]
+    last = rounds[-1]
+    if last.get("check_exit") == 0:
+        return []
+    said = ("did not run (the loop was stopped)" if last.get("check_exit") is None
+            else f"failed (exit status {last.get('check_exit')})")
+    return [bounded_line(f"its last check {said} after round {last.get('round')}: "
+                         f"{loop.get('until')}")]
 
 
 #: Most of a record's warnings shown.
