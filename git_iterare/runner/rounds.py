@@ -147,8 +147,9 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None
     if reason == "passed":
         return SUCCEEDED, None
     if reason == "rounds":
-        return FAILED, (f"the check still failed after {len(rounds)} rounds (exit status "
-                        f"{last.get('check_exit')})")
+        n = len(rounds)
+        return FAILED, (f"the check still failed after {n} round{'' if n == 1 else 's'} "
+                        f"(exit status {last.get('check_exit')})")
     if reason == "stalled":
         return FAILED, f"the loop stalled: {loop.get('stalled') or 'no progress'}"
     if reason == "budget" and status == SUCCEEDED:
