@@ -141,6 +141,16 @@ def test_a_loop_out_of_rounds_and_one_that_changes_nothing(project: Path) -> Non
         "stalled", "the loop stalled: the work did not change for 2 rounds in a row")
 
 
+def test_the_timeout_counts_across_rounds(project: Path) -> None:  # noqa: F811
+    prompt(project, "nap", 'echo "$ITERARE_ROUND" >> rounds.txt\nsleep 3\n')
+    run = iterare("execute", "nap", "--until", "false", "--timeout", "5", "-f", cwd=project)
+    assert run.returncode == 1
+    data = record(project, run_id(run.stdout))
+    assert (data["status"], data["extra"]["loop"]["reason"]) == ("timed-out", "timed-out")
+    assert data["error"] == "its rounds reached the run's timeout"
+    assert git("show", f"{data['head']}:rounds.txt", cwd=project).stdout == "1\n2\n"
+
+
 def test_stop_during_the_check_keeps_every_round(project: Path) -> None:  # noqa: F811
     prompt(project, "write", 'echo "$ITERARE_ROUND" >> rounds.txt\n')
     check = 'if [ "$ITERARE_ROUND" = 2 ]; then echo checking; sleep 600; fi; exit 1'

@@ -140,7 +140,7 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None
             ) -> tuple[str, str | None]:
     """The status and error of a loop's run once it ended, from its ``reason`` and the
     last round's own outcome (``status``, ``error``: as a run of one round would end)."""
-    from git_iterare.runs.status import FAILED, SUCCEEDED
+    from git_iterare.runs.status import FAILED, SUCCEEDED, TIMED_OUT
 
     reason = loop.get("reason")
     last = rounds[-1] if rounds else Round()
@@ -152,6 +152,9 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None
                         f"(exit status {last.get('check_exit')})")
     if reason == "stalled":
         return FAILED, f"the loop stalled: {loop.get('stalled') or 'no progress'}"
+    if reason == "timed-out":
+        return TIMED_OUT, (error if status == TIMED_OUT
+                           else "its rounds reached the run's timeout")
     if reason == "budget" and status == SUCCEEDED:
         return FAILED, "the loop used up its budget before the check passed"
     if status == SUCCEEDED:  # its driver ended before the loop did
