@@ -202,6 +202,20 @@ class Progress:
         stream.flush()
         self._drawn = len(shown)
 
+    def meter(self, line: str) -> None:
+        """Show ``line`` as the one line of a transfer's progress on a terminal, redrawn in
+        place at each call (as ``git push`` shows its counts) and cleared by the next
+        progress line or :meth:`clear`; nothing off a terminal."""
+        stream = self.stream
+        try:
+            if not stream.isatty() or os.environ.get("TERM") == "dumb":
+                return
+        except (AttributeError, ValueError):
+            return
+        stream.write(self._erase() + sanitize_line(line) + "\n")
+        stream.flush()
+        self._window, self._drawn = [line], 1
+
     def clear(self) -> None:
         """Erase the step's window from the terminal (nothing when none is shown)."""
         if self._drawn:

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
+from git_iterare.meter import Metered
 from git_iterare.sandbox.dockertypes import Container
 
 #: Label on every volume git-iterare makes: ``work``, ``git`` or ``cache``.
@@ -220,7 +221,7 @@ class Porter:
         assert self.container is not None, "a Porter is used inside its with block"
         return self.container
 
-    def put(self, path: str, archive: bytes | IO[bytes]) -> None:
+    def put(self, path: str, archive: bytes | IO[bytes] | Metered) -> None:
         """Unpack the tar ``archive`` (bytes or a file open for reading) at ``path``
         (which must exist).
 
@@ -235,7 +236,8 @@ class Porter:
         return get_archive(self.made, path)
 
 
-def put_archive(container: Container, path: str, archive: bytes | IO[bytes]) -> None:
+def put_archive(container: Container, path: str, archive: bytes | IO[bytes] | Metered
+                ) -> None:
     """``put_archive`` of ``container`` (a tar as bytes or a file open for reading) with
     the engine's errors as ours.
 

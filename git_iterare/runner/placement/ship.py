@@ -29,9 +29,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
+from git_iterare.meter import Metered, transfer_line
 from git_iterare.runner.placement.packs import local_commits, pack_reachable
 from git_iterare.runs import extra
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
@@ -215,13 +216,27 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                     add_file(tar, f"{run}/{GO}", b"", owner=agent)
                 add_file(tar, f"{run}/{SHIPPED}", b"")  # last: all is there
             with archive.open("rb") as handle:
-                porter.put("/", handle)
+                porter.put("/", metered(handle, archive.stat().st_size))
             if checkout is not None:
                 checkout.start()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
                    file_bytes=len(git_tar) + len(work_tar))
+
+
+def metered(handle: IO[bytes], size: int) -> Metered:
+    """``handle`` (``size`` bytes) as it is sent to the engine, with a progress line on a
+    terminal for a big one (:mod:`git_iterare.meter`)."""
+    from git_iterare import ui
+
+    def shown(sent: int, total: int) -> None:
+        ui.progress.meter(transfer_line("sending the run's files to the Docker engine", sent,
+                                        total))
+        if sent >= total:
+            ui.progress.clear()
+
+    return Metered(handle, size, shown)
 
 
 def copy_members(tar: tarfile.TarFile, data: bytes, prefix: str,
