@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from git_iterare.agents.values import RunResult
 from git_iterare.runner.rounds import (
     left_of,
@@ -91,3 +93,18 @@ def test_a_remote_engine_takes_no_loops() -> None:
         Remote().check_loop()
     assert refused.value.render().startswith("loops (--until) need a local Docker engine for "
                                              "now; ")
+
+
+def test_trust_show_lists_the_checks_a_repository_asks_loops_to_run(repo: Path) -> None:
+    from tests.conftest import iterare
+
+    prompts = repo / ".iterare" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "fix.md").write_text("---\nagent: shell\nuntil: make test\n---\ntrue\n")
+    (prompts / "plain.md").write_text("---\nagent: shell\n---\ntrue\n")
+    (repo / ".iterare" / "config.toml").write_text('[run]\nuntil = "\\u001b[2Jpytest"\n')
+    shown = iterare("trust", "--show", cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    start = lines.index("loop checks (`until`: they run in the sandbox only, no approval needed):")
+    assert lines[start + 1:] == ["  prompt fix: make test", "  run.until: ^[[2Jpytest"]
