@@ -300,6 +300,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     from git_iterare.runner.workspace import open_run
 
     vanished = info is None
+    head_before = record.head  # a loop's rounds annotated the commits up to it
     exit_code = None if info is None else info.exit_code
     from git_iterare.agents.tally import Tally, tapped
     from git_iterare.sandbox.spec import sandbox_name
@@ -392,7 +393,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     # agent looked up in plain text (a secret as a DNS name too), goes now; when it
     # cannot yet (not the user's), with the run's state folder at cleanup.
     sandbox.drop_dns_log(state_dir(repo, record.id) / "out")
-    commits = unannotated(repo, record.head, head, commits)  # a loop's rounds have theirs
+    commits = unannotated(repo, head_before, head, commits)
     if commits:
         store.add_note(commits, note_entry(record, status))
     try:
