@@ -30,6 +30,7 @@ from git_iterare.runner.rounds import (
     joined_log,
     left_of,
     over_budget,
+    own_share,
     round_entry,
     round_prompt,
     stall_reason,
@@ -118,7 +119,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     from git_iterare import sandbox
 
     log = capped(tapped(sandbox.output(info.id), counted))
-    result = counted.result(exit_code=info.exit_code)
+    result = own_share(counted.result(exit_code=info.exit_code), rounds_of(record))
     ended_as, _ = _outcome(record, info.exit_code, result, False, info.ran_seconds)
     stopping = {st.STOPPED: "budget" if not record.extra.get("stop_requested") else "stopped",
                 st.TIMED_OUT: "timed-out"}.get(ended_as)

@@ -5,6 +5,7 @@ the next round is told, and what the whole run comes to.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -105,6 +106,31 @@ def over_budget(extra: Mapping[str, object], rounds: Sequence[Round]) -> str | N
     return None
 
 
+def own_share(result: RunResult, earlier: Sequence[Round]) -> RunResult:
+    """``result`` with the round's own figures: an agent that reports its continued
+    session's running totals (:attr:`~git_iterare.agents.values.RunResult.session_totals`)
+    counted the rounds just before it of that session too, and theirs are taken off
+    (never below 0: what the session saved is the agent's to change).
+
+    Args:
+        result: what the round's agent reported.
+        earlier: the rounds before it, in order.
+    """
+    import dataclasses
+
+    if not result.session or not result.session_totals:
+        return result
+    cost, tokens, _ = totals(itertools.takewhile(
+        lambda r: r.get("session") == result.session, reversed(earlier)))
+    own = result
+    if "cost_usd" in result.session_totals and result.cost_usd is not None:
+        own = dataclasses.replace(own, cost_usd=max(result.cost_usd - (cost or 0.0), 0.0))
+    if "tokens" in result.session_totals:
+        own = dataclasses.replace(own, tokens={
+            kind: max(n - tokens.get(kind, 0), 0) for kind, n in result.tokens.items()})
+    return own
+
+
 def round_entry(number: int, result: RunResult, *, started: str | None, ended: str | None,
                 exit_code: int | None, check_exit: int | None, check_seconds: float | None,
                 check_tail: str) -> Round:
@@ -112,6 +138,8 @@ def round_entry(number: int, result: RunResult, *, started: str | None, ended: s
     entry = Round(round=number, exit_code=exit_code, check_exit=check_exit,
                   check_tail=check_tail, cost_usd=result.cost_usd, tokens=dict(result.tokens),
                   turns=result.turns, head=None)
+    if result.session:
+        entry["session"] = result.session
     if started:
         entry["started"] = started
     if ended:
