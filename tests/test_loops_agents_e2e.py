@@ -98,3 +98,36 @@ def test_claude_loop_continues_its_session(project: Path, tmp_path: Path) -> Non
     # Round 1's work is a round commit on the branch; round 2's file is there too.
     assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "round one\n"
     assert git("show", f"iterare/{rid}:fixed.txt", cwd=project).stdout == "fixed\n"
+
+
+def test_claude_loop_ends_at_its_budget_with_round_one_kept(project: Path,
+                                                            tmp_path: Path) -> None:
+    # Every turn reports 100,000 input tokens (about $0.40 at the price Claude Code uses
+    # for the fake's model): round 1 (two turns, about $0.80) stays under the $1.00
+    # budget; round 2 is given the $0.20 left, and Claude Code stops itself after its
+    # first reply, before that turn's tool runs.
+    log = tmp_path / "requests.jsonl"
+    with FakeAnthropic(LOOP_TURNS, log, host=NET["GATEWAY_V4"],
+                       input_tokens_per_turn=100_000) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", TASK, front="agent: claude\nmax_budget_usd: 1\n")
+        started = iterare("execute", "notes", "-f", "--until", CHECK, cwd=project,
+                          env=CLAUDE_KEY)
+    rid = run_id(started.stdout)
+    rec = record(project, rid)
+    assert rec["extra"]["loop"]["reason"] == "budget", (rec, started.stdout, started.stderr)
+    rounds = rec["extra"]["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2], rounds
+    assert 0 < rounds[0]["cost_usd"] < 1 <= sum(r["cost_usd"] for r in rounds), rounds
+    assert rec["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in rounds))
+    assert [r["turn"] for r in _requests(log)] == [0, 1, 2]  # no turn past the budget
+    assert (rec["status"], started.returncode) == ("stopped", 1), (rec, started.stderr)
+    assert rec["error"] == (f"stopped at its budget: 2 rounds spent "
+                            f"${rec['cost_usd']:.2f} of $1.00"), rec["error"]
+    assert rec["extra"]["stop_reason"] == "budget"
+    assert started.stderr.splitlines()[-1].startswith(f"run {rid} stopped"), started.stderr
+    # Round 1's work is on the branch, under its round commit, and nothing is lost.
+    assert git("show", f"iterare/{rid}:notes.txt", cwd=project).stdout == "round one\n"
+    assert rounds[0]["head"] and git(
+        "merge-base", "--is-ancestor", rounds[0]["head"], f"iterare/{rid}",
+        cwd=project).returncode == 0

@@ -456,7 +456,7 @@ def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
         counted.append(Round(cost_usd=own_share(result, rounds).cost_usd,
                              tokens=dict(result.tokens), turns=result.turns))
     cost, tokens, turns = totals(counted)
-    status, error = outcome(loop, rounds, status, error)
+    status, error = outcome(loop, rounds, status, error, record.extra)
     return status, error, dataclasses.replace(result, cost_usd=cost, tokens=tokens,
                                               turns=turns)
 
