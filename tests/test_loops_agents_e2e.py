@@ -6,6 +6,7 @@ the container made from the last round's (its home, and the session in it, kept)
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +56,22 @@ def _text(message: dict[str, Any]) -> str:
                      if isinstance(b, dict))
 
 
+def _loop(project: Path, log: Path, tokens_per_turn: int, front: str = ""
+          ) -> subprocess.CompletedProcess[str]:
+    """``execute -f --until CHECK`` of :data:`TASK` with Claude Code against the fake
+    playing :data:`LOOP_TURNS`, each turn reporting ``tokens_per_turn`` input tokens."""
+    with FakeAnthropic(LOOP_TURNS, log, host=NET["GATEWAY_V4"],
+                       input_tokens_per_turn=tokens_per_turn) as api:
+        _claude_project(project, api.url.rsplit(":", 1)[1])
+        prompt(project, "notes", TASK, front=f"agent: claude\n{front}")
+        return iterare("execute", "notes", "-f", "--until", CHECK, cwd=project,
+                       env=CLAUDE_KEY)
+
+
 def test_claude_loop_continues_its_session(project: Path, tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
     # Every turn reports the same input tokens, so each round (two turns) costs the same.
-    with FakeAnthropic(LOOP_TURNS, log, host=NET["GATEWAY_V4"],
-                       input_tokens_per_turn=1000) as api:
-        _claude_project(project, api.url.rsplit(":", 1)[1])
-        prompt(project, "notes", TASK, front="agent: claude\n")
-        started = iterare("execute", "notes", "-f", "--until", CHECK, cwd=project,
-                          env=CLAUDE_KEY)
+    started = _loop(project, log, 1000)
     assert started.returncode == 0, started.stdout + started.stderr
     rid = run_id(started.stdout)
     assert "Round one done." in started.stdout and "Round two done." in started.stdout
@@ -107,12 +115,7 @@ def test_claude_loop_ends_at_its_budget_with_round_one_kept(project: Path,
     # budget; round 2 is given the $0.20 left, and Claude Code stops itself after its
     # first reply, before that turn's tool runs.
     log = tmp_path / "requests.jsonl"
-    with FakeAnthropic(LOOP_TURNS, log, host=NET["GATEWAY_V4"],
-                       input_tokens_per_turn=100_000) as api:
-        _claude_project(project, api.url.rsplit(":", 1)[1])
-        prompt(project, "notes", TASK, front="agent: claude\nmax_budget_usd: 1\n")
-        started = iterare("execute", "notes", "-f", "--until", CHECK, cwd=project,
-                          env=CLAUDE_KEY)
+    started = _loop(project, log, 100_000, front="max_budget_usd: 1\n")
     rid = run_id(started.stdout)
     rec = record(project, rid)
     assert rec["extra"]["loop"]["reason"] == "budget", (rec, started.stdout, started.stderr)
