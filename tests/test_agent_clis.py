@@ -150,3 +150,61 @@ def test_real_codex_looks_up_no_name_behind_a_gateway(agent_user: str | None,
     assert codex.summarize(events).summary == "Hello."
     assert seen["dns"] == []
     assert [(r["method"], r["path"]) for r in seen["requests"]] == [("POST", "/v1/responses")]
+
+
+def test_real_codex_resumes_its_session_in_a_later_round(agent_user: str | None,
+                                                         shared_dir: Path) -> None:
+    """A loop's later round (``codex exec [OPTIONS] resume --last -``) continues the first
+    round's thread: its first request carries the first round's conversation and then the
+    round's prompt; the thread's tokens it reports, the first round's taken off, are its
+    own."""
+    from git_iterare.runner.rounds import own_share, round_entry
+    from tests.fakeapi.openai_server import USAGE, FakeOpenAI
+
+    codex = agents.get_agent("codex")
+    bin_dir = HARNESSES["codex"].install()
+    (shared_dir / "home").mkdir()
+    (shared_dir / "prompt.md").write_text("Create one.txt.\n")
+    (shared_dir / "round.md").write_text("The check failed: two.txt is missing.\n")
+    if agent_user:
+        subprocess.run(["chown", "-R", agent_user, str(shared_dir)], check=True)
+    turns: list[list[dict[str, str]]] = [
+        [{"type": "message", "text": "Round one."},
+         {"type": "shell", "command": "echo 1 > one.txt"}],
+        [{"type": "message", "text": "Round one done."}],
+        [{"type": "message", "text": "Round two."},
+         {"type": "shell", "command": "echo 2 > two.txt"}],
+        [{"type": "message", "text": "Round two done."}]]
+    log = shared_dir / "requests.jsonl"
+    results = []
+    with FakeOpenAI(turns, log) as fake:
+        cfg = config.load(None, {"codex.base_url": f"{fake.url}/v1"}, env={}, git_entries=[])
+        env = {"HOME": str(shared_dir / "home"), "PATH": f"{bin_dir}:/usr/bin:/bin",
+               **codex.environment(cfg), **codex.credentials(cfg, {"OPENAI_API_KEY": "k"}).env}
+        runas = ["runuser", "-u", agent_user, "--"] if agent_user else []
+        for argv in (codex.command(prompt_file=str(shared_dir / "prompt.md"), config=cfg),
+                     codex.round_command(prompt_file=str(shared_dir / "prompt.md"),
+                                         round_file=str(shared_dir / "round.md"), config=cfg)):
+            done = subprocess.run([*runas, "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                                   *argv], cwd=shared_dir, capture_output=True, text=True,
+                                  timeout=300, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            events = [codex.parse_line(line) for line in done.stdout.splitlines()]
+            results.append(codex.summarize(events, exit_code=0))
+    first, second = results
+    assert (first.summary, second.summary) == ("Round one done.", "Round two done.")
+    assert first.session and second.session == first.session
+    requests = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["turn"] for r in requests] == [0, 1, 2, 3]
+    said = [(item.get("role"), json.dumps(item.get("content")))
+            for item in requests[2]["body"]["input"] if isinstance(item, dict)]
+    users = [text for role, text in said if role == "user"]
+    assert "Create one.txt." in users[-2] and "two.txt is missing" in users[-1], said
+    assert any(role == "assistant" and "Round one done." in text for role, text in said)
+    # Two requests a round, each reporting USAGE.
+    own = {"input": 2 * USAGE["input_tokens"], "output": 2 * USAGE["output_tokens"]}
+    assert {k: first.tokens[k] for k in own} == own
+    assert {k: second.tokens[k] for k in own} == {k: 2 * n for k, n in own.items()}
+    earlier = [round_entry(1, first, started=None, ended=None, exit_code=0, check_exit=1,
+                           check_seconds=None, check_tail="")]
+    assert own_share(second, earlier).tokens == first.tokens

@@ -194,7 +194,8 @@ def test_claude_parses_real_stream() -> None:
     assert claude.summarize(events, exit_code=0) == RunResult(
         is_error=False, cost_usd=0.01927,
         tokens={"input": 3470, "output": 65, "cache_read": 0, "cache_creation": 0},
-        turns=2, duration_ms=465, summary="Created hello.txt and committed it.")
+        turns=2, duration_ms=465, summary="Created hello.txt and committed it.",
+        session="c235949d-f9c7-49a1-ba62-a51a347df8e7")  # 2.1.197: its cost is its own
 
 
 def test_claude_error_result() -> None:
@@ -297,7 +298,8 @@ def test_codex_parses_real_stream() -> None:
     result = codex.summarize(events, exit_code=0)
     assert result == RunResult(is_error=False, tokens={
         "input": 2000, "cache_read": 200, "cache_creation": 0, "output": 100,
-        "reasoning": 10}, summary="Created notes.txt and committed it.")
+        "reasoning": 10}, summary="Created notes.txt and committed it.",
+        session="01a22da6-cb01-7462-9c84-8b3dd112de8e", session_totals=frozenset({"tokens"}))
     shown = [codex.render(e, 1) for e in events]
     assert shown[2] == "I will add the notes file."
     assert shown[3] is not None and "shell: " in shown[3]

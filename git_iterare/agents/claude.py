@@ -16,6 +16,13 @@ and a closing ``result`` (``is_error``, ``total_cost_usd``, ``usage``, ``num_tur
 ``duration_ms``, ``result``). Source: https://docs.claude.com/en/docs/claude-code/sdk
 and the CLI's own output.
 
+Cost across rounds: from Claude Code 2.1.277 on, a process that continues a session
+(``--continue``) starts from the totals the session saved at its last exit, so its
+``total_cost_usd`` is the whole session's, while its ``usage`` and ``num_turns`` are still
+its own and ``--max-budget-usd`` still holds its own spend; 2.1.276 and earlier start from
+zero (observed against tests/fakeapi with 2.1.197, 2.1.276, 2.1.277 and 2.1.332). The
+version is the ``claude_code_version`` of the ``system`` ``init`` event.
+
 Network: the Messages API at api.anthropic.com, and platform.claude.com where OAuth
 tokens are refreshed. Telemetry, error reporting and auto-update are turned off with the
 variables in :data:`QUIET_ENV`. A gateway (``[claude] base_url`` or ANTHROPIC_BASE_URL)
@@ -94,6 +101,10 @@ INERT_SETTINGS = frozenset({
     "disableAllHooks", "language",
 })
 
+#: The first Claude Code whose ``total_cost_usd`` counts a continued session's earlier
+#: processes too (see the module docstring).
+SESSION_COST_SINCE = (2, 1, 277)
+
 #: Tool input field that says best what a call does, by tool name.
 _TOOL_SUMMARY_FIELD = {
     "Bash": "command",
@@ -164,6 +175,28 @@ def _parts(content: object) -> tuple[Part, ...]:
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _version(text: object) -> tuple[int, ...] | None:
+    """``2.1.332`` as ``(2, 1, 332)``; None when ``text`` is no such version."""
+    import re
+
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
+    return tuple(int(n) for n in found.groups()) if found else None
+
+
+def session_totals(events: Iterable[Event]) -> frozenset[str]:
+    """``{"cost_usd"}`` when the Claude Code of the ``init`` event among ``events`` is
+    :data:`SESSION_COST_SINCE` or later (its ``total_cost_usd`` is the session's running
+    total); else empty (the process's own, or the version is unknown)."""
+    for event in events:
+        data = event.data
+        if event.kind == "system" and data is not None and data.get("subtype") == "init":
+            version = _version(data.get("claude_code_version"))
+            if version is not None and version >= SESSION_COST_SINCE:
+                return frozenset({"cost_usd"})
+            return frozenset()
+    return frozenset()
 
 
 def retry_line(data: Mapping[str, object]) -> str:
@@ -305,6 +338,7 @@ class Claude(Agent):
     def summarize(self, events: Iterable[Event], *, exit_code: int | None = None) -> RunResult:
         result: Mapping[str, Any] | None = None
         last_text = ""
+        events = list(events)
         for event in events:
             if event.kind == "result" and event.data is not None:
                 result = event.data
@@ -326,6 +360,7 @@ class Claude(Agent):
             if (count := _int(usage.get(theirs))) is not None
         }
         cost = result.get("total_cost_usd")
+        session = result.get("session_id")
         summary = result.get("result")
         if not isinstance(summary, str):
             errors = result.get("errors")
@@ -338,6 +373,8 @@ class Claude(Agent):
             turns=_int(result.get("num_turns")),
             duration_ms=_int(result.get("duration_ms")),
             summary=summary.strip(),
+            session=session if isinstance(session, str) else "",
+            session_totals=session_totals(events),
         )
 
 

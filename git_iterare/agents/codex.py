@@ -27,7 +27,9 @@ aggregated_output, exit_code; ``file_change`` changes; ``mcp_tool_call``; ``web_
 ``todo_list``; ``error``), ``turn.completed`` (``usage``: input_tokens,
 cached_input_tokens, cache_write_input_tokens, output_tokens, reasoning_output_tokens),
 ``turn.failed`` (``error.message``), and ``error`` (``message``: retries). Codex reports
-no cost and no count of model requests: a record holds its tokens only. Source:
+no cost and no count of model requests: a record holds its tokens only. A resumed thread
+(``exec resume``) reports the thread's tokens so far in its ``turn.completed``, the earlier
+``exec`` processes' included (observed with 0.171.0 against tests/fakeapi). Source:
 https://developers.openai.com/codex/noninteractive and the CLI's own output
 (tests/test_fakeapi_openai.py).
 """
@@ -246,10 +248,13 @@ class Codex(Agent):
         tokens: dict[str, int] = {}
         said = ""
         failure = ""
+        thread = ""
         completed = False
         for event in events:
             data = event.data or {}
-            if event.kind == "assistant":
+            if data.get("type") == "thread.started" and not thread:
+                thread = _str(data.get("thread_id"))
+            elif event.kind == "assistant":
                 for part in event.parts:
                     if part.kind == "text" and part.text.strip():
                         said = part.text.strip()
@@ -267,7 +272,8 @@ class Codex(Agent):
                     if count is not None:
                         tokens[ours] = tokens.get(ours, 0) + count
         failed = bool(failure) or not completed or exit_code not in (0, None)
-        return RunResult(is_error=failed, tokens=tokens, summary=failure or said)
+        return RunResult(is_error=failed, tokens=tokens, summary=failure or said,
+                         session=thread, session_totals=frozenset({"tokens"}))
 
 
 AGENT = Codex()

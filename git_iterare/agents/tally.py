@@ -35,7 +35,8 @@ class Summarizer(Protocol):
 
 class Tally:
     """An agent's events, kept for its :meth:`~Summarizer.summarize`: the first closing
-    report wherever it came, and the last ``keep`` other events (see the module
+    report wherever it came, the first ``system`` event (where an agent says what it is:
+    its version, its session), and the last ``keep`` other events (see the module
     docstring for the later reports).
 
     Args:
@@ -50,6 +51,7 @@ class Tally:
     def __init__(self, agent: Summarizer, keep: int = MAX_SUMMARY_EVENTS):
         self._agent = agent
         self._first: tuple[int, Event] | None = None
+        self._opening: tuple[int, Event] | None = None
         self._tail: deque[tuple[int, Event]] = deque(maxlen=keep)
         self._seen = 0
         self._later_failed = False
@@ -65,6 +67,8 @@ class Tally:
                                                or alone.cost_usd > self.cost_usd):
                 self.cost_usd = alone.cost_usd
         if event.kind != "result":
+            if event.kind == "system" and self._opening is None:
+                self._opening = (self._seen, event)
             self._tail.append((self._seen, event))
             return
         self.reports += 1
@@ -80,11 +84,13 @@ class Tally:
         return event
 
     def events(self) -> list[Event]:
-        """The kept events in the order they came (the first report among them)."""
+        """The kept events in the order they came (the first report and the first
+        ``system`` event among them)."""
         kept = list(self._tail)
-        if self._first is not None and self._first not in kept:
-            kept.append(self._first)
-            kept.sort(key=lambda pair: pair[0])
+        for pinned in (self._opening, self._first):
+            if pinned is not None and pinned not in kept:
+                kept.append(pinned)
+        kept.sort(key=lambda pair: pair[0])
         return [event for _, event in kept]
 
     def result(self, *, exit_code: int | None = None) -> RunResult:

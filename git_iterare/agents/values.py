@@ -87,6 +87,13 @@ class RunResult:
         disputed: how many closing reports the output held when it held more than one,
             else 0: the figures are the first report's, and another may be forged (see
             :mod:`git_iterare.agents.tally`).
+        session: the agent's session (conversation, thread) id, when its output names
+            it; "" when not.
+        session_totals: which of ``cost_usd`` and ``tokens`` are ``session``'s running
+            totals, what earlier processes that continued it spent included, rather than
+            this process's own (Claude Code 2.1.277 and later: its cost; Codex: its
+            tokens). A loop's round takes the earlier rounds of the same session off
+            (:func:`git_iterare.runner.rounds.own_share`).
     """
 
     is_error: bool
@@ -96,6 +103,8 @@ class RunResult:
     duration_ms: int | None = None
     summary: str = ""
     disputed: int = 0
+    session: str = ""
+    session_totals: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -446,7 +446,7 @@ def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
     not record it (it ended first)."""
     import dataclasses
 
-    from git_iterare.runner.rounds import outcome, totals
+    from git_iterare.runner.rounds import outcome, own_share, totals
     from git_iterare.runs.loops import current_round, rounds_of
 
     rounds = rounds_of(record)
@@ -454,10 +454,10 @@ def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,
     if not any(r.get("round") == current_round(record) for r in rounds):
         from git_iterare.runs.extra import Round
 
-        counted.append(Round(cost_usd=result.cost_usd, tokens=dict(result.tokens),
-                             turns=result.turns))
+        counted.append(Round(cost_usd=own_share(result, rounds).cost_usd,
+                             tokens=dict(result.tokens), turns=result.turns))
     cost, tokens, turns = totals(counted)
-    status, error = outcome(loop, rounds, status, error)
+    status, error = outcome(loop, rounds, status, error, record.extra)
     return status, error, dataclasses.replace(result, cost_usd=cost, tokens=tokens,
                                               turns=turns)
 

@@ -30,8 +30,10 @@ from git_iterare.runner.rounds import (
     joined_log,
     left_of,
     over_budget,
+    own_share,
     round_entry,
     round_prompt,
+    so_far,
     stall_reason,
 )
 from git_iterare.runs.loops import current_round, loop_of, rounds_of
@@ -118,8 +120,9 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     from git_iterare import sandbox
 
     log = capped(tapped(sandbox.output(info.id), counted))
-    result = counted.result(exit_code=info.exit_code)
-    ended_as, _ = _outcome(record, info.exit_code, result, False, info.ran_seconds)
+    result = own_share(counted.result(exit_code=info.exit_code), rounds_of(record))
+    ended_as, _ = _outcome(record, info.exit_code, so_far(result, rounds_of(record)), False,
+                           info.ran_seconds)
     stopping = {st.STOPPED: "budget" if not record.extra.get("stop_requested") else "stopped",
                 st.TIMED_OUT: "timed-out"}.get(ended_as)
     remaining = _seconds_left(record)

@@ -5,6 +5,7 @@ the next round is told, and what the whole run comes to.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -98,11 +99,47 @@ def over_budget(extra: Mapping[str, object], rounds: Sequence[Round]) -> str | N
     """Why the rounds so far used up the run's budget, or None."""
     cost, _, turns = totals(rounds)
     budget, most = extra.get("max_budget_usd"), extra.get("max_turns")
+    counted = f"{len(rounds)} round{'' if len(rounds) == 1 else 's'}"
     if isinstance(budget, (int, float)) and budget and cost is not None and cost >= budget:
-        return f"{len(rounds)} rounds spent ${cost:.2f} of ${budget:.2f}"
+        return f"{counted} spent ${cost:.2f} of ${budget:.2f}"
     if isinstance(most, int) and most and turns is not None and turns >= most:
-        return f"{len(rounds)} rounds took {turns} turns of {most}"
+        return f"{counted} took {turns} turns of {most}"
     return None
+
+
+def own_share(result: RunResult, earlier: Sequence[Round]) -> RunResult:
+    """``result`` with the round's own figures: an agent that reports its continued
+    session's running totals (:attr:`~git_iterare.agents.values.RunResult.session_totals`)
+    counted the rounds just before it of that session too, and theirs are taken off
+    (never below 0: what the session saved is the agent's to change).
+
+    Args:
+        result: what the round's agent reported.
+        earlier: the rounds before it, in order.
+    """
+    import dataclasses
+
+    if not result.session or not result.session_totals:
+        return result
+    cost, tokens, _ = totals(itertools.takewhile(
+        lambda r: r.get("session") == result.session, reversed(earlier)))
+    own = result
+    if "cost_usd" in result.session_totals and result.cost_usd is not None:
+        own = dataclasses.replace(own, cost_usd=max(result.cost_usd - (cost or 0.0), 0.0))
+    if "tokens" in result.session_totals:
+        own = dataclasses.replace(own, tokens={
+            kind: max(n - tokens.get(kind, 0), 0) for kind, n in result.tokens.items()})
+    return own
+
+
+def so_far(result: RunResult, earlier: Sequence[Round]) -> RunResult:
+    """``result`` (a round's own: :func:`own_share`) with the cost and turns of the rounds
+    before it added: what the run has spent, which its limits hold (each round is given
+    what is left: :func:`left_of`)."""
+    import dataclasses
+
+    cost, _, turns = totals([*earlier, Round(cost_usd=result.cost_usd, turns=result.turns)])
+    return dataclasses.replace(result, cost_usd=cost, turns=turns)
 
 
 def round_entry(number: int, result: RunResult, *, started: str | None, ended: str | None,
@@ -112,6 +149,8 @@ def round_entry(number: int, result: RunResult, *, started: str | None, ended: s
     entry = Round(round=number, exit_code=exit_code, check_exit=check_exit,
                   check_tail=check_tail, cost_usd=result.cost_usd, tokens=dict(result.tokens),
                   turns=result.turns, head=None)
+    if result.session:
+        entry["session"] = result.session
     if started:
         entry["started"] = started
     if ended:
@@ -136,11 +175,15 @@ def round_prompt(*, task: str, until: str, entry: Round, continues: bool) -> str
             f"round {int(entry.get('round') or 0) + 1}. {report}")
 
 
-def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None
-            ) -> tuple[str, str | None]:
+def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None,
+            extra: Mapping[str, object] | None = None) -> tuple[str, str | None]:
     """The status and error of a loop's run once it ended, from its ``reason`` and the
-    last round's own outcome (``status``, ``error``: as a run of one round would end)."""
-    from git_iterare.runs.status import FAILED, SUCCEEDED, TIMED_OUT
+    last round's own outcome (``status``, ``error``: as a run of one round would end).
+    A loop its budget ended is ``stopped``, as a run of one round is, whether its last
+    round reached the budget or ended under what was left (``extra``: the run record's,
+    its ``max_budget_usd`` and ``max_turns``)."""
+    from git_iterare.runner.finish import BUDGET_STOP
+    from git_iterare.runs.status import FAILED, STOPPED, SUCCEEDED, TIMED_OUT
 
     reason = loop.get("reason")
     last = rounds[-1] if rounds else Round()
@@ -155,8 +198,9 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None
     if reason == "timed-out":
         return TIMED_OUT, (error if status == TIMED_OUT
                            else "its rounds reached the run's timeout")
-    if reason == "budget" and status == SUCCEEDED:
-        return FAILED, "the loop used up its budget before the check passed"
+    if reason == "budget":
+        return STOPPED, (f"{BUDGET_STOP}: "
+                         f"{over_budget(extra or {}, rounds) or 'its rounds used up its limits'}")
     if status == SUCCEEDED:  # its driver ended before the loop did
         return FAILED, "the loop ended before its check passed"
     return status, error

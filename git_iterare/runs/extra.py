@@ -104,8 +104,10 @@ class Round(TypedDict, total=False):
     ended (ISO 8601 UTC), the agent's exit status, the check's exit status (None when it
     did not run: the round was stopped) and seconds, the tail of its output (its last
     :data:`~git_iterare.limits.MAX_CHECK_TAIL_BYTES`, sanitized), what the round cost
-    (US dollars, tokens by kind, turns, as the agent reported them) and the round's head
-    commit (hex; the run's branch after it)."""
+    (US dollars, tokens by kind, turns, as the agent reported them: the round's own, see
+    :func:`git_iterare.runner.rounds.own_share`), the agent's session when it reported
+    that session's running cost (``session``), and the round's head commit (hex; the
+    run's branch after it)."""
 
     round: int
     started: str
@@ -117,6 +119,7 @@ class Round(TypedDict, total=False):
     cost_usd: float | None
     tokens: dict[str, int]
     turns: int | None
+    session: str
     head: str | None
 
 
