@@ -382,7 +382,7 @@ def recorded_warnings(rec: RunRecord) -> list[str]:
 
 def _check_warning(rec: RunRecord) -> list[str]:
     """A loop whose last check did not pass: a line saying so (``show`` and ``merge``)."""
-    from git_iterare.runs.loops import loop_of, rounds_of
+    from git_iterare.runs.loops import REASONS, loop_of, rounds_of
     from git_iterare.runs.status import ACTIVE
 
     loop, rounds = loop_of(rec), rounds_of(rec)
@@ -391,7 +391,8 @@ def _check_warning(rec: RunRecord) -> list[str]:
     last = rounds[-1]
     if last.get("check_exit") == 0:
         return []
-    said = ("did not run (the loop was stopped)" if last.get("check_exit") is None
+    why = REASONS.get(str(loop.get("reason")), "it ended")
+    said = (f"did not run (the loop: {why})" if last.get("check_exit") is None
             else f"failed (exit status {last.get('check_exit')})")
     return [bounded_line(f"its last check {said} after round {last.get('round')}: "
                          f"{loop.get('until')}")]
