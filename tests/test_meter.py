@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from git_iterare import meter
-from git_iterare.meter import Metered, transfer_line
+from git_iterare.sandbox import meter
+from git_iterare.sandbox.meter import Metered, transfer_line
 from git_iterare.ui import Progress
 
 

@@ -182,7 +182,7 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None,
     A loop its budget ended is ``stopped``, as a run of one round is, whether its last
     round reached the budget or ended under what was left (``extra``: the run record's,
     its ``max_budget_usd`` and ``max_turns``)."""
-    from git_iterare.runner.finish import BUDGET_STOP
+    BUDGET_STOP = "stopped at its budget"
     from git_iterare.runs.status import FAILED, STOPPED, SUCCEEDED, TIMED_OUT
 
     reason = loop.get("reason")

@@ -25,8 +25,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
-from git_iterare.meter import Metered
 from git_iterare.sandbox.dockertypes import Container
+from git_iterare.sandbox.meter import Metered
 
 #: Label on every volume git-iterare makes: ``work``, ``git`` or ``cache``.
 LABEL_VOLUME = "dev.iterare.volume"

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
-from git_iterare.meter import Metered, transfer_line
 from git_iterare.runner.placement.packs import local_commits, pack_reachable
 from git_iterare.runs import extra
+from git_iterare.sandbox.meter import Metered, transfer_line
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
 
 #: The marker files of ``container/engine-checkout`` in the run gitdir: while PENDING is
@@ -227,7 +227,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
 
 def metered(handle: IO[bytes], size: int) -> Metered:
     """``handle`` (``size`` bytes) as it is sent to the engine, with a progress line on a
-    terminal for a big one (:mod:`git_iterare.meter`)."""
+    terminal for a big one (:mod:`git_iterare.sandbox.meter`)."""
     from git_iterare import ui
 
     def shown(sent: int, total: int) -> None:
