@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 
 def precompile() -> None:
@@ -24,6 +26,40 @@ def precompile() -> None:
 
     compileall.compile_dir(os.path.dirname(git_iterare.__file__), quiet=1)
     compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=1, workers=0)
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run ``git ARGS`` in ``repo``; its standard output.
+
+    Raises:
+        subprocess.CalledProcessError: git failed.
+    """
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def make_repo(image: str, prompts: Mapping[str, str]) -> Path:
+    """A new repository (in a temporary folder) whose runs use ``image``, with the prompt
+    files ``prompts`` (name -> content of ``.iterare/prompts/NAME.md``), committed and
+    trusted.
+
+    Raises:
+        subprocess.CalledProcessError: git or ``git iterare trust`` failed.
+    """
+    repo = Path(tempfile.mkdtemp(prefix="iterare-bench-"))
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("bench\n")
+    (repo / ".iterare" / "prompts").mkdir(parents=True)
+    (repo / ".iterare" / "config.toml").write_text(f'[docker]\nimage = "{image}"\n')
+    (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
+    for name, text in prompts.items():
+        (repo / ".iterare" / "prompts" / f"{name}.md").write_text(text)
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
+    # The project file picks the image: a setting the user approves once.
+    subprocess.run(["git", "iterare", "trust", "--yes"], cwd=repo, check=True,
+                   capture_output=True)
+    return repo
 
 
 def time_command(argv: Sequence[str], repeat: int, cwd: str | None = None) -> list[float]:
@@ -54,3 +90,16 @@ def report(name: str, subject: list[float], baseline: list[float], goal: float) 
           f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f} "
           f"(goal <= {goal}: {verdict})")
     return ratio
+
+
+def report_over(name: str, subject: list[float], baseline: list[float],
+                goal_seconds: float) -> float:
+    """Print the medians, their ratio and how far the subject's is over the baseline's
+    (seconds); return that difference, in seconds."""
+    over = statistics.median(subject) - statistics.median(baseline)
+    ratio = statistics.median(subject) / statistics.median(baseline)
+    verdict = "ok" if over <= goal_seconds else "over goal"
+    print(f"{name}: {statistics.median(subject) * 1000:.1f} ms vs baseline "
+          f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f}, "
+          f"{over * 1000:+.1f} ms (goal <= +{goal_seconds * 1000:.0f} ms: {verdict})")
+    return over
