@@ -5,6 +5,7 @@ so and exits 1); a crash, or figures missing, fails the test."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,30 @@ def test_local_objects(sandbox_image: str) -> None:
     out = bench("local_objects", "--image", sandbox_image, "--files", "40", "--commits", "2",
                 "--runs", "1")
     assert "object cache, after one more commit" in out and "repository: 40 files" in out, out
+
+
+@pytest.mark.docker
+def test_loop_rounds(sandbox_image: str) -> None:
+    out = bench("loop_rounds", "--image", sandbox_image, "--loops", "1", "--rounds", "2")
+    figures = re.search(r"^rounds: (\d+) ms, (\d+) ms; docker exec: (\d+) ms, (\d+) ms; "
+                        r"plain container: (\d+) ms, (\d+) ms$", out, re.M)
+    assert figures and all(int(ms) > 0 for ms in figures.groups()), out
+    assert re.search(r"^a round, the agent's exit to the check's first instruction \(2 rounds\)"
+                     r", vs docker exec .*: [\d.]+ ms vs baseline [\d.]+ ms: ratio [\d.]+, "
+                     r"[+-][\d.]+ ms \(goal <= \+500 ms: (ok|over goal)\)$", out, re.M), out
+    assert "where a round's time goes (medians of 2): the agent's container ends" in out, out
+    assert re.search(r"^the other half of a round, .*\(1\): median \d+ ms$", out, re.M), out
+
+
+@pytest.mark.docker
+def test_attempts(sandbox_image: str) -> None:
+    out = bench("attempts", "--image", sandbox_image, "--runs", "1", "--cpu-seconds", "0.2",
+                "--attempts", "2", "--jobs", "2")
+    figures = re.search(r"^1 single run one after the other: ([\d.]+) s; -n 2 --jobs 2: "
+                        r"([\d.]+) s$", out, re.M)
+    assert figures and all(float(s) > 0 for s in figures.groups()), out
+    assert re.search(r"^-n 2 --jobs 2, until all ended, vs 1 single run one .*: ratio [\d.]+ "
+                     r"\(goal <= 1.5: (ok|over goal)\)$", out, re.M), out
 
 
 def test_every_benchmark_is_run_here() -> None:
