@@ -103,3 +103,15 @@ def report_over(name: str, subject: list[float], baseline: list[float],
           f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f}, "
           f"{over * 1000:+.1f} ms (goal <= +{goal_seconds * 1000:.0f} ms: {verdict})")
     return over
+
+
+def report_pairs(name: str, subject: list[float], baseline: list[float], goal: float) -> float:
+    """Print the medians and the median of the ratios of each ``subject[i]`` to the
+    ``baseline[i]`` measured beside it (alternating), which a machine's load changing
+    between the pairs moves less than the ratio of the medians; return it."""
+    ratio = statistics.median(s / b for s, b in zip(subject, baseline, strict=True))
+    verdict = "ok" if ratio <= goal else "over goal"
+    print(f"{name}: {statistics.median(subject):.2f} s vs baseline "
+          f"{statistics.median(baseline):.2f} s (medians); the median of the {len(subject)} "
+          f"pairs' ratios {ratio:.2f} (goal <= {goal}: {verdict})")
+    return ratio
