@@ -85,10 +85,7 @@ def time_call(fn: Callable[[], object], repeat: int) -> list[float]:
 def report(name: str, subject: list[float], baseline: list[float], goal: float) -> float:
     """Print the medians and their ratio; return the ratio."""
     ratio = statistics.median(subject) / statistics.median(baseline)
-    verdict = "ok" if ratio <= goal else "over goal"
-    print(f"{name}: {statistics.median(subject) * 1000:.1f} ms vs baseline "
-          f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f} "
-          f"(goal <= {goal}: {verdict})")
+    _verdict(name, subject, baseline, f"ratio {ratio:.2f}", f"<= {goal}", ratio <= goal)
     return ratio
 
 
@@ -98,11 +95,16 @@ def report_over(name: str, subject: list[float], baseline: list[float],
     (seconds); return that difference, in seconds."""
     over = statistics.median(subject) - statistics.median(baseline)
     ratio = statistics.median(subject) / statistics.median(baseline)
-    verdict = "ok" if over <= goal_seconds else "over goal"
-    print(f"{name}: {statistics.median(subject) * 1000:.1f} ms vs baseline "
-          f"{statistics.median(baseline) * 1000:.1f} ms: ratio {ratio:.2f}, "
-          f"{over * 1000:+.1f} ms (goal <= +{goal_seconds * 1000:.0f} ms: {verdict})")
+    _verdict(name, subject, baseline, f"ratio {ratio:.2f}, {over * 1000:+.1f} ms",
+             f"<= +{goal_seconds * 1000:.0f} ms", over <= goal_seconds)
     return over
+
+
+def _verdict(name: str, subject: list[float], baseline: list[float], figures: str, goal: str,
+             met: bool) -> None:
+    print(f"{name}: {statistics.median(subject) * 1000:.1f} ms vs baseline "
+          f"{statistics.median(baseline) * 1000:.1f} ms: {figures} "
+          f"(goal {goal}: {'ok' if met else 'over goal'})")
 
 
 def report_pairs(name: str, subject: list[float], baseline: list[float], goal: float) -> float:

@@ -32,6 +32,12 @@ def bench(module: str, *args: str, env: dict[str, str] | None = None,
     return done.stdout
 
 
+def positive(pattern: str, out: str) -> None:
+    """A line of ``out`` matches ``pattern``, and every figure it captures is above 0."""
+    found = re.search(pattern, out, re.M)
+    assert found and all(float(figure) > 0 for figure in found.groups()), out
+
+
 def test_startup() -> None:
     assert "git iterare --version:" in bench("startup", "2")
 
@@ -73,9 +79,8 @@ def test_local_objects(sandbox_image: str) -> None:
 @pytest.mark.docker
 def test_loop_rounds(sandbox_image: str) -> None:
     out = bench("loop_rounds", "--image", sandbox_image, "--loops", "1", "--rounds", "2")
-    figures = re.search(r"^rounds: (\d+) ms, (\d+) ms; docker exec: (\d+) ms, (\d+) ms; "
-                        r"plain container: (\d+) ms, (\d+) ms$", out, re.M)
-    assert figures and all(int(ms) > 0 for ms in figures.groups()), out
+    positive(r"^rounds: (\d+) ms, (\d+) ms; docker exec: (\d+) ms, (\d+) ms; "
+             r"plain container: (\d+) ms, (\d+) ms$", out)
     assert re.search(r"^a round, the agent's exit to the check's first instruction \(2 rounds\)"
                      r", vs docker exec .*: [\d.]+ ms vs baseline [\d.]+ ms: ratio [\d.]+, "
                      r"[+-][\d.]+ ms \(goal <= \+500 ms: (ok|over goal)\)$", out, re.M), out
@@ -87,9 +92,7 @@ def test_loop_rounds(sandbox_image: str) -> None:
 def test_attempts(sandbox_image: str) -> None:
     out = bench("attempts", "--image", sandbox_image, "--runs", "1", "--cpu-seconds", "0.2",
                 "--attempts", "2", "--jobs", "2")
-    figures = re.search(r"^1 single run one after the other: ([\d.]+) s; -n 2 --jobs 2: "
-                        r"([\d.]+) s$", out, re.M)
-    assert figures and all(float(s) > 0 for s in figures.groups()), out
+    positive(r"^1 single run one after the other: ([\d.]+) s; -n 2 --jobs 2: ([\d.]+) s$", out)
     assert re.search(r"^-n 2 --jobs 2, until all ended, vs 1 single run one .*: [\d.]+ s vs "
                      r"baseline [\d.]+ s \(medians\); the median of the 1 pairs' ratios "
                      r"[\d.]+ \(goal <= 1.5: (ok|over goal)\)$", out, re.M), out
