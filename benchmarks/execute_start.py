@@ -22,35 +22,12 @@ import argparse
 import json
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import precompile, report, time_command
+from benchmarks.common import make_repo, precompile, report, time_command
 
 PROMPT = "---\nagent: shell\n---\ndate +AGENT-START=%s.%N\n"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout
-
-
-def make_repo(image: str) -> Path:
-    """A repository with one shell-agent prompt, its runs using ``image``."""
-    repo = Path(tempfile.mkdtemp(prefix="iterare-bench-"))
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("bench\n")
-    (repo / ".iterare" / "prompts").mkdir(parents=True)
-    (repo / ".iterare" / "config.toml").write_text(f'[docker]\nimage = "{image}"\n')
-    (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
-    (repo / ".iterare" / "prompts" / "bench.md").write_text(PROMPT)
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
-    # The project file picks the image: a setting the user approves once.
-    subprocess.run(["git", "iterare", "trust", "--yes"], cwd=repo, check=True,
-                   capture_output=True)
-    return repo
 
 
 def time_to_agent(repo: Path, warm: bool = True) -> float:
@@ -99,7 +76,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=10)
     args = parser.parse_args()
     precompile()
-    repo = make_repo(args.image)
+    repo = make_repo(args.image, {"bench": PROMPT})
     time_to_agent(repo)  # warm caches (first list cache, page cache)
     time_to_agent(repo)  # the first of runs that follow one another leaves a spare
     subject: list[float] = []

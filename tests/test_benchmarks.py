@@ -5,6 +5,7 @@ so and exits 1); a crash, or figures missing, fails the test."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,12 @@ def bench(module: str, *args: str, env: dict[str, str] | None = None,
     assert done.returncode == 0 or missed, said
     assert "Traceback" not in done.stderr, done.stderr
     return done.stdout
+
+
+def positive(pattern: str, out: str) -> None:
+    """A line of ``out`` matches ``pattern``, and every figure it captures is above 0."""
+    found = re.search(pattern, out, re.M)
+    assert found and all(float(figure) > 0 for figure in found.groups()), out
 
 
 def test_startup() -> None:
@@ -67,6 +74,28 @@ def test_local_objects(sandbox_image: str) -> None:
     out = bench("local_objects", "--image", sandbox_image, "--files", "40", "--commits", "2",
                 "--runs", "1")
     assert "object cache, after one more commit" in out and "repository: 40 files" in out, out
+
+
+@pytest.mark.docker
+def test_loop_rounds(sandbox_image: str) -> None:
+    out = bench("loop_rounds", "--image", sandbox_image, "--loops", "1", "--rounds", "2")
+    positive(r"^rounds: (\d+) ms, (\d+) ms; docker exec: (\d+) ms, (\d+) ms; "
+             r"plain container: (\d+) ms, (\d+) ms$", out)
+    assert re.search(r"^a round, the agent's exit to the check's first instruction \(2 rounds\)"
+                     r", vs docker exec .*: [\d.]+ ms vs baseline [\d.]+ ms: ratio [\d.]+, "
+                     r"[+-][\d.]+ ms \(goal <= \+500 ms: (ok|over goal)\)$", out, re.M), out
+    assert "where a round's time goes (medians of 2): the agent's container ends" in out, out
+    assert re.search(r"^the other half of a round, .*\(1\): median \d+ ms$", out, re.M), out
+
+
+@pytest.mark.docker
+def test_attempts(sandbox_image: str) -> None:
+    out = bench("attempts", "--image", sandbox_image, "--runs", "1", "--cpu-seconds", "0.2",
+                "--attempts", "2", "--jobs", "2")
+    positive(r"^1 single run one after the other: ([\d.]+) s; -n 2 --jobs 2: ([\d.]+) s$", out)
+    assert re.search(r"^-n 2 --jobs 2, until all ended, vs 1 single run one .*: [\d.]+ s vs "
+                     r"baseline [\d.]+ s \(medians\); the median of the 1 pairs' ratios "
+                     r"[\d.]+ \(goal <= 1.5: (ok|over goal)\)$", out, re.M), out
 
 
 def test_every_benchmark_is_run_here() -> None:
