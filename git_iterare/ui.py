@@ -187,10 +187,7 @@ class Progress:
     def output(self, line: str) -> None:
         """One line a build step printed: shown in the step's window on a terminal."""
         stream = self.stream
-        try:
-            if not stream.isatty() or os.environ.get("TERM") == "dumb":
-                return
-        except (AttributeError, ValueError):
+        if not self._redraws(stream):
             return
         import shutil
 
@@ -207,14 +204,19 @@ class Progress:
         place at each call (as ``git push`` shows its counts) and cleared by the next
         progress line or :meth:`clear`; nothing off a terminal."""
         stream = self.stream
-        try:
-            if not stream.isatty() or os.environ.get("TERM") == "dumb":
-                return
-        except (AttributeError, ValueError):
+        if not self._redraws(stream):
             return
         stream.write(self._erase() + sanitize_line(line) + "\n")
         stream.flush()
         self._window, self._drawn = [line], 1
+
+    @staticmethod
+    def _redraws(stream: TextIO) -> bool:
+        """Whether ``stream`` is a terminal lines can be redrawn on (not ``TERM=dumb``)."""
+        try:
+            return stream.isatty() and os.environ.get("TERM") != "dumb"
+        except (AttributeError, ValueError):
+            return False
 
     def clear(self) -> None:
         """Erase the step's window from the terminal (nothing when none is shown)."""
