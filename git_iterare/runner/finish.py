@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from git_iterare.agents.base import Agent, RunResult
     from git_iterare.git.safegit import Skipped
     from git_iterare.runner.importer import FinishResult
+    from git_iterare.runner.workspace import RunWorkspace
     from git_iterare.runs.extra import Loop, Unfinished
     from git_iterare.runs.record import RunRecord
     from git_iterare.runs.store import RunStore
@@ -295,7 +296,6 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
                    ) -> RunRecord:
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.importer import finish_run
     from git_iterare.runner.secrets import register_run_secrets
     from git_iterare.runner.workspace import open_run
 
@@ -359,19 +359,10 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     bug: Exception | None = None
     if record.base_commit and has_worktree(repo, record):
         try:
-            # Mount points below /workspace (see runner.guard.workspace_mounts) are no work.
-            ws = open_run(repo, record.id, record.base_commit,
-                          included=tuple(p for p in record.extra.get("workspace_mounts") or ()
-                                         if isinstance(p, str)))
+            ws = workspace_of(repo, record)
             placement.give_back(repo, record, ws, given_in)
-            work = finish_run(repo, ws,
-                *commit_words(record))
-            head, commits = work.head, work.commits
-            changes = {"files": work.changes.files, "insertions": work.changes.insertions,
-                       "deletions": work.changes.deletions}
-            if work.skipped:
-                _note_skipped(store, record.id, work.skipped)
-            _note_history(store, record.id, work)
+            work = commit_work(repo, store, record, ws)
+            head, commits, changes = work.head, work.commits, changes_of(work)
         except expected_errors() as exc:
             status, error = _unfinished(repo, store, record, status, error, exc)
             ui.warn(f"run {record.id}: {error}")
@@ -408,6 +399,42 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     if bug is not None:
         raise bug
     return record
+
+
+def workspace_of(repo: Repo, record: RunRecord) -> RunWorkspace:
+    """The run's workspace as its commits see it: mount points below ``/workspace``
+    (``extra.workspace_mounts``, see :func:`git_iterare.runner.guard.workspace_mounts`)
+    are no work of the agent's."""
+    from git_iterare.runner.workspace import open_run
+
+    return open_run(repo, record.id, str(record.base_commit),
+                    included=tuple(p for p in record.extra.get("workspace_mounts") or ()
+                                   if isinstance(p, str)))
+
+
+def commit_work(repo: Repo, store: RunStore, record: RunRecord, ws: RunWorkspace
+                ) -> FinishResult:
+    """Commit what the run's agent left in ``ws`` (its trees given back already): its
+    commits imported and the rest committed (:func:`commit_words`), and the record told
+    what the commit left out (``extra.skipped``) and how the agent's commits came back
+    (``extra.warnings``). The record's head is the caller's to set.
+
+    Raises:
+        as :func:`git_iterare.runner.importer.finish_run`.
+    """
+    from git_iterare.runner.importer import finish_run
+
+    work = finish_run(repo, ws, *commit_words(record))
+    if work.skipped:
+        _note_skipped(store, record.id, work.skipped)
+    _note_history(store, record.id, work)
+    return work
+
+
+def changes_of(work: FinishResult) -> dict[str, int]:
+    """What the record keeps of ``work``'s change against the run's base."""
+    return {"files": work.changes.files, "insertions": work.changes.insertions,
+            "deletions": work.changes.deletions}
 
 
 def commit_words(record: RunRecord) -> tuple[dict[str, str], str]:
@@ -737,9 +764,7 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
         OperationFailed: the run is still running, ran on another machine, or its work
             still cannot be committed (then nothing changed).
     """
-    from git_iterare.runner.importer import finish_run
     from git_iterare.runner.teardown import unfinished_work
-    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE
     from git_iterare.runs.store import RunStore
 
@@ -766,7 +791,7 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
         return record, None
     with run_lock(repo, run_id):
         record = store.get(run_id)
-        ws = open_run(repo, record.id, str(record.base_commit))
+        ws = workspace_of(repo, record)
         unfinished = record.extra.get("unfinished")
         head = record.head
         if not unfinished and head and not unfinished_work(repo, ws, head):
@@ -775,21 +800,15 @@ def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: 
 
         placement_of(record).give_back(repo, record, ws)
         try:
-            work = finish_run(repo, ws,
-                *commit_words(record))
+            work = commit_work(repo, store, record, ws)
         except expected_errors() as exc:
             from git_iterare.errors import IterareError
 
             reason = exc.message if isinstance(exc, IterareError) else str(exc)
             raise OperationFailed(f"run {run_id}: its work still cannot be committed: "
                                   f"{reason}") from None
-        changes = {"files": work.changes.files, "insertions": work.changes.insertions,
-                   "deletions": work.changes.deletions}
         if work.head != record.head:
-            store.set_head(record.id, work.head, changes)
-        if work.skipped:
-            _note_skipped(store, record.id, work.skipped)
-        _note_history(store, record.id, work)
+            store.set_head(record.id, work.head, changes_of(work))
         # those up to the recorded head were annotated when the run ended
         new = unannotated(repo, head, work.head, work.commits)
         if new:

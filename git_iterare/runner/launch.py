@@ -213,7 +213,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
     from git_iterare.runner import workspace as wsp
     from git_iterare.runner.guard import exclude_in_run
     from git_iterare.runner.secrets import remember_secrets
-    from git_iterare.runner.spec import sandbox_spec
+    from git_iterare.runner.spec import sandbox_spec, with_timeout
     from git_iterare.runs.groups import attempt_env
     from git_iterare.runs.status import RUNNING
 
@@ -228,7 +228,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         *agent.command(prompt_file=PROMPT_FILE, config=config), *agent.limit_args(record.extra)]
     if checked.timeout and not request.tty:
         # The limit holds inside the sandbox even when nobody follows the run.
-        command = ["timeout", "--kill-after=10", str(checked.timeout), *command]
+        command = with_timeout(command, checked.timeout)
     wsp.make_run_dirs(repo)
     worktree, gitdir = wsp.live_path(repo, record.id), wsp.gitdir_path(repo, record.id)
     # The sandbox as the run's trees will make it (a local run's worktree where it is

@@ -111,6 +111,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     from git_iterare.agents.tally import Tally, tapped
     from git_iterare.loglimit import capped
     from git_iterare.runner.finish import _outcome
+    from git_iterare.runner.spec import with_timeout
     from git_iterare.runs import status as st
     from git_iterare.runs.extra import Loop
 
@@ -120,8 +121,9 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     from git_iterare import sandbox
 
     log = capped(tapped(sandbox.output(info.id), counted))
-    result = own_share(counted.result(exit_code=info.exit_code), rounds_of(record))
-    ended_as, _ = _outcome(record, info.exit_code, so_far(result, rounds_of(record)), False,
+    before = rounds_of(record)
+    result = own_share(counted.result(exit_code=info.exit_code), before)
+    ended_as, _ = _outcome(record, info.exit_code, so_far(result, before), False,
                            info.ran_seconds)
     stopping = {st.STOPPED: "budget" if not record.extra.get("stop_requested") else "stopped",
                 st.TIMED_OUT: "timed-out"}.get(ended_as)
@@ -137,7 +139,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     entry = round_entry(number, result, started=started, ended=ended,
                         exit_code=info.exit_code, check_exit=check[0],
                         check_seconds=check[1], check_tail=check[2])
-    rounds = [*rounds_of(record), entry]
+    rounds = [*before, entry]
     reason = stopping or ("passed" if check[0] == 0 else None)
     if reason is None and number >= (loop.get("max_rounds") or 1):
         reason = "rounds"
@@ -169,7 +171,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
                                     config=config), *agent.limit_args(left_of(record.extra,
                                                                               rounds))]
     if remaining is not None:
-        command = ["timeout", "--kill-after=10", str(max(int(remaining), 1)), *command]
+        command = with_timeout(command, remaining)
     from git_iterare.sandbox.spec import sandbox_name
 
     new = sandbox.again(info.id, name=sandbox_name(record.id), role="agent", command=command,
@@ -221,11 +223,12 @@ def _check(repo: Repo, record: RunRecord, info: ContainerInfo, until: str, numbe
     characters made visible)."""
     from git_iterare import proc, sandbox
     from git_iterare.limits import MAX_CHECK_TAIL_BYTES
+    from git_iterare.runner.spec import with_timeout
     from git_iterare.ui import sanitize
 
     command = ["sh", "-c", until]
     if remaining is not None:
-        command = ["timeout", "--kill-after=10", str(max(int(remaining), 1)), *command]
+        command = with_timeout(command, remaining)
     check = sandbox.again(info.id, name=check_name(record.id, number), role="check",
                           command=command, env={"ITERARE_ROUND": str(number)}, files={})
     code = None
@@ -257,19 +260,21 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
     agent again for the next round): the agent's commits imported, the rest committed
     with an ``Iterare-Round`` trailer, the commits annotated with the round. Returns the
     round's head commit and its tree (hex), None when unknown."""
-    from git_iterare.runner.finish import commit_words, note_entry, unannotated
-    from git_iterare.runner.importer import finish_run
+    from git_iterare.runner.finish import (
+        changes_of,
+        commit_work,
+        note_entry,
+        unannotated,
+        workspace_of,
+    )
     from git_iterare.runner.placement import placement_of
-    from git_iterare.runner.workspace import open_run
 
     placement = placement_of(record)
-    ws = open_run(repo, record.id, str(record.base_commit))
+    ws = workspace_of(repo, record)
     placement.give_back(repo, record, ws, info.id)
-    work = finish_run(repo, ws, *commit_words(record))
+    work = commit_work(repo, store, record, ws)
     if work.head and work.head != record.head:
-        changes = {"files": work.changes.files, "insertions": work.changes.insertions,
-                   "deletions": work.changes.deletions}
-        store.set_head(record.id, work.head, changes)
+        store.set_head(record.id, work.head, changes_of(work))
     commits = unannotated(repo, record.head, work.head, work.commits)
     if commits:
         store.add_note(commits, {

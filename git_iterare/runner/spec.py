@@ -92,3 +92,10 @@ def sandbox_spec(config: Config, *, session: str, repo: Repo | None, image: Imag
         network=config["docker.network"], networks=tuple(networks), agent_uid=uid,
         agent_gid=gid, tty=tty, stdin=tty, ca_bundle=ca_bundle_path(config), workdir=workdir,
         volumes=volumes)
+
+
+def with_timeout(command: list[str], seconds: float) -> list[str]:
+    """``command`` under ``timeout --kill-after=10 SECONDS`` (coreutils), inside the
+    sandbox: :data:`~git_iterare.runner.finish.TIMEOUT_EXIT` on SIGTERM,
+    :data:`~git_iterare.runner.finish.TIMEOUT_KILLED` 10 s later."""
+    return ["timeout", "--kill-after=10", str(max(int(seconds), 1)), *command]
