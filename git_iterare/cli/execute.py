@@ -114,6 +114,7 @@ def _stop_loop(run_id: str) -> None:
     import sys
 
     from git_iterare import ui
+    from git_iterare.cli.stop import stopped_line
     from git_iterare.errors import ExitCode
     from git_iterare.runner.interrupts import end_on_next_interrupt
     from git_iterare.runner.manage import stop
@@ -121,8 +122,7 @@ def _stop_loop(run_id: str) -> None:
     end_on_next_interrupt()
     ui.warn(f"interrupted: stopping run {run_id}, the work of its rounds kept")
     record = stop(app().repo, run_id, 10)
-    click.echo(ui.sanitize_line(f"run {record.id} {record.status}; its work is on "
-                                f"{record.branch}"), err=True)
+    click.echo(stopped_line(record), err=True)
     sys.exit(ExitCode.INTERRUPTED)
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from git_iterare.cli._runs import resolve_run
 from git_iterare.cli.context import app
 from git_iterare.cli.numbers import Number
+
+if TYPE_CHECKING:
+    from git_iterare.runs.record import RunRecord
 
 
 @click.command("stop")
@@ -18,11 +23,17 @@ def command(run: str | None, grace: float) -> None:
     its branch."""
     from git_iterare import ui
     from git_iterare.runner.manage import stop
-    from git_iterare.ui import sanitize_line
 
     run_id = resolve_run(run).id if run is not None else _only_running()
     record = stop(app().repo, run_id, grace, progress=ui.progress)
-    click.echo(sanitize_line(f"run {record.id} {record.status}; its work is on {record.branch}"))
+    click.echo(stopped_line(record))
+
+
+def stopped_line(record: RunRecord) -> str:
+    """``run ID STATUS; its work is on BRANCH``: what a stop says last."""
+    from git_iterare.ui import sanitize_line
+
+    return sanitize_line(f"run {record.id} {record.status}; its work is on {record.branch}")
 
 
 def _only_running() -> str:
