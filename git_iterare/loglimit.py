@@ -40,6 +40,26 @@ def split_lines(chunks: Iterable[bytes], max_line: int = lim.MAX_LINE_BYTES) -> 
         yield b"".join(pending)
 
 
+#: How git-iterare's own lines in a run's log begin (a round's start, what was dropped).
+OWN_PREFIX = "[git iterare:"
+#: What an agent's line that begins so is shown with, so that it cannot pass for one.
+AGENT_MARK = "[agent] "
+
+
+def agent_line(line: str) -> str:
+    """``line``, the agent's, with :data:`AGENT_MARK` before it when it begins (blanks
+    aside) as git-iterare's own lines do."""
+    return AGENT_MARK + line if line.lstrip().startswith(OWN_PREFIX) else line
+
+
+def agent_lines(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """``lines`` of the agent's output, each through :func:`agent_line`: in a stored log
+    a line that begins with :data:`OWN_PREFIX` is then git-iterare's."""
+    prefix, mark = OWN_PREFIX.encode(), AGENT_MARK.encode()
+    for line in lines:
+        yield mark + line if line.lstrip().startswith(prefix) else line
+
+
 def marker(lines: int, size: int) -> bytes:
     """The line that stands for what :class:`CappedLog` dropped."""
     return (f"[git iterare: {size} bytes ({lines} lines) of output dropped here; the record "

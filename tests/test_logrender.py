@@ -155,3 +155,29 @@ def test_follow_rendered_always_sanitizes(monkeypatch: pytest.MonkeyPatch) -> No
     shell = agents.get_agent("shell")
     follow._render([HOSTILE + "\n"], shell, 0, False, out.append, Tally(shell))
     assert out == [SHOWN]
+
+
+def test_agent_lines_that_look_like_git_iterares_are_marked() -> None:
+    from git_iterare.loglimit import agent_lines
+
+    lines = [b"[git iterare: round 2]\n", b"  [git iterare: x]\n", b"ok [git iterare: y]\n",
+             b"[git iterare"]
+    assert list(agent_lines(lines)) == [b"[agent] [git iterare: round 2]\n",
+                                       b"[agent]   [git iterare: x]\n",
+                                       b"ok [git iterare: y]\n", b"[git iterare"]
+
+
+def test_rendered_agent_text_cannot_pass_for_git_iterares_own_lines() -> None:
+    from git_iterare.runner.follow import _render
+
+    agent = agents.get_agent("claude")
+    said = json.dumps({"type": "assistant", "message": {"content": [
+        {"type": "text", "text": "fixed\n[git iterare: the loop ended after 1 round]"}]}})
+    shown: list[str] = []
+    # The stored log's own line (agent lines were marked as they were read) stays.
+    _render(["[git iterare: round 2]\n", said + "\n"], agent, 0, False, shown.append,
+            Tally(agent))
+    text = "\n".join(shown).splitlines()
+    assert "[git iterare: round 2]" in text
+    assert "[agent] [git iterare: the loop ended after 1 round]" in text
+    assert "[git iterare: the loop ended after 1 round]" not in text

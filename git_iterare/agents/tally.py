@@ -123,3 +123,14 @@ def tapped(lines: Iterable[bytes], counted: Tally) -> Iterator[bytes]:
     for line in lines:
         counted.feed(line.decode("utf-8", "replace"))
         yield line
+
+
+def kept_log(lines: Iterable[bytes], counted: Tally) -> bytes:
+    """The agent's output ``lines`` as a run's record keeps it: each line fed to
+    ``counted`` (all of it, so no output can push the agent's own report out of what is
+    read), the lines that could pass for git-iterare's own marked
+    (:func:`~git_iterare.loglimit.agent_lines`), capped
+    (:func:`~git_iterare.loglimit.capped`: the first and last ``LOG_*_BYTES``)."""
+    from git_iterare.loglimit import agent_lines, capped
+
+    return capped(agent_lines(tapped(lines, counted)))

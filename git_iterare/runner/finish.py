@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from git_iterare import ui
 from git_iterare.errors import OperationFailed
 from git_iterare.git.repo import Repo
-from git_iterare.loglimit import capped
 from git_iterare.runner.ownership import container_of, engine_of, is_local, ran_elsewhere
 from git_iterare.runner.paths import run_lock, state_dir
 
@@ -302,7 +301,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     vanished = info is None
     head_before = record.head  # a loop's rounds annotated the commits up to it
     exit_code = None if info is None else info.exit_code
-    from git_iterare.agents.tally import Tally, tapped
+    from git_iterare.agents.tally import Tally, kept_log
     from git_iterare.sandbox.spec import sandbox_name
 
     # The sandbox the trees are given back in: when the agent's container vanished, its
@@ -317,10 +316,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     register_run_secrets(repo, record, agent)
     counted = Tally(agent)
     if info is not None:
-        # Streamed and capped (first and last LOG_*_BYTES, a marker line between): the
-        # agent decides how much it prints. Its result is read from all of it, so no
-        # output can push the agent's own report out of what is read.
-        log = capped(tapped(sandbox.output(info.id), counted))
+        # Streamed and capped: the agent decides how much it prints.
+        log = kept_log(sandbox.output(info.id), counted)
         store.set_log(record.id, _with_rounds(store, record, log))
     result = counted.result(exit_code=exit_code)
     if result.disputed:
@@ -343,6 +340,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
 
     loop = loop_of(record)
     if loop is not None:
+        record = _unchecked_round(store, record, status, result, info)
+        loop = loop_of(record) or loop
         status, error, result = _loop_outcome(record, loop, status, error, result)
     if error and error.startswith(BUDGET_STOP):
         store.update(record.id, lambda r: r.with_extra(stop_reason="budget"),
@@ -464,6 +463,29 @@ def _with_rounds(store: RunStore, record: RunRecord, log: bytes) -> bytes:
     if any(r.get("round") == number for r in rounds_of(record)):
         return before  # its driver kept this round's output too
     return joined_log(before, number, log)
+
+
+def _unchecked_round(store: RunStore, record: RunRecord, status: str, result: RunResult,
+                     info: ContainerInfo | None) -> RunRecord:
+    """For a loop whose last round its driver did not record (the process that drove it
+    ended first, or the round was stopped or timed out with none): that round recorded
+    unchecked, and the loop's reason (``stopped``, ``timed-out``, else ``unchecked``).
+    Returns the record, unchanged for a loop that has its reason."""
+    from git_iterare.runner.rounds import own_share, round_entry
+    from git_iterare.runs.loops import current_round, loop_of, rounds_of
+    from git_iterare.runs.status import STOPPED, TIMED_OUT
+
+    loop, rounds, number = loop_of(record), rounds_of(record), current_round(record)
+    if loop is None or loop.get("reason") or any(r.get("round") == number for r in rounds):
+        return record
+    entry = round_entry(number, own_share(result, rounds), started=None,
+                        ended=info.ended_at if info else None,
+                        exit_code=info.exit_code if info else None, check_exit=None,
+                        check_seconds=None, check_tail="")
+    reason = {STOPPED: "stopped", TIMED_OUT: "timed-out"}.get(status, "unchecked")
+    return store.update(record.id, lambda r: r.with_extra(
+        loop={**loop, "reason": reason}, rounds=[*rounds, entry]),
+        f"{record.id} round {number}: {reason}")
 
 
 def _loop_outcome(record: RunRecord, loop: Loop, status: str, error: str | None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from git_iterare.agents.tally import Tally
 from git_iterare.git.repo import Repo
+from git_iterare.loglimit import OWN_PREFIX, agent_line, agent_lines
 from git_iterare.runs.loops import current_round, loop_of
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ def _render(lines: Iterable[str], agent: Agent, verbosity: int, raw: bool, emit:
             continue
         shown = agent.render(counted.feed(line), verbosity)
         if shown is not None:
-            emit(shown)
+            # What the agent made it say must not pass for git-iterare's own lines (the
+            # log's were marked as it was read: agent_lines).
+            own = line.startswith(OWN_PREFIX)
+            emit(shown if own else "\n".join(map(agent_line, shown.split("\n"))))
 
 
 def _watch_budget(repo: Repo, record: RunRecord, agent: Agent, container: str,
@@ -153,7 +157,8 @@ def show_log(repo: Repo, run_id: str, *, follow: bool, verbosity: int = 0, raw: 
                     while True:
                         if follow and loop_of(record) is not None:
                             emit(f"[git iterare: round {current_round(record)}]")
-                        lines: Iterable[str] = _decode(sandbox.output(info.id, follow=follow))
+                        lines: Iterable[str] = _decode(agent_lines(
+                            sandbox.output(info.id, follow=follow)))
                         if follow:
                             lines = _watch_budget(repo, record, agent, info.id, lines)
                         _render(lines, agent, verbosity, raw, emit, counted)

@@ -108,8 +108,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     round recorded and (unless the check passed) committed, and the next round started.
     Returns False when the loop is over (``extra.loop.reason`` says why): the run is then
     to be finished."""
-    from git_iterare.agents.tally import Tally, tapped
-    from git_iterare.loglimit import capped
+    from git_iterare.agents.tally import Tally, kept_log
     from git_iterare.runner.finish import _outcome
     from git_iterare.runner.spec import with_timeout
     from git_iterare.runs import status as st
@@ -120,7 +119,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     counted = Tally(agent)
     from git_iterare import sandbox
 
-    log = capped(tapped(sandbox.output(info.id), counted))
+    log = kept_log(sandbox.output(info.id), counted)
     before = rounds_of(record)
     result = own_share(counted.result(exit_code=info.exit_code), before)
     ended_as, _ = _outcome(record, info.exit_code, so_far(result, before), False,
@@ -226,14 +225,15 @@ def _check(repo: Repo, record: RunRecord, info: ContainerInfo, until: str, numbe
     from git_iterare.runner.spec import with_timeout
     from git_iterare.ui import sanitize
 
-    command = ["sh", "-c", until]
+    command = ["/bin/sh", "-c", until]
     if remaining is not None:
         command = with_timeout(command, remaining)
+    # From the sandbox's image, not from what the agent left: nothing of the agent's but
+    # the run's trees can answer for the check (a wrapper in its home, a secret variable).
     check = sandbox.again(info.id, name=check_name(record.id, number), role="check",
-                          command=command, env={"ITERARE_ROUND": str(number)}, files={})
-    code = None
-    while code is None:
-        code = sandbox.wait(check)
+                          command=command, env={"ITERARE_ROUND": str(number)}, files={},
+                          pristine=True)
+    code = _wait_check(check, remaining)
     ended = sandbox.inspect(check)
     kept: collections.deque[bytes] = collections.deque()
     size = 0
@@ -246,6 +246,25 @@ def _check(repo: Repo, record: RunRecord, info: ContainerInfo, until: str, numbe
     redact = proc.redactor().redact_line
     tail = sanitize("".join(redact(line) for line in data.splitlines(keepends=True)))
     return code, ended.ran_seconds if ended is not None else None, tail.rstrip("\n")
+
+
+def _wait_check(check: str, remaining: float | None) -> int | None:
+    """The exit status of the check container ``check``; one that outlives the run's
+    ``remaining`` seconds (and the grace its ``timeout`` wrapper gives) is stopped from
+    here, whatever its image's ``timeout`` did. None when it ended without a status."""
+    import time
+
+    from git_iterare import sandbox
+
+    deadline = None if remaining is None else time.monotonic() + max(remaining, 0) + 15
+    while True:
+        wait = None if deadline is None else max(deadline - time.monotonic(), 0.1)
+        code = sandbox.wait(check, timeout=wait)
+        if code is not None:
+            return code
+        if deadline is not None and time.monotonic() >= deadline:
+            sandbox.stop(check, grace_seconds=0)
+            return sandbox.wait(check, timeout=30)
 
 
 def _keep_log(store: RunStore, record: RunRecord, number: int, log: bytes) -> None:

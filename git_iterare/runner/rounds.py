@@ -202,7 +202,9 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None,
         return STOPPED, (f"{BUDGET_STOP}: "
                          f"{over_budget(extra or {}, rounds) or 'its rounds used up its limits'}")
     if status == SUCCEEDED:  # its driver ended before the loop did
-        return FAILED, "the loop ended before its check passed"
+        return FAILED, ("the loop ended before its check passed: the process that drove "
+                        "it ended (see its watch.log)" if reason == "unchecked"
+                        else "the loop ended before its check passed")
     return status, error
 
 

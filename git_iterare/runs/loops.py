@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 #: Why a loop ended (``extra.loop.reason``), as ``list`` and ``show`` say it.
 REASONS = {"passed": "the check passed", "rounds": "out of rounds",
            "stalled": "stalled", "budget": "stopped at its budget",
-           "stopped": "stopped", "timed-out": "timed out", "failed": "failed"}
+           "stopped": "stopped", "timed-out": "timed out", "failed": "failed",
+           "unchecked": "its last round was not checked"}
 
 
 def loop_of(record: RunRecord) -> Loop | None:

@@ -130,11 +130,11 @@ def reclaim(container: str, trees: Sequence[Path], uid: int, gid: int,
 
 
 def again(container: str, *, name: str, role: str, command: Sequence[str],
-          env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+          env: Mapping[str, str], files: Mapping[str, bytes], pristine: bool = False) -> str:
     """Start another container in the sandbox of the exited ``container``; its id (see
     :meth:`Backend.again`)."""
     return get_backend().again(container, name=name, role=role, command=command, env=env,
-                               files=files)
+                               files=files, pristine=pristine)
 
 
 def remove(run_id: str, repo_path: str) -> None:

@@ -3,7 +3,8 @@ and start script, as one archive (``put_archive`` at ``/``).
 
 Nothing of it is written on the host, and nothing the agent may read is another uid's:
 its home directory and secret files are its own (0700, 0600), its secret variables are
-files it alone reads (0400), the rest is root's and read-only to it.
+files it alone reads (0400) in root's folders it cannot add to (0555: what
+``agent-start`` exports is what the user sent), the rest is root's and read-only to it.
 """
 
 from __future__ import annotations
@@ -121,45 +122,72 @@ def _accounts(passwd: bytes, group: bytes, uid: int, gid: int) -> tuple[bytes, b
     return ("\n".join(users) + "\n").encode(), ("\n".join(groups) + "\n").encode()
 
 
-def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
-    """The archive put into the agent's container at ``/`` before it starts.
-
-    Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
-    (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
-    secret variables as files ``/run/iterare/secrets/env/NAME`` (0400, in a 0500 dir), and
-    the CA bundle (0644) when the spec names one, and on a remote engine the run's files
-    (``spec.volumes.files``: root's, 0644). Everything the agent may read is owned by its
-    uid; nothing is written on the host.
-
-    Raises:
-        OSError: the CA bundle cannot be read.
-    """
-    uid, gid = spec.agent_uid, spec.agent_gid
-    tar = _Tar()
+def _account(tar: _Tar, passwd: bytes, group: bytes, uid: int, gid: int,
+             ca: bytes | None) -> None:
+    """What every container of a sandbox's agent gets: ``/etc/passwd`` and ``/etc/group``
+    with the agent's entry, its empty home (0700), ``/run/iterare/agent-start`` (root,
+    0755) and the CA bundle ``ca`` (0644) when given."""
     users, groups = _accounts(passwd, group, uid, gid)
     tar.dir("etc", 0, 0, 0o755)
     tar.file("etc/passwd", users, 0, 0, 0o644)
     tar.file("etc/group", groups, 0, 0, 0o644)
     tar.dir("home", 0, 0, 0o755)
     tar.dir(AGENT_HOME, uid, gid, 0o700)
+    tar.dir("run", 0, 0, 0o755)
+    tar.dir("run/iterare", 0, 0, 0o755)
+    tar.file(AGENT_START, container_file("agent-start"), 0, 0, 0o755)
+    if ca is not None:
+        tar.file(CA_PATH, ca, 0, 0, 0o644)
+
+
+def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
+    """The archive put into the agent's container at ``/`` before it starts.
+
+    Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
+    (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
+    secret variables as files ``/run/iterare/secrets/env/NAME`` (the agent's, 0400, in
+    root's 0555 folders), and the CA bundle (0644) when the spec names one, and on a
+    remote engine the run's files (``spec.volumes.files``: root's, 0644). Nothing is
+    written on the host.
+
+    Raises:
+        OSError: the CA bundle cannot be read.
+    """
+    uid, gid = spec.agent_uid, spec.agent_gid
+    tar = _Tar()
+    ca = Path(spec.ca_bundle).read_bytes() if spec.ca_bundle is not None else None
+    _account(tar, passwd, group, uid, gid, ca)
     for rel, content in sorted(spec.secret_files.items()):
         parts = Path(rel).parts
         for depth in range(1, len(parts)):
             tar.dir(f"{AGENT_HOME}/{'/'.join(parts[:depth])}", uid, gid, 0o700)
         tar.file(f"{AGENT_HOME}/{rel}", content, uid, gid, 0o600)
-    tar.dir("run", 0, 0, 0o755)
-    tar.dir("run/iterare", 0, 0, 0o755)
-    tar.file(AGENT_START, container_file("agent-start"), 0, 0, 0o755)
     if spec.secret_env:
-        tar.dir(SECRETS_PATH, uid, gid, 0o500)
-        tar.dir(f"{SECRETS_PATH}/env", uid, gid, 0o500)
+        # Root's: the agent can read its variables but not add one (PATH, LD_PRELOAD)
+        # that agent-start would export into a later container of the sandbox.
+        tar.dir(SECRETS_PATH, 0, 0, 0o555)
+        tar.dir(f"{SECRETS_PATH}/env", 0, 0, 0o555)
         for name, value in sorted(spec.secret_env.items()):
             tar.file(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400)
-    if spec.ca_bundle is not None:
-        tar.file(CA_PATH, Path(spec.ca_bundle).read_bytes(), 0, 0, 0o644)
     if spec.volumes is not None:  # what an engine of volumes cannot mount (the prompt): root's
         for path, data in sorted(spec.volumes.files.items()):
             _root_file(tar, path, data)
     return tar.data()
 
 
+def fresh_files(fresh: Container, agent: Container, uid: int, gid: int) -> bytes:
+    """The archive put at ``/`` into ``fresh``, a created container of a sandbox that
+    starts from the sandbox's image rather than from what its agent left (a loop's
+    check): the account of :func:`agent_files` for ``uid``:``gid`` (the image's
+    ``/etc/passwd`` and ``/etc/group`` with the agent's entry, an empty home, the start
+    script) and the CA bundle of the agent's container ``agent`` when it has one (root's
+    file in root's folder: the agent could not change it); no secret.
+
+    Raises:
+        docker.errors.APIError: the engine refused to read a file.
+    """
+    passwd, group = image_accounts(fresh, str(fresh.attrs.get("Image") or ""))
+    ca = _read_file(agent, CA_PATH) or None
+    tar = _Tar()
+    _account(tar, passwd, group, uid, gid, ca)
+    return tar.data()

@@ -57,12 +57,15 @@ class Backend(Protocol):
         ...
 
     def again(self, container: str, *, name: str, role: str, command: Sequence[str],
-              env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+              env: Mapping[str, str], files: Mapping[str, bytes],
+              pristine: bool = False) -> str:
         """Start another container in the sandbox of the exited agent's container
-        ``container`` (a loop's check, or its next round): as the agent left its file
-        system, with its user, environment plus ``env``, trees, limits and firewall, named
-        ``name``, labelled with ``role``, running ``command``, with ``files`` (absolute
-        path -> content, root's) put in; return its id. What it needs of the engine is
+        ``container`` (a loop's check, or its next round): with its user, environment
+        plus ``env``, trees, limits and firewall, named ``name``, labelled with ``role``,
+        running ``command``, with ``files`` (absolute path -> content, root's) put in;
+        return its id. Its file system is the one the agent left or, with ``pristine``,
+        the sandbox's image with only the agent's account put in again (nothing the
+        agent left outside the run's trees, no secret). What it needs of the engine is
         removed with the run's containers (:meth:`remove`)."""
         ...
 

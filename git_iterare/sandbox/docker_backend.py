@@ -51,6 +51,7 @@ from git_iterare.sandbox.spec import (
     CA_PATH,
     CACHE_PATH,
     GITDIR_PATH,
+    LABEL_ORIGIN,
     LABEL_REPO,
     LABEL_ROLE,
     LABEL_RUN,
@@ -273,7 +274,8 @@ class DockerBackend:
                 spec.image, command=list(spec.command), name=spec.name,
                 entrypoint=["/bin/sh", AGENT_START],
                 user=f"{spec.agent_uid}:{spec.agent_gid}", working_dir=spec.workdir,
-                labels={**spec.all_labels(), LABEL_ROLE: "agent", LABEL_SIDECAR: sidecar_id},
+                labels={**spec.all_labels(), LABEL_ROLE: "agent", LABEL_SIDECAR: sidecar_id,
+                        LABEL_ORIGIN: ""},
                 environment=env, mounts=_agent_mounts(spec),
                 network_mode=f"container:{sidecar_id}", cap_drop=["ALL"],
                 security_opt=["no-new-privileges:true"], init=True, tty=spec.tty,
@@ -393,20 +395,26 @@ class DockerBackend:
         return [line for line in said.splitlines() if line.strip()][:100]
 
     def again(self, container: str, *, name: str, role: str, command: Sequence[str],
-              env: Mapping[str, str], files: Mapping[str, bytes]) -> str:
+              env: Mapping[str, str], files: Mapping[str, bytes],
+              pristine: bool = False) -> str:
         """Start another container in the sandbox of the exited agent's container
-        ``container``: from its file system as the agent left it (committed to an image
-        labelled as the run's, removed with the run's containers by :meth:`remove`), with
-        its user, entrypoint (the agent start script), environment plus ``env``, mounts,
-        limits and network namespace (the sidecar's, so the same firewall), named
-        ``name`` and labelled ``role``, running ``command``; ``files`` (absolute path ->
-        content, root's, mode 0644) are put in first. Return its id.
+        ``container``, with its user, entrypoint (the agent start script), environment
+        plus ``env``, mounts, limits and network namespace (the sidecar's, so the same
+        firewall), named ``name`` and labelled ``role``, running ``command``; ``files``
+        (absolute path -> content, root's, mode 0644) are put in first. Return its id.
+
+        Its file system is the one the agent left (committed to an image labelled as the
+        run's, removed with the run's containers by :meth:`remove`; ``container`` is
+        removed when ``name`` is its name) or, with ``pristine``, that of the image the
+        sandbox's first agent container ran, with the agent's account, start script and
+        CA bundle put in again (:func:`~git_iterare.sandbox.accounts.fresh_files`): no
+        secret, home file or anything else the agent left but in the run's trees.
 
         Raises:
             OperationFailed: the engine refused (nothing is left but the image), or the
                 sandbox's sidecar is no longer running.
         """
-        from git_iterare.sandbox.accounts import file_archive
+        from git_iterare.sandbox.accounts import file_archive, fresh_files
 
         engine = client()
         with docker_errors(f"start another container in the sandbox of {container[:24]}"):
@@ -414,23 +422,31 @@ class DockerBackend:
             sidecar = self._sidecar(container)
             if sidecar is None or sidecar.status != "running":
                 raise OperationFailed(f"the network sidecar of {old.name} is not running")
-            image = engine.api.commit(old.id, conf={"Labels": {
-                **(old.labels or {}), LABEL_ROLE: "round"}})
+            labels = old.labels or {}
+            origin = labels.get(LABEL_ORIGIN) or str(old.attrs["Image"])
             config = old.attrs["Config"]
+            if pristine:
+                image = origin
+            else:
+                image = str(engine.api.commit(old.id, conf={"Labels": {
+                    **labels, LABEL_ROLE: "round"}})["Id"])
             if name == old.name:  # its name goes to the next round's container
-                old.remove(force=True)
+                old.remove(force=True, v=True)
             added = {f"{k}=" for k in env}
             kept = [e for e in config.get("Env") or [] if not any(map(e.startswith, added))]
             # The Engine API's create body: what made the sandbox's containers what they
             # are (user, entrypoint, host config: mounts, limits, namespace), the rest new.
             made = engine.api.create_container_from_config({
-                "Image": image["Id"], "Cmd": list(command), "User": config.get("User"),
+                "Image": image, "Cmd": list(command), "User": config.get("User"),
                 "Entrypoint": config.get("Entrypoint"), "WorkingDir": config.get("WorkingDir"),
                 "Env": [*kept, *(f"{k}={v}" for k, v in env.items())],
-                "Labels": {**(old.labels or {}), LABEL_ROLE: role},
+                "Labels": {**labels, LABEL_ROLE: role, LABEL_ORIGIN: origin},
                 "HostConfig": old.attrs["HostConfig"]}, name)
             new = engine.containers.get(str(made["Id"]))
             try:
+                if pristine:
+                    uid, _, gid = str(config.get("User") or "").partition(":")
+                    new.put_archive("/", fresh_files(new, old, int(uid), int(gid or uid)))
                 if files:
                     new.put_archive("/", file_archive(files))
                 new.start()
@@ -469,10 +485,7 @@ class DockerBackend:
                         container.exec_run([SIDECAR, "report"], user="0:0")
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True, v=True)
-            # What a loop's rounds started from (:meth:`again`).
-            for image in client().images.list(filters={"label": labels}):
-                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                    client().images.remove(image.id, force=True)
+            _remove_round_images(labels)
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """State, exit status and labels; None when there is no such container."""
@@ -491,3 +504,29 @@ class DockerBackend:
             found = client().containers.list(all=True, filters={"label": label})
         return [container_info(c) for c in found
                 if (c.labels or {}).get(LABEL_ROLE, "agent") == "agent"]
+
+
+def _remove_round_images(labels: list[str]) -> None:
+    """Remove the images a loop's rounds started from (:meth:`DockerBackend.again`),
+    labelled ``labels``: newest first, since each round's image is its last's child.
+
+    Raises:
+        OperationFailed: one could not be removed (it holds what the agent's home held,
+            its secret files too).
+    """
+    import docker.errors
+
+    images = client().images.list(filters={"label": labels})
+    failed = []
+    for image in sorted(images, key=lambda i: str(i.attrs.get("Created") or ""),
+                        reverse=True):
+        try:
+            client().images.remove(image.id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            failed.append(f"{str(image.id)[7:19]}: {exc.explanation or exc}")
+    if failed:
+        raise OperationFailed(f"could not remove the round images {', '.join(failed)}",
+                              hint="remove them with `docker image rm`, or run "
+                                   "`git iterare cleanup` again")

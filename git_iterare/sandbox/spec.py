@@ -21,6 +21,9 @@ LABEL_REPO = "dev.iterare.repo"
 LABEL_ROLE = "dev.iterare.role"
 #: On the agent's container: the id of its sidecar.
 LABEL_SIDECAR = "dev.iterare.sidecar"
+#: On a loop's later containers: the id of the image the sandbox's first agent container
+#: ran (empty on that one, so that no image label can name another).
+LABEL_ORIGIN = "dev.iterare.origin"
 
 def sandbox_name(run_id: str) -> str:
     """The name of a run's agent container, ``iterare-<run id>``; its sidecar's is that
