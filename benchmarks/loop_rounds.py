@@ -1,8 +1,9 @@
 """A loop's overhead per round: from the agent's exit to its check's first instruction.
 
-In ``execute --until CHECK`` each round's check runs in a container made from the agent's
-(git_iterare.runner.loop, git_iterare.sandbox.again: the agent's container committed to
-an image, the check's container created from it and started). The shell agent's script
+In ``execute --until CHECK`` each round's check runs in a container of its own in the
+sandbox (git_iterare.runner.loop, git_iterare.sandbox.again with ``pristine``: created
+from the run's image, the agent's account put in, started); the agent's container is
+committed to an image only afterwards, for the next round. The shell agent's script
 prints the time (``date +%s.%N``) as its last instruction, and the check prints it as its
 first and fails (``--stall-after 0``, so every round runs); a round's overhead is the
 difference, read from the run's log and ``extra.rounds[].check_tail``.
@@ -14,11 +15,11 @@ in a plain container created and started through the Engine API, as the sandbox'
 ``--rounds`` rounds, then as many of each baseline, and so on ``--loops`` times.
 
 Also printed: where a round's time goes (the engine's events: the agent's container's
-``die`` and ``commit``, the check's ``create``), the engine's commit of an exited plain
-container alone, and the other half of a round, from the check to the next round's
-agent's first instruction (the trees given back, the round committed, the agent's
-container made again). The agent's script sleeps a second, so the run's driver is
-waiting for its end as for an agent that works for a while. Usage::
+``die``, the check's ``create``), the engine's commit of an exited plain container alone
+(which the other half of a round pays), and that other half, from the check to the next
+round's agent's first instruction (the trees given back, the round committed, the agent's
+container committed and made again). The agent's script sleeps a second, so the run's
+driver is waiting for its end as for an agent that works for a while. Usage::
 
     python -m benchmarks.loop_rounds [--image git-iterare:latest] [--loops 3] [--rounds 3]
 """
@@ -50,9 +51,9 @@ CHECK = "date +CHECK-START=%s.%N; exit 1"
 #: Goal: a round's overhead at most this many seconds over ``docker exec`` of the check.
 GOAL_SECONDS = 0.5
 
-#: A round's steps, as the engine's events (die, commit, create) split it.
-STEPS = ("the agent's container ends", "the host sees it and commits the container",
-         "the check's container is created", "started, to the check's first instruction")
+#: A round's steps, as the engine's events (die, create) split it.
+STEPS = ("the agent's container ends", "the host sees it and creates the check's container",
+         "started, to the check's first instruction")
 
 Event = Mapping[str, Any]
 
@@ -155,8 +156,7 @@ def loop(repo: Path, rounds: int, into: Figures) -> None:
     for number, (end, (check,)) in enumerate(zip(ends, checks, strict=True), start=1):
         into.rounds.append(check - end)
         created = _at(events, "create", f"{agent}-check{number}")
-        marks = [end, _at(events, "die", agent, created), _at(events, "commit", agent, created),
-                 created, check]
+        marks = [end, _at(events, "die", agent, created), created, check]
         if all(mark is not None for mark in marks):
             into.steps.append([b - a for a, b in itertools.pairwise(marks)])  # type: ignore[operator]
         if number < rounds:
