@@ -185,6 +185,28 @@ def test_shell_agent_full_flow_on_podman(podman_project: Path,
         all=True, filters={"label": f"dev.iterare.repo={project}"}) == []
 
 
+def test_a_loop_on_podman(podman_project: Path, podman_engine: PodmanEngine) -> None:
+    """A round's check and the next round are made as on Docker (a commit of the agent's
+    container, a container made from the run's image); nothing is left on Podman."""
+    project = podman_project
+    prompt(project, "twice", 'echo "round $ITERARE_ROUND" > "work-$ITERARE_ROUND"\n'
+                             'echo planted > "$HOME/planted"\n')
+    started = iterare("execute", "twice", "--until", 'test -e work-2 && ! test -e "$HOME/planted"',
+                      "-f", cwd=project)
+    rid = run_id(started.stdout)
+    watch = project / ".git" / "iterare" / "state" / rid / "watch.log"
+    assert started.returncode == 0, (started.stdout + started.stderr
+                                     + (watch.read_text() if watch.exists() else ""))
+    rec = record(project, rid)
+    assert rec["extra"]["loop"]["reason"] == "passed"
+    assert [r["check_exit"] for r in rec["extra"]["rounds"]] == [1, 0]
+    assert git("show", f"iterare/{rid}:work-2", cwd=project).stdout == "round 2\n"
+    engine = podman_engine.client()
+    assert engine.images.list(filters={"label": f"dev.iterare.run={rid}"}) == [], \
+        watch.read_text() if watch.exists() else started.stderr
+    assert engine.containers.list(all=True, filters={"label": f"dev.iterare.run={rid}"}) == []
+
+
 def _probes(net: PodmanNet) -> str:
     dns = net.at(10)
     return f"""\

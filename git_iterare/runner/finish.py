@@ -468,21 +468,23 @@ def _with_rounds(store: RunStore, record: RunRecord, log: bytes) -> bytes:
 def _unchecked_round(store: RunStore, record: RunRecord, status: str, result: RunResult,
                      info: ContainerInfo | None) -> RunRecord:
     """For a loop whose last round its driver did not record (the process that drove it
-    ended first, or the round was stopped or timed out with none): that round recorded
-    unchecked, and the loop's reason (``stopped``, ``timed-out``, else ``unchecked``).
-    Returns the record, unchanged for a loop that has its reason."""
+    ended first, the engine refused the round's check, or the round was stopped or timed
+    out with none): that round recorded unchecked, and the loop's reason when it has none
+    (``stopped``, ``timed-out``, else ``unchecked``). Returns the record, unchanged for a
+    loop whose driver recorded its last round."""
     from git_iterare.runner.rounds import own_share, round_entry
     from git_iterare.runs.loops import current_round, loop_of, rounds_of
     from git_iterare.runs.status import STOPPED, TIMED_OUT
 
     loop, rounds, number = loop_of(record), rounds_of(record), current_round(record)
-    if loop is None or loop.get("reason") or any(r.get("round") == number for r in rounds):
+    if loop is None or any(r.get("round") == number for r in rounds):
         return record
     entry = round_entry(number, own_share(result, rounds), started=None,
                         ended=info.ended_at if info else None,
                         exit_code=info.exit_code if info else None, check_exit=None,
                         check_seconds=None, check_tail="")
-    reason = {STOPPED: "stopped", TIMED_OUT: "timed-out"}.get(status, "unchecked")
+    reason = loop.get("reason") or {STOPPED: "stopped",
+                                     TIMED_OUT: "timed-out"}.get(status, "unchecked")
     return store.update(record.id, lambda r: r.with_extra(
         loop={**loop, "reason": reason}, rounds=[*rounds, entry]),
         f"{record.id} round {number}: {reason}")

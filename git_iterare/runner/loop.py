@@ -22,6 +22,7 @@ import collections
 from typing import TYPE_CHECKING
 
 from git_iterare.agents.base import PROMPT_FILE
+from git_iterare.errors import IterareError
 from git_iterare.git.repo import Repo
 from git_iterare.runner.driver import DRIVING, hold_driver, inherited
 from git_iterare.runner.rounds import (
@@ -98,7 +99,14 @@ def _drive(repo: Repo, config: Settings, store: RunStore, run_id: str) -> RunRec
                 return finish(repo, run_id)  # its sandbox is gone: finished as lost
             agent = get_agent(record.agent or "shell")
             register_run_secrets(repo, record, agent)
-            if not _next_round(repo, config, store, store.get(run_id), agent, info):
+            try:
+                going = _next_round(repo, config, store, store.get(run_id), agent, info)
+            except IterareError as exc:
+                # The engine refused the check or the next round: the loop cannot go on,
+                # and says why; the finish keeps the work of every round.
+                _cannot_go_on(store, run_id, exc.message)
+                going = False
+            if not going:
                 return finish(repo, run_id)
 
 
@@ -178,6 +186,17 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     store.update(record.id, lambda r: r.replace(container=new),
                  f"{record.id} round {number + 1} started")
     return True
+
+
+def _cannot_go_on(store: RunStore, run_id: str, error: str) -> None:
+    """Record that run ``run_id``'s loop ended ``failed`` with ``error``."""
+    from git_iterare.runs.extra import Loop
+
+    def fn(r: RunRecord) -> RunRecord:
+        return r.with_extra(loop=Loop(**(loop_of(r) or Loop(until="")), reason="failed",
+                                      error=error))
+
+    store.update(run_id, fn, f"{run_id} loop failed")
 
 
 def _round_env(number: int, entry: Round) -> dict[str, str]:

@@ -193,6 +193,9 @@ def outcome(loop: Loop, rounds: Sequence[Round], status: str, error: str | None,
         n = len(rounds)
         return FAILED, (f"the check still failed after {n} round{'' if n == 1 else 's'} "
                         f"(exit status {last.get('check_exit')})")
+    if reason == "failed":
+        return FAILED, (f"the loop could not go on after round {len(rounds) or 1}: "
+                        f"{loop.get('error') or 'the engine refused'}")
     if reason == "stalled":
         return FAILED, f"the loop stalled: {loop.get('stalled') or 'no progress'}"
     if reason == "timed-out":

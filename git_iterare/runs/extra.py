@@ -88,8 +88,9 @@ class Loop(TypedDict, total=False):
     run in the sandbox after each round; ``max_rounds``; ``stall_after``: rounds of the
     same failing check output or an unchanged tree that end it), and why the loop ended
     (``reason``: ``passed``, ``rounds``, ``stalled``, ``budget``, ``stopped``,
-    ``timed-out``, ``failed``), once it has; ``round``: the round under way (1 for the
-    first); ``stalled``: what a stalled loop repeated."""
+    ``timed-out``, ``failed``, ``unchecked``), once it has; ``round``: the round under way
+    (1 for the first); ``stalled``: what a stalled loop repeated; ``error``: why a
+    ``failed`` one could not go on (the engine refused its check or next round)."""
 
     until: str
     max_rounds: int
@@ -97,6 +98,7 @@ class Loop(TypedDict, total=False):
     reason: str
     round: int
     stalled: str
+    error: str
 
 
 class Round(TypedDict, total=False):

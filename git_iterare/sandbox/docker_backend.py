@@ -441,7 +441,7 @@ class DockerBackend:
                 "Entrypoint": config.get("Entrypoint"), "WorkingDir": config.get("WorkingDir"),
                 "Env": [*kept, *(f"{k}={v}" for k, v in env.items())],
                 "Labels": {**labels, LABEL_ROLE: role, LABEL_ORIGIN: origin},
-                "HostConfig": old.attrs["HostConfig"]}, name)
+                "HostConfig": _host_config(old.attrs["HostConfig"])}, name)
             new = engine.containers.get(str(made["Id"]))
             try:
                 if pristine:
@@ -477,15 +477,16 @@ class DockerBackend:
                             and sidecar.labels.get(LABEL_REPO) == repo_path \
                             and sidecar.id not in ids:
                         found.append(sidecar)
-            # The agent's container first: its sidecar holds its network namespace.
-            for container in sorted(found, key=lambda c: c.labels.get(LABEL_ROLE) != "agent"):
+            # Sidecars last: they hold the network namespace of the others (the agent's
+            # container, a loop's checks), and Podman refuses to remove them before.
+            for container in sorted(found, key=lambda c: c.labels.get(LABEL_ROLE) == "sidecar"):
                 if container.labels.get(LABEL_ROLE) == "sidecar" \
                         and container.status == "running":
                     with contextlib.suppress(docker.errors.APIError):
                         container.exec_run([SIDECAR, "report"], user="0:0")
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True, v=True)
-            _remove_round_images(labels)
+            _remove_round_images(run_id, repo_path)
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """State, exit status and labels; None when there is no such container."""
@@ -506,9 +507,29 @@ class DockerBackend:
                 if (c.labels or {}).get(LABEL_ROLE, "agent") == "agent"]
 
 
-def _remove_round_images(labels: list[str]) -> None:
-    """Remove the images a loop's rounds started from (:meth:`DockerBackend.again`),
-    labelled ``labels``: newest first, since each round's image is its last's child.
+def _host_config(inspected: Mapping[str, object]) -> dict[str, object]:
+    """The ``HostConfig`` of an inspected container as a create body takes it. Podman
+    reports the CPU limit both as ``NanoCpus`` and as the ``CpuPeriod`` and ``CpuQuota``
+    it became, and ulimits by their kernel names (``RLIMIT_NOFILE``), and refuses a
+    create that gives either so."""
+    host = dict(inspected)
+    if host.get("NanoCpus"):
+        host.pop("CpuPeriod", None)
+        host.pop("CpuQuota", None)
+    ulimits = host.get("Ulimits")
+    if isinstance(ulimits, list):
+        host["Ulimits"] = [
+            {**u, "Name": str(u.get("Name") or "").lower().removeprefix("rlimit_")}
+            for u in ulimits if isinstance(u, dict)]
+    return host
+
+
+def _remove_round_images(run_id: str, repo_path: str) -> None:
+    """Remove the images a loop's rounds of run ``run_id`` of the repository at
+    ``repo_path`` started from (:meth:`DockerBackend.again`). Each round's image is its
+    last's child, which the engine removes first: what it refuses is tried again while
+    the others go. (Listed by the run's label alone, the repository's read from each
+    image: Podman 4 lists no image for two label filters.)
 
     Raises:
         OperationFailed: one could not be removed (it holds what the agent's home held,
@@ -516,17 +537,24 @@ def _remove_round_images(labels: list[str]) -> None:
     """
     import docker.errors
 
-    images = client().images.list(filters={"label": labels})
-    failed = []
-    for image in sorted(images, key=lambda i: str(i.attrs.get("Created") or ""),
-                        reverse=True):
-        try:
-            client().images.remove(image.id, force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            failed.append(f"{str(image.id)[7:19]}: {exc.explanation or exc}")
+    engine = client()
+    left = [str(i.id) for i in engine.images.list(filters={"label": f"{LABEL_RUN}={run_id}"})
+            if (engine.images.get(str(i.id)).labels or {}).get(LABEL_REPO) == repo_path]
+    failed: dict[str, str] = {}
+    while left:
+        failed = {}
+        for image in left:
+            try:
+                engine.images.remove(image, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                failed[image] = str(exc.explanation or exc)
+        if len(failed) == len(left):
+            break
+        left = list(failed)
     if failed:
-        raise OperationFailed(f"could not remove the round images {', '.join(failed)}",
+        named = ", ".join(f"{image[7:19]}: {why}" for image, why in failed.items())
+        raise OperationFailed(f"could not remove the round images {named}",
                               hint="remove them with `docker image rm`, or run "
                                    "`git iterare cleanup` again")
