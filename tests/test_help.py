@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -41,6 +42,16 @@ def test_every_command_has_a_complete_page(name: str) -> None:
     missing = [opt for p in command.params if isinstance(p, click.Option) and not p.hidden
                for opt in p.opts if opt.startswith("--") and _roff_option(opt) not in options]
     assert missing == []
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_starts_a_tagged_paragraph(name: str) -> None:
+    # A tag line (".BI \\-n ...") without the ".TP" before it runs into the paragraph of
+    # the option above (execute's -n once read as part of --stall-after).
+    lines = _sections(MAN_DIR / f"git-iterare-{name}.1")["OPTIONS"].splitlines()
+    untagged = [line for before, line in itertools.pairwise(lines)
+                if line.startswith(".BI \\-") and before not in (".TP", ".TQ")]
+    assert untagged == []
 
 
 def test_main_page_lists_every_command_and_key() -> None:
