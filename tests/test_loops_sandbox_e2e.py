@@ -7,6 +7,7 @@ prints that look like git-iterare's own are marked as the agent's."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,12 @@ def test_nothing_the_agent_leaves_but_its_work_answers_for_the_check(project: Pa
     assert [(r["check_exit"], r["check_tail"]) for r in data["extra"]["rounds"]] == [
         (1, "clean 1"), (1, "clean 2"), (1, "clean 3")]
     # Two rounds were started from images of the last (the second a child of the first):
-    # both went with the run's containers.
-    assert data["status"] == "failed" and round_images(rid) == []
+    # both go with the run's containers (removed by its driver once the run is recorded).
+    assert data["status"] == "failed"
+    deadline = time.monotonic() + 60
+    while round_images(rid):
+        assert time.monotonic() < deadline, round_images(rid)
+        time.sleep(0.5)
 
 
 def test_lines_the_agent_prints_cannot_pass_for_git_iterares(project: Path  # noqa: F811
@@ -95,7 +100,6 @@ def test_a_loop_whose_driver_is_killed_ends_unchecked_with_its_work(project: Pat
                                                                     ) -> None:
     import os
     import signal
-    import time
 
     prompt(project, "slow", 'echo "round $ITERARE_ROUND" > "work-$ITERARE_ROUND"\nsleep 6\n')
     run = iterare("execute", "slow", "--until", "false", "--stall-after", "0", cwd=project)
@@ -118,3 +122,70 @@ def test_a_loop_whose_driver_is_killed_ends_unchecked_with_its_work(project: Pat
     lines = iterare("log", rid, cwd=project).stdout.splitlines()
     assert lines[-1] == "[git iterare: the loop ended after 1 round: its last round was not " \
                         "checked]", lines
+
+
+#: Round 1 leaves its file uncommitted; from round 2 the agent commits what it did.
+COMMITS_FROM_ROUND_2 = """\
+git status --porcelain | sed 's/^/status: /'
+echo "round $ITERARE_ROUND" >> rounds.txt
+if [ "$ITERARE_ROUND" -ge 2 ]; then
+  git add -A && git commit -qm "agent's own commit in round $ITERARE_ROUND"
+fi
+"""
+
+
+def test_a_loop_keeps_the_agents_commits_after_a_round_that_left_files(
+        project: Path) -> None:  # noqa: F811
+    prompt(project, "commits", COMMITS_FROM_ROUND_2)
+    out = iterare("execute", "commits", "-f", "--until", "exit 1", "--stall-after", "0",
+                  "--max-rounds", "3", cwd=project)
+    assert out.returncode == 1, out.stdout + out.stderr
+    rid = run_id(out.stdout)
+    subjects = git("log", "--reverse", "--format=%s", f"main..iterare/{rid}",
+                   cwd=project).stdout.splitlines()
+    assert subjects == [f"iterare: round 1 of run {rid}", "agent's own commit in round 2",
+                        "agent's own commit in round 3"], subjects
+    warnings = record(project, rid)["extra"].get("warnings", [])
+    assert not [w for w in warnings if "diverged" in w], warnings
+    # Each round starts from a clean tree: round 1's commit is the agent's HEAD and index.
+    assert [line for line in out.stdout.splitlines() if line.startswith("status:")] == [], \
+        out.stdout
+    assert git("show", f"iterare/{rid}:rounds.txt", cwd=project).stdout == (
+        "round 1\nround 2\nround 3\n")
+
+
+def test_a_loop_whose_watcher_died_mid_round_records_that_round(project: Path  # noqa: F811
+                                                                ) -> None:
+    import os
+    import signal
+
+    prompt(project, "long", 'echo "round $ITERARE_ROUND" >> rounds.txt\nsleep 8\n')
+    out = iterare("execute", "long", "--until", "exit 1", "--stall-after", "0",
+                  "--max-rounds", "4", cwd=project)
+    assert out.returncode == 0, out.stderr
+    rid = run_id(out.stdout)
+    deadline = time.monotonic() + 120
+    first = record(project, rid)["container"]
+    while True:  # round 2's container started (its record names it), and wrote its line
+        data = record(project, rid)
+        if (data["extra"].get("loop") or {}).get("round") == 2 \
+                and data["container"] not in (first, None):
+            break
+        assert time.monotonic() < deadline, data
+        time.sleep(0.3)
+    time.sleep(2)
+    os.kill(watcher_of(rid), signal.SIGKILL)
+    while record(project, rid)["status"] in ("created", "starting", "running"):
+        assert time.monotonic() < deadline + 60, record(project, rid)
+        time.sleep(1)
+        iterare("list", cwd=project)  # the next command that looks finishes it
+    data = record(project, rid)
+    trailers = git("log", "--format=%(trailers:key=Iterare-Round,valueonly)",
+                   f"main..iterare/{rid}", cwd=project).stdout.split()
+    assert sorted(trailers) == ["1", "2"]  # round 2's work is on the branch
+    assert [(r["round"], r["check_exit"]) for r in data["extra"]["rounds"]] == [(1, 1),
+                                                                              (2, None)]
+    assert data["extra"]["rounds"][-1].get("head") == data["head"]
+    assert data["extra"]["loop"]["reason"] == "unchecked"
+    merged = iterare("merge", rid, "--round", "2", cwd=project)
+    assert merged.returncode == 0, merged.stderr

@@ -404,3 +404,37 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                         changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
                         rejected_head=rejected, skipped=skipped,
                         notes=(note,) if note else ())
+
+
+def hand_round(repo: Repo, ws: RunWorkspace, head: str) -> None:
+    """Give a loop's run gitdir the ``head`` its round's finish made (:func:`finish_run`),
+    so that the agent's next round builds on it (its commits then descend from it): the
+    objects of the run's commits since its base in one pack (the agent's view of the
+    objects holds the base's history only), its branch and ``HEAD`` naming ``head``, and
+    the worktree's index, clean against it
+    (:func:`git_iterare.runner.livetree.hand_head`). Call with the trees given back.
+
+    Raises:
+        ExternalError: git failed to pack.
+        OperationFailed: the worktree is not registered, or the gitdir could not be
+            written.
+    """
+    import tempfile
+
+    from git_iterare.runner.livetree import hand_head
+    from git_iterare.runner.placement.packs import pack_reachable
+
+    admin = worktree_admin_dir(repo, ws.worktree)
+    if admin is None:
+        raise OperationFailed(f"{ws.worktree} is not a registered worktree any more")
+    root = repo.common_dir / "iterare" / "tmp"
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{ws.run_id}.round-", dir=root))
+    try:
+        pack = pack_reachable(repo, head, [ws.base_commit], scratch)
+        hand_head(ws.gitdir, ws.ref, head, [pack.pack, pack.index], admin / "index")
+    except OSError as exc:
+        raise OperationFailed(f"cannot give the run's gitdir its round's head: "
+                              f"{exc.strerror or exc}") from None
+    finally:
+        boundedfs.remove_tree(scratch)

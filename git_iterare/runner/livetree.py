@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from git_iterare import boundedfs
@@ -164,3 +166,62 @@ def _holds(worktree: Path, admin: Path | None) -> bool:
     except (OSError, OperationFailed):
         return False
     return text.strip() == f"gitdir: {admin}"
+
+
+def hand_head(gitdir: Path, ref: str, head: str, packs: Sequence[Path], index: Path) -> None:
+    """Give a run ``gitdir`` (the user's again: its agent ended) a head made on the host
+    for its agent's next round (a loop): the ``packs`` files (a pack and its index)
+    moved into its ``objects/pack``, its branch ``ref`` (``refs/heads/...``) and its
+    ``HEAD`` naming ``head`` (hex), and ``index`` copied as its index. Every folder on
+    the way is made a real folder first and every file is written new, so nothing the
+    agent left there (a symlink) is followed.
+
+    Raises:
+        OSError: ``gitdir`` is a symlink or no folder, or a step failed.
+    """
+    if gitdir.is_symlink() or not gitdir.is_dir():
+        raise OSError(errno.ENOTDIR, "not a run gitdir", str(gitdir))
+    folder = _real_folder(gitdir, ("objects", "pack"))
+    for path in packs:
+        _remove(folder / path.name)
+        os.rename(path, folder / path.name)
+    parts = ref.split("/")
+    _write_new(_real_folder(gitdir, parts[:-1]) / parts[-1], f"{head}\n".encode())
+    _write_new(gitdir / "HEAD", f"ref: {ref}\n".encode())
+    _write_new(gitdir / "index", index.read_bytes())
+
+
+def _real_folder(root: Path, parts: Sequence[str]) -> Path:
+    """``root/parts...`` with each step a real folder: made where missing, and what else
+    is in the way (a symlink, a file) removed first."""
+    path = root
+    for part in parts:
+        path = path / part
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.mkdir(path, 0o755)
+    return path
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path`` whatever it is (a real folder with its contents); none is no error."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        boundedfs.remove_tree(path)
+    else:
+        os.unlink(path)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """``path`` made a new file (0644) holding ``data``, whatever was there."""
+    _remove(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o644), "wb") as out:
+        out.write(data)

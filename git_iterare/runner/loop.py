@@ -296,8 +296,9 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
                   entry: Round) -> tuple[str | None, str | None]:
     """Commit what round ``entry`` left (the trees given back first, then given to the
     agent again for the next round): the agent's commits imported, the rest committed
-    with an ``Iterare-Round`` trailer, the commits annotated with the round. Returns the
-    round's head commit and its tree (hex), None when unknown."""
+    with an ``Iterare-Round`` trailer, the commits annotated with the round, the round's
+    head handed to the run gitdir. Returns the round's head commit and its tree (hex),
+    None when unknown."""
     from git_iterare.runner.finish import (
         changes_of,
         commit_work,
@@ -318,6 +319,10 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
         store.add_note(commits, {
             **note_entry(record, record.status), "check_exit": entry.get("check_exit"),
             "check_seconds": entry.get("check_seconds"), "cost_usd": entry.get("cost_usd")})
+    if work.head:
+        from git_iterare.runner.importer import hand_round
+
+        hand_round(repo, ws, work.head)  # the next round's commits build on this one
     placement.give_again(repo, record, ws, info.id)
     return work.head, _tree_of(repo, work.head)
 

@@ -484,8 +484,7 @@ class DockerBackend:
                         and container.status == "running":
                     with contextlib.suppress(docker.errors.APIError):
                         container.exec_run([SIDECAR, "report"], user="0:0")
-                with contextlib.suppress(docker.errors.NotFound):
-                    container.remove(force=True, v=True)
+                _remove_container(container)
             _remove_round_images(run_id, repo_path)
 
     def inspect(self, container: str) -> ContainerInfo | None:
@@ -524,12 +523,45 @@ def _host_config(inspected: Mapping[str, object]) -> dict[str, object]:
     return host
 
 
+#: Seconds to wait for what another process is removing (two commands that finish one run
+#: at once), and between two tries of the round images the engine still holds.
+GONE_SECONDS = 30.0
+RETRY_SECONDS = 0.5
+
+
+def _remove_container(container: Container) -> None:
+    """Remove ``container`` with its anonymous volumes; when another process is already
+    removing it, wait (at most :data:`GONE_SECONDS`) until it is gone.
+
+    Raises:
+        docker.errors.APIError: the engine refused.
+    """
+    import docker.errors
+
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc.explanation or exc):
+            raise
+        deadline = time.monotonic() + GONE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return
+            time.sleep(RETRY_SECONDS)
+        raise
+
+
 def _remove_round_images(run_id: str, repo_path: str) -> None:
     """Remove the images a loop's rounds of run ``run_id`` of the repository at
     ``repo_path`` started from (:meth:`DockerBackend.again`). Each round's image is its
     last's child, which the engine removes first: what it refuses is tried again while
-    the others go. (Listed by the run's label alone, the repository's read from each
-    image: Podman 4 lists no image for two label filters.)
+    the others go, and all of them again a while (:data:`GONE_SECONDS`) while another
+    process still removes a container of them. (Listed by the run's label alone, the
+    repository's read from each image: Podman 4 lists no image for two label filters.)
 
     Raises:
         OperationFailed: one could not be removed (it holds what the agent's home held,
@@ -541,6 +573,7 @@ def _remove_round_images(run_id: str, repo_path: str) -> None:
     left = [str(i.id) for i in engine.images.list(filters={"label": f"{LABEL_RUN}={run_id}"})
             if (engine.images.get(str(i.id)).labels or {}).get(LABEL_REPO) == repo_path]
     failed: dict[str, str] = {}
+    deadline = time.monotonic() + GONE_SECONDS
     while left:
         failed = {}
         for image in left:
@@ -550,8 +583,10 @@ def _remove_round_images(run_id: str, repo_path: str) -> None:
                 pass
             except docker.errors.APIError as exc:
                 failed[image] = str(exc.explanation or exc)
-        if len(failed) == len(left):
-            break
+        if len(failed) == len(left):  # no progress: a container still being removed?
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(RETRY_SECONDS)
         left = list(failed)
     if failed:
         named = ", ".join(f"{image[7:19]}: {why}" for image, why in failed.items())
