@@ -64,11 +64,13 @@ def best_attempt(arg: str | None, pick: str | None) -> Any:
 
     Raises:
         UserError: ``pick`` is no attempt of the group (exit 2).
-        OperationFailed: no such group or run; an attempt is still active, or none is left.
+        OperationFailed: no such group or run; an attempt is still active or waits in the
+            group's queue, or none is left.
     """
     from git_iterare import ui
     from git_iterare.cli.compare import ranked_attempts
     from git_iterare.errors import OperationFailed, UserError
+    from git_iterare.runner.attempts import queued
     from git_iterare.runs.groups import group_of, resolve_group
     from git_iterare.runs.status import ACTIVE, CLEANED
     from git_iterare.runs.store import RunStore
@@ -83,10 +85,15 @@ def best_attempt(arg: str | None, pick: str | None) -> Any:
         return record
     rows = [row for row in ranked_attempts(app().repo, records, "check")
             if row.record.status != CLEANED]
+    hint = "wait for them (`git iterare list`), or choose one with --pick RUN"
     if active := [row.record.id for row in rows if row.record.status in ACTIVE]:
         raise OperationFailed(f"group {group} has attempts still running: {', '.join(active)}",
-                        hint="wait for them (`git iterare list`), or choose one with "
-                             "--pick RUN")
+                              hint=hint)
+    # Between one attempt's end and the next one's start no record is active, but the
+    # group has not ended: its queue still holds attempts that may rank better.
+    if waiting := [f"{k}/{size}" for g, k, size in queued(app().repo) if g == group]:
+        raise OperationFailed(f"group {group} has attempts still waiting to start: "
+                              f"{', '.join(waiting)}", hint=hint)
     if not rows:
         raise OperationFailed(f"group {group} has no attempt left to merge (all cleaned up)")
     best = rows[0]
