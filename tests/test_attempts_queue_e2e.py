@@ -1,11 +1,14 @@
-"""A group's queue of attempts waiting their turn (``execute -n N --jobs J``): ``merge
-GROUP`` does not merge the best attempt so far while others still wait to start."""
+"""A group's queue of attempts waiting their turn (``execute -n N --jobs J``), as a new
+user met it: ``merge GROUP`` does not merge the best attempt so far while others still
+wait to start; ``cleanup GROUP`` leaves no waiting attempt to start later; the attempts
+of a queue that died are shown as never started; a closed output pipe drops none."""
 from __future__ import annotations
 
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,3 +92,69 @@ def test_merge_of_a_group_waits_for_the_attempts_still_queued(
     merged = iterare("merge", group, cwd=project)
     assert merged.returncode == 0, merged.stderr
     assert (project / "n.txt").read_text() == "1\n"  # attempt 1 ranks first: one line
+
+
+def test_cleanup_of_a_group_leaves_no_waiting_attempt_to_start_later(
+        project: Path) -> None:  # noqa: F811
+    prompt(project, "wait", 'sleep 6\necho "$ITERARE_ATTEMPT" > n.txt\n')
+    out = iterare("execute", "wait", "-n", "3", "--jobs", "1", cwd=project)
+    assert out.returncode == 0, out.stderr
+    group = group_of(out.stdout)
+    assert "2 attempts queued" in out.stdout, out.stdout
+    cleaned = iterare("cleanup", group, "--force", "--yes", cwd=project)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert f"group {group}: 2 waiting attempts will not start" in cleaned.stdout
+    # Give the queue the time it needs to start attempt 2 and 3 (six seconds each).
+    time.sleep(20)
+    iterare("list", cwd=project)  # finishes what ended
+    alive = {k: a["status"] for k, a in attempts(project, group).items()
+             if a["status"] != "cleaned"}
+    assert alive == {}, alive
+    assert "queued" not in iterare("list", cwd=project).stdout
+
+
+def test_a_group_whose_queue_died_says_which_attempts_never_started(
+        project: Path) -> None:  # noqa: F811
+    prompt(project, "wait", 'sleep 4\necho "$ITERARE_ATTEMPT" > n.txt\n')
+    out = iterare("execute", "wait", "-n", "3", "--jobs", "1", cwd=project)
+    assert out.returncode == 0, out.stderr
+    group = group_of(out.stdout)
+    queue = wait_for(lambda: processes(project, "_resume"), timeout=10)
+    for pid in queue:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: set(attempts(project, group)) == {1}
+             and attempts(project, group)[1]["status"] == "succeeded")
+    shown = (iterare("list", cwd=project).stdout
+             + iterare("compare", group, cwd=project).stdout)
+    assert re.search(r"\b2/3\b|attempts? 2\b", shown), shown
+    assert re.search(r"\b3/3\b|attempts? 3\b|2 and 3|2, 3", shown), shown
+    assert f"attempt 2/3 (its queue ended first; `git iterare cleanup {group}` forgets it)" \
+        in shown, shown
+    forgot = iterare("cleanup", group, "--force", "--yes", cwd=project)
+    assert forgot.returncode == 0, forgot.stderr
+    assert "not started" not in iterare("list", "--all", cwd=project).stdout
+
+
+def test_a_closed_output_pipe_does_not_drop_the_waiting_attempts(
+        project: Path) -> None:  # noqa: F811
+    prompt(project, "wait", 'sleep 2\necho "$ITERARE_ATTEMPT" > n.txt\n')
+    # As `git iterare execute wait -n 3 --jobs 1 | head -1` does.
+    child = subprocess.Popen(["git", "iterare", "execute", "wait", "-n", "3", "--jobs", "1"],
+                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline()
+    child.stdout.close()
+    child.wait(timeout=60)
+    error = child.stderr.read()
+    group = group_of(first)
+    def settled() -> dict[int, dict[str, Any]] | None:
+        if processes(project, "_resume"):
+            return None
+        iterare("list", cwd=project)  # finishes what ended
+        now = attempts(project, group)
+        return None if any(a["status"] in ACTIVE for a in now.values()) else now
+
+    done = wait_for(settled, timeout=90)
+    assert sorted((k, a["status"]) for k, a in done.items()) == [
+        (1, "succeeded"), (2, "succeeded"), (3, "succeeded")], (child.returncode, error)

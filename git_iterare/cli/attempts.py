@@ -45,22 +45,21 @@ def execute_group(request: ExecuteRequest, size: int, jobs: int | None, follow: 
     group = sanitize_line(queue.group)
 
     def started(attempt: int, record: RunRecord) -> None:
-        click.echo(f"{ui.paint('started', 'green')} "
-                   f"{attempts.started_line(queue, attempt, record)}")
+        say(f"{ui.paint('started', 'green')} {attempts.started_line(queue, attempt, record)}")
 
     def failed(ended: attempts.Ended) -> None:
         ui.warn(attempts.ended_line(queue, ended))
 
     def done(ended: attempts.Ended) -> None:
-        click.echo(attempts.ended_line(queue, ended))
+        say(attempts.ended_line(queue, ended))
 
     try:
         try:
             first = queue.start_next(progress=ui.progress)  # its error is the command's
         finally:
             gcpause.resume()
-        click.echo(f"group {group}: {size} attempts at {sanitize_line(checked.prompt.name)} "
-                   f"from {checked.base_commit[:12]}, {queue.jobs} at a time")
+        say(f"group {group}: {size} attempts at {sanitize_line(checked.prompt.name)} "
+            f"from {checked.base_commit[:12]}, {queue.jobs} at a time")
         started(1, first)
         if follow:
             queue.run(started=started, done=done)
@@ -79,8 +78,8 @@ def execute_group(request: ExecuteRequest, size: int, jobs: int | None, follow: 
         sys.exit(ExitCode.INTERRUPTED)
     if follow:
         ok = sum(1 for ended in queue.ended if attempts.succeeded(ended))
-        click.echo(f"group {group}: {ok} of {size} attempts succeeded; compare them with "
-                   f"`git iterare compare {group}`")
+        say(f"group {group}: {ok} of {size} attempts succeeded; compare them with "
+            f"`git iterare compare {group}`")
         sys.exit(ExitCode.OK if ok else ExitCode.FAILED)
     if queue.waiting:
         log = attempts.detach(queue)
@@ -89,7 +88,22 @@ def execute_group(request: ExecuteRequest, size: int, jobs: int | None, follow: 
             ui.warn(f"the {waiting} waiting attempts could not be handed to a process of "
                     "their own: they were not started")
         else:
-            click.echo(f"{waiting} attempt{'s' if waiting != 1 else ''} queued: each starts "
-                       f"when a running one ends (`git iterare list` shows them; the queue "
-                       f"writes to {log})")
-    click.echo(f"compare the attempts with: `git iterare compare {group}`")
+            say(f"{waiting} attempt{'s' if waiting != 1 else ''} queued: each starts when a "
+                f"running one ends (`git iterare list` shows them; the queue writes to {log})")
+    say(f"compare the attempts with: `git iterare compare {group}`")
+
+
+def say(line: str) -> None:
+    """Print ``line`` on standard output; once that is closed (``| head -1``), print
+    nothing more there, and go on: the attempts still start, and their queue is handed
+    on."""
+    import os
+
+    try:
+        click.echo(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # What is left unwritten would fail again at exit: stdout goes nowhere from now.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -69,11 +69,15 @@ def command(all_: bool, statuses: tuple[str, ...], max_count: int | None, fmt: s
 
 
 def queued_lines(repo: Repo) -> list[str]:
-    """One line per attempt of ``execute -n`` still waiting for a slot
-    (:func:`git_iterare.runner.attempts.queued`)."""
+    """One line per attempt of ``execute -n`` still waiting for a slot, and one per
+    attempt a queue that died never started (:func:`git_iterare.runner.attempts.queued`)."""
     from git_iterare import ui
     from git_iterare.runner.attempts import queued
 
-    return [f"{ui.sanitize_line(group)}  {ui.paint('queued', 'cyan')}  attempt {attempt}/{size}"
-            " (starts when a running attempt of its group ends)"
-            for group, attempt, size in queued(repo)]
+    waiting = [f"{ui.sanitize_line(group)}  {ui.paint('queued', 'cyan')}  attempt "
+               f"{attempt}/{size} (starts when a running attempt of its group ends)"
+               for group, attempt, size in queued(repo)]
+    return waiting + [
+        f"{ui.sanitize_line(group)}  {ui.paint('not started', 'red')}  attempt {attempt}/{size} "
+        f"(its queue ended first; `git iterare cleanup {ui.sanitize_line(group)}` forgets it)"
+        for group, attempt, size in queued(repo, dead=True)]

@@ -71,19 +71,41 @@ def group_paths(repo: Repo, group: str) -> tuple[Path, Path, Path]:
     return (folder / f"{group}.queue", folder / f"{group}.lock", folder / f"{group}.log")
 
 
-def queued(repo: Repo) -> list[tuple[str, int, int]]:
+def queued(repo: Repo, *, dead: bool = False) -> list[tuple[str, int, int]]:
     """The attempts waiting in a live queue: ``(group, attempt, size)`` each, by group and
-    attempt. A queue whose process is gone waits for nothing, and is left out."""
+    attempt. A queue whose process is gone waits for nothing, and is left out; with
+    ``dead``, only such a queue's attempts are given (they were never started)."""
     folder = state_root(repo) / "groups"
     out: list[tuple[str, int, int]] = []
     for path in sorted(folder.glob("*.queue")) if folder.is_dir() else []:
         group = path.name[:-len(".queue")]
-        if marks.held(group_paths(repo, group)[1]) is not True:
+        if (marks.held(group_paths(repo, group)[1]) is True) == dead:
             continue
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             data = json.loads(path.read_text())
             out.extend((group, int(k), int(data["size"])) for k in data["queued"])
     return out
+
+
+def cancel_path(repo: Repo, group: str) -> Path:
+    """``state/groups/<group>.cancel``: while there, ``group``'s queue starts nothing."""
+    return state_root(repo) / "groups" / f"{group}.cancel"
+
+
+def cancel(repo: Repo, group: str) -> int:
+    """Tell ``group``'s queue to start none of the attempts still waiting (``cleanup
+    GROUP``), and forget those of a queue whose process is gone; return how many waited.
+
+    Raises:
+        OSError: the state folder cannot be written.
+    """
+    live = [k for g, k, _ in queued(repo) if g == group]
+    if live:
+        cancel_path(repo, group).touch()
+    gone = [k for g, k, _ in queued(repo, dead=True) if g == group]
+    if gone:
+        group_paths(repo, group)[0].unlink(missing_ok=True)
+    return len(live) + len(gone)
 
 
 @dataclass(frozen=True)
@@ -160,6 +182,12 @@ class Queue:
              failed: Callable[[Ended], None]) -> None:
         """Start waiting attempts while fewer than :attr:`jobs` run; ``started`` hears of
         each, ``failed`` of each that could not start (the queue goes on)."""
+        if self.waiting and cancel_path(self.repo, self.group).exists():
+            for attempt in self.waiting:
+                ended = Ended(attempt, None, "its group was cleaned up")
+                self.ended.append(ended)
+                failed(ended)
+            self.waiting.clear()
         while self.waiting and len(self.running) < self.jobs:
             attempt = self.waiting[0]
             try:
@@ -304,6 +332,7 @@ def _resume(lock_fd: int) -> int:
     finally:
         queue.waiting.clear()
         save_waiting(queue)
+        cancel_path(queue.repo, queue.group).unlink(missing_ok=True)
         os.close(lock_fd)
     return 0 if any(succeeded(e) for e in queue.ended) else 1
 
