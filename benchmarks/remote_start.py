@@ -9,6 +9,9 @@ that engine measured in the same run:
 2. second run, after a commit changing one small file: only the new objects are shipped;
    goal: ratio <= 2.5, and the bytes sent about the size of the change.
 
+Each run's agent also changes one small file; the bytes its finish fetched back (its
+record's ``extra.fetched``: the change, not the tree) are printed beside those shipped.
+
 The engine is ``DOCKER_HOST`` when it names a remote one (its clock must agree with this
 machine's); otherwise a Docker-in-Docker engine from ``tests/engines.py`` is started (tcp+TLS)
 and removed at the end, and the image is copied into it. Usage::
@@ -28,10 +31,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import precompile, report
 
-PROMPT = "---\nagent: shell\n---\ndate +AGENT-START=%s.%N\n"
+PROMPT = "---\nagent: shell\n---\ndate +AGENT-START=%s.%N\necho done > agent-was-here\n"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -82,9 +86,10 @@ def make_repo(image: str, megabytes: int, home: Path) -> Path:
     return repo
 
 
-def run_once(repo: Path, env: dict[str, str]) -> tuple[float, dict[str, int]]:
+def run_once(repo: Path, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     """Seconds from starting ``execute`` until the agent's first command ran, and what
-    the run shipped (its record's ``extra.shipped``)."""
+    the run shipped and fetched back (its record's ``extra.shipped`` and, as
+    ``fetched_bytes`` and ``fetched_worktree``, its ``extra.fetched``)."""
     start = time.time()
     out = subprocess.run(["git", "iterare", "execute", "bench", "--follow"], cwd=repo,
                          check=True, capture_output=True, text=True, env=env).stdout
@@ -93,7 +98,10 @@ def run_once(repo: Path, env: dict[str, str]) -> tuple[float, dict[str, int]]:
     record = json.loads(subprocess.run(
         ["git", "show", f"refs/iterare/runs/{run}:run.json"], cwd=repo, check=True,
         capture_output=True, text=True).stdout)
-    return float(marker.split("=", 1)[1]) - start, record["extra"].get("shipped") or {}
+    fetched = record["extra"].get("fetched") or {}
+    return float(marker.split("=", 1)[1]) - start, {
+        **(record["extra"].get("shipped") or {}), "fetched_bytes": fetched.get("bytes"),
+        "fetched_worktree": fetched.get("worktree")}
 
 
 def main() -> None:
@@ -112,8 +120,8 @@ def main() -> None:
         print(f"repository: {size / 1e6:.0f} MB in {args.mb * 10} files")
         bare = ["docker", "run", "--rm", "--entrypoint", "true", args.image]
         first, second, baseline = [], [], []
-        shipped_first: dict[str, int] = {}
-        shipped_second: list[dict[str, int]] = []
+        shipped_first: dict[str, Any] = {}
+        shipped_second: list[dict[str, Any]] = []
         change = 0
         for n in range(args.runs):
             subprocess.run(["git", "iterare", "cleanup", "--cache"], cwd=repo, env=env,
@@ -134,9 +142,10 @@ def main() -> None:
                baseline, goal=float("inf"))
         ratio = report("remote execute until the agent starts, second run", second,
                        baseline, goal=2.5)
-        print(f"first run shipped: {shipped_first}")
-        print(f"second run shipped: {shipped_second[-1]} (the change: {change} bytes of text "
-              "in one file, plus its commit and trees)")
+        print(f"first run shipped (and fetched back): {shipped_first}")
+        print(f"second run shipped (and fetched back): {shipped_second[-1]} (the change: "
+              f"{change} bytes of text in one file, plus its commit and trees; the agent's: "
+              "one file of 5 bytes)")
         subprocess.run(["git", "iterare", "cleanup", "--cache"], cwd=repo, env=env,
                        check=False, capture_output=True)
         shutil.rmtree(repo, ignore_errors=True)

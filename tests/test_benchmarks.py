@@ -66,7 +66,10 @@ def test_remote_start(dind_engine: DindEngine, sandbox_image: str) -> None:
     dind_engine.load_image(sandbox_image)
     out = bench("remote_start", "--image", sandbox_image, "--mb", "1", "--runs", "1",
                 env=dind_engine.tls_env())
-    assert "first run (no cache)" in out and "second run shipped:" in out, out
+    assert "first run (no cache)" in out and "second run shipped (and fetched back):" in out
+    fetched = re.search(r"^second run shipped .*'fetched_bytes': (\d+), "
+                        r"'fetched_worktree': 'change'", out, re.M)
+    assert fetched and int(fetched[1]) < 64 * 1024, out  # the change, not 1 MB of tree
 
 
 @pytest.mark.docker

@@ -445,9 +445,11 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
         over_tls: Path, dind_engine: DindEngine) -> None:
     """A 2 GB sparse file (no blocks on the engine) would come back as 2 GB of zeros on
     the user's disk: a file larger than MAX_OBJECT_BYTES, which the automatic commit
-    leaves out anyway, is not written, and named as not committed; a tracked one keeps the
-    base's version. A worktree over MAX_FETCH_BYTES is not fetched at all: only the agent's
-    commits are kept (issue 25, item 10)."""
+    leaves out anyway, is not sent, and named as not committed; a tracked one left alone
+    is the base's, as in a local run. A worktree over MAX_FETCH_BYTES, when the engine
+    cannot list the change (a file the agent made unreadable) and the whole tree is
+    fetched, is not fetched at all: only the agent's commits are kept (issue 25, item
+    10)."""
     project = over_tls
     with (project / "data.bin").open("wb") as out:  # tracked, over the limit, untouched
         out.truncate(101 * 1024 * 1024)
@@ -460,14 +462,16 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
     rid = run_id(done.stdout)
     worktree = project / ".iterare" / "worktrees" / rid
     assert (worktree / "work.txt").read_text() == "work\n"
-    assert not (worktree / "big.sparse").exists() and not (worktree / "data.bin").exists()
-    used = subprocess.run(["du", "-s", "--block-size=1M", str(worktree)], capture_output=True,
-                          text=True, check=True).stdout.split()[0]
+    assert not (worktree / "big.sparse").exists()
+    assert (worktree / "data.bin").stat().st_size == 101 * 1024 * 1024  # the base's
+    used = subprocess.run(["du", "-s", "--block-size=1M", "--exclude=data.bin", str(worktree)],
+                          capture_output=True, text=True, check=True).stdout.split()[0]
     assert int(used) < 10, used
+    assert record(project, rid)["extra"]["fetched"]["worktree"] == "change"
     limit = "larger than MAX_OBJECT_BYTES (104857600 bytes)"
     assert (f"run {rid}: not committed: big.sparse ({limit}: 2147483648 bytes, not "
-            f"fetched from the Docker engine), data.bin ({limit}: 105906176 bytes, not "
             "fetched from the Docker engine)") in done.stderr, done.stderr
+    assert "data.bin" not in done.stderr
     changed = git("diff", "--name-only", "HEAD", f"iterare/{rid}", cwd=project).stdout
     assert changed.split() == ["work.txt"]  # data.bin as the base has it, nothing deleted
     shown = iterare("show", rid, cwd=project)
@@ -480,7 +484,7 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
                check=False).stdout == ""
 
     prompt(project, "huge", "echo kept > kept.txt\ngit add kept.txt\ngit commit -qm kept\n"
-           "echo lost > lost.txt\ntruncate -s 5G huge.sparse\n")
+           "echo lost > lost.txt\ntruncate -s 5G huge.sparse\nchmod 000 lost.txt\n")
     huge = iterare("execute", "huge", "--follow", cwd=project)
     assert huge.returncode == 0, huge.stderr
     hid = run_id(huge.stdout)
@@ -490,6 +494,7 @@ def test_files_the_commit_leaves_out_are_never_written_back_and_a_huge_tree_is_n
     assert git("diff", "--name-only", "HEAD", f"iterare/{hid}", cwd=project
                ).stdout.split() == ["kept.txt"], huge.stdout + huge.stderr
     assert not (project / ".iterare" / "worktrees" / hid / "huge.sparse").exists()
+    assert record(project, hid)["extra"]["fetched"]["worktree"] == "none"
 
 
 def test_engine_restart_ends_the_run_lost_with_its_work(over_tls: Path,

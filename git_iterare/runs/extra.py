@@ -37,6 +37,17 @@ class Shipped(TypedDict):
     file_bytes: int
 
 
+class Fetched(TypedDict):
+    """What came back from a remote engine at the run's end: bytes read, and how its
+    worktree came (``change``: the changed and new paths, ``deleted`` of them removed;
+    ``whole``: the whole tree; ``none``: not at all)."""
+
+    bytes: int
+    worktree: str
+    changed: int
+    deleted: int
+
+
 class Cached(TypedDict):
     """What a local run's start added to the repository's object cache (pack and index
     bytes, objects in those packs), and how many packs the objects it was given are in."""
@@ -139,7 +150,8 @@ class RunExtra(TypedDict, total=False):
     ``spare``, ``shipped``, ``cached``; ``engine_cleared`` once nothing of it is left on a
     remote engine.
 
-    How it ended: ``timed_out``, ``stop_requested``, ``budget_exceeded``,
+    How it ended: ``fetched`` (from a remote engine), ``timed_out``, ``stop_requested``,
+    ``budget_exceeded``,
     ``stop_reason`` (``budget``), ``unfinished``, ``skipped``, ``disputed``, ``warnings``
     (lines about how the agent's commits came back, repeated by ``show`` and ``merge``).
 
@@ -166,6 +178,7 @@ class RunExtra(TypedDict, total=False):
     shipped: Shipped
     cached: Cached
     engine_cleared: bool
+    fetched: Fetched
     timed_out: bool
     stop_requested: bool
     budget_exceeded: bool

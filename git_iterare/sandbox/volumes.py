@@ -146,7 +146,8 @@ class Porter:
     """A container from git-iterare's own image that mounts volumes: files go into the
     volumes (``put_archive``) and come out (``get_archive``) through it. Use as a context
     manager; it is removed at the end, unless :meth:`start` ran its ``command`` (then the
-    engine removes it when that ends).
+    engine removes it when that ends, unless ``keep``: then at the end too, so what it
+    wrote into its own file system can be read once it ended).
 
     It has no capabilities, no network and no new privileges, whoever it runs as.
 
@@ -156,6 +157,7 @@ class Porter:
         labels: labels for the container.
         command: argv for :meth:`start`; None for a porter that is never started.
         user: ``uid:gid`` it runs as.
+        keep: whether the ``with`` block's end removes it, its ``command`` run or not.
 
     Raises:
         UserError / OperationFailed: the image is missing, the engine refused.
@@ -163,8 +165,10 @@ class Porter:
 
     def __init__(self, image: str, volumes: Mapping[str, tuple[str, bool]],
                  labels: Mapping[str, str] | None = None, *,
-                 command: Sequence[str] | None = None, user: str = "0:0") -> None:
+                 command: Sequence[str] | None = None, user: str = "0:0",
+                 keep: bool = False) -> None:
         self.image = image
+        self.keep = keep
         self.volumes = dict(volumes)
         self.labels = dict(labels or {})
         self.command = list(command) if command is not None else None
@@ -189,7 +193,7 @@ class Porter:
                 security_opt=["no-new-privileges:true"],
                 environment={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
                              "HOME": "/tmp"},
-                auto_remove=self.command is not None,
+                auto_remove=self.command is not None and not self.keep,
                 labels={**self.labels, LABEL_VOLUME: "porter"}, detach=True)
         return self
 
@@ -198,22 +202,41 @@ class Porter:
 
         from git_iterare.sandbox.docker_errors import docker_errors
 
-        if self.container is not None and not self.started:
+        if self.container is not None and (self.keep or not self.started):
             with contextlib.suppress(docker.errors.NotFound), \
                     docker_errors("remove the copying container"):
                 self.container.remove(force=True)
 
     def start(self) -> None:
-        """Start its ``command`` and leave it: the engine removes it when it ends.
+        """Start its ``command`` and leave it: the engine removes it when it ends (unless
+        ``keep``).
 
         Raises:
             OperationFailed: the engine refused.
         """
         from git_iterare.sandbox.docker_errors import docker_errors
 
-        with docker_errors("start the checkout on the Docker engine"):
+        with docker_errors("start a container of git-iterare's on the Docker engine"):
             self.made.start()
         self.started = True
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait for its ``command`` (started, ``keep``) to end; its exit status, None when
+        ``timeout`` seconds pass first.
+
+        Raises:
+            OperationFailed: the engine refused or cannot be reached.
+        """
+        import requests.exceptions
+
+        from git_iterare.sandbox.docker_errors import docker_errors
+
+        with docker_errors("wait for a container of git-iterare's on the Docker engine"):
+            try:
+                code = self.made.wait(timeout=timeout).get("StatusCode")
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                return None
+        return code if isinstance(code, int) else None
 
     @property
     def made(self) -> Container:

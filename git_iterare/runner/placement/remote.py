@@ -9,10 +9,12 @@ through the Engine API only: the objects, the run gitdir and the include files i
 archive, the base checked out there (:mod:`.ship`); the prompt is a file put into the
 agent's container before it starts.
 
-Results come out when the run ends (:meth:`Remote.collect`, by whichever command notices
-first): the worktree and the run gitdir as archives, unpacked into the host's (so far
-empty) worktree and run gitdir without trusting them (:func:`.tarball.extract`), then
-imported and committed by the same code as a local run's. ``git iterare diff RUN`` of a
+Results come out when the run ends (:meth:`Remote.fetch`, by whichever command notices
+first): the worktree as its change (:mod:`.delta`: the paths that differ from the base,
+applied to the base checked out on the host; the whole worktree when the engine cannot
+list them) and the run gitdir as an archive, unpacked into the host's worktree and run
+gitdir without trusting them (:func:`.tarball.extract`), then imported and committed by
+the same code as a local run's. ``git iterare diff RUN`` of a
 live run unpacks the worktree into a scratch folder and diffs a snapshot of it
 (:meth:`Remote.live_tree`).
 """
@@ -23,6 +25,7 @@ import contextlib
 import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,13 +37,14 @@ from git_iterare.runner.placement.ship import cache_key, checkout_command, ship,
 from git_iterare.runner.placement.spares import record_volumes, recorded_spare
 from git_iterare.runner.placement.tarball import (
     MAX_OUT_FILE_BYTES,
+    Counted,
     FetchTooLarge,
     extract,
     members,
     replace_contents,
     write_new,
 )
-from git_iterare.runs.extra import RunExtra
+from git_iterare.runs.extra import Fetched, RunExtra
 from git_iterare.sandbox.spec import (
     GITDIR_PATH,
     LABEL_REPO,
@@ -151,8 +155,10 @@ class Remote:
         """Nothing: the host's copies of a remote run's trees are always the user's."""
 
     def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
-        """Bring the run's trees back: its worktree and gitdir on the engine replace the
-        host's copies (:func:`.tarball.extract`: nested repositories disabled, the
+        """Bring the run's trees back: its worktree as its change (:func:`_fetch_change`;
+        recorded in ``extra.fetched``), or when the engine cannot list it, its whole
+        worktree; its gitdir on the engine replaces the host's copy
+        (:func:`.tarball.extract`: nested repositories disabled, the
         worktree's files larger than :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, which
         the automatic commit leaves out anyway, not written but kept as not committed:
         :func:`~git_iterare.runner.workspace.keep_not_fetched`), the run gitdir made inert
@@ -198,34 +204,48 @@ class Remote:
             container, work_path, git_path = source
             notes = []
             fetched = True  # the worktree: when not, only the agent's commits are kept
+            change = _fetch_change(repo, record, workspace)
+            brought = Fetched(bytes=0, worktree="none", changed=0, deleted=0)
+            if change is not None:
+                notes += change.notes
+                fetched = change.fetched
+                brought = Fetched(bytes=change.size, changed=change.changed,
+                                  deleted=change.deleted,
+                                  worktree="change" if change.fetched else "none")
             for host, path, what in ((Path(workspace.worktree), work_path, "worktree"),
                                      (Path(workspace.gitdir), git_path, "git directory")):
                 work = what == "worktree"
+                if work and change is not None:
+                    continue
                 skip = (".git",) if work else ()
                 scratch = Path(tempfile.mkdtemp(prefix=f".{record.id}.fetch-",
                                                 dir=host.parent))
+                counted = Counted(get_archive(container, path))
                 try:
-                    got = extract(get_archive(container, path), scratch, skip_top=skip,
+                    got = extract(counted, scratch, skip_top=skip,
                                   max_file=MAX_OBJECT_BYTES if work else None)
                 except FetchTooLarge as exc:
-                    notes.append(f"its {what} was not fetched from the Docker engine: "
-                                 f"{exc.message}; "
-                                 + ("only its commits are kept" if work else
-                                    "its commits are not imported, its files are committed"))
+                    notes.append(_not_fetched(what, exc))
                     fetched = fetched and not work
                     continue
                 else:
                     notes += got.notes
                     if work:
+                        brought["worktree"] = "whole"
                         keep_not_fetched(workspace, got.left_out)
                     else:
                         inert_gitdir(scratch, run_gitdir_config(repo))
                     replace_contents(host, scratch, keep=skip)
                 finally:
+                    brought["bytes"] += counted.size
                     if scratch.exists():
                         boundedfs.remove_tree(scratch)
             if fetched:
                 on_engine_path(workspace).unlink(missing_ok=True)
+        from git_iterare.runs.store import RunStore
+
+        RunStore(repo).update(record.id, lambda r: r.with_extra(fetched=brought),
+                              f"{record.id} fetched from its engine")
         return notes[:100]
 
     def give_back(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
@@ -314,6 +334,70 @@ def make_volumes(repo: Repo, trees: VolumeTrees, labels: Mapping[str, str], *,
     if not spare:
         engine.ensure_volume(trees.work, {**labels, engine.LABEL_VOLUME: "work"})
         engine.ensure_volume(trees.git, {**labels, engine.LABEL_VOLUME: "git"})
+
+
+def _not_fetched(what: str, exc: FetchTooLarge) -> str:
+    """The note of a run's ``what`` (``worktree``, ``git directory``) too large to fetch."""
+    return (f"its {what} was not fetched from the Docker engine: {exc.message}; "
+            + ("only its commits are kept" if what == "worktree" else
+               "its commits are not imported, its files are committed"))
+
+
+@dataclass
+class _Change:
+    """What :func:`_fetch_change` brought: notes for the user, whether the worktree came
+    back, bytes read, paths brought back and removed."""
+
+    notes: list[str]
+    fetched: bool
+    size: int = 0
+    changed: int = 0
+    deleted: int = 0
+
+
+def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Change | None:
+    """Bring the run's worktree back as its change (:mod:`.delta`): the base checked out
+    into the host's worktree, the change applied. Its worktree does not come back when
+    the change is over the fetch limits (then only the agent's commits are kept). None
+    when the engine could not list the change (the caller fetches the whole worktree).
+
+    Raises:
+        OperationFailed: the engine refused or cannot be reached; a bad archive; the
+            worktree is not registered with git.
+        ExternalError: git (or a filter of the user's) failed to check the base out.
+    """
+    from git_iterare.limits import MAX_OBJECT_BYTES
+    from git_iterare.runner.placement import delta
+    from git_iterare.runner.placement.ship import known_cache_key
+    from git_iterare.runner.workspace import fill_worktree, keep_not_fetched
+    from git_iterare.sandbox import volumes as engine
+
+    key, image = known_cache_key(repo), str((record.extra or {}).get("sidecar_image") or "")
+    if key is None or not image or not record.base_commit:
+        return None
+    work, git = record_volumes(record)
+    base = str(record.base_commit)
+    host = Path(workspace.worktree)
+    try:
+        with engine.Porter(image, delta.porter_volumes(work, git, engine.cache_volume(key)),
+                           {LABEL_RUN: record.id},
+                           command=delta.command(base, MAX_OBJECT_BYTES),
+                           user=f"{workspace.agent_uid}:{workspace.agent_gid}",
+                           keep=True) as porter:
+            change = delta.collect(porter, host.parent)
+    except delta.NoChange:
+        return None
+    except FetchTooLarge as exc:
+        return _Change([_not_fetched("worktree", exc)], False)
+    try:
+        fill_worktree(repo, workspace)
+        delta.apply(host, change)
+    finally:
+        if change.staged.exists():
+            boundedfs.remove_tree(change.staged)
+    keep_not_fetched(workspace, change.left_out)
+    return _Change(change.notes, True, change.fetched_bytes, change.changed,
+                   len(change.deleted))
 
 
 def _started(container: Container) -> bool:

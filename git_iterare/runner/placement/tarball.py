@@ -98,6 +98,20 @@ def members(chunks: Iterable[bytes]) -> Iterator[tuple[tarfile.TarInfo, tarfile.
         pass
 
 
+class Counted:
+    """An archive's chunks (an iterable of bytes), counted as they pass (``size``:
+    bytes so far), for the record of what a run brought back."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks = chunks
+        self.size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.size += len(chunk)
+            yield chunk
+
+
 def extract(chunks: Iterable[bytes], dest: Path, *, skip_top: tuple[str, ...] = (),
             max_file: int | None = None) -> Unpacked:
     """Unpack a tar from the engine (``get_archive`` of a folder) into the empty folder
