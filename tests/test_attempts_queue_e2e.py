@@ -65,13 +65,18 @@ def processes(project: Path, *needles: str) -> list[int]:  # noqa: F811
     return found
 
 
-def test_merge_of_a_group_waits_for_the_attempts_still_queued(
-        project: Path) -> None:  # noqa: F811
-    prompt(project, "wait", 'sleep 2\nseq "$ITERARE_ATTEMPT" > n.txt\n')
+def queued_group(project: Path, script: str) -> tuple[str, list[int]]:  # noqa: F811
+    """Start ``execute -n 3 --jobs 1`` of ``script``: its group, and its queue's pids."""
+    prompt(project, "wait", script)
     out = iterare("execute", "wait", "-n", "3", "--jobs", "1", cwd=project)
     assert out.returncode == 0, out.stderr
-    group = group_of(out.stdout)
-    queue = wait_for(lambda: processes(project, "_resume"), timeout=10)
+    assert "2 attempts queued" in out.stdout, out.stdout
+    return group_of(out.stdout), wait_for(lambda: processes(project, "_resume"), timeout=10)
+
+
+def test_merge_of_a_group_waits_for_the_attempts_still_queued(
+        project: Path) -> None:  # noqa: F811
+    group, queue = queued_group(project, 'sleep 2\nseq "$ITERARE_ATTEMPT" > n.txt\n')
     # Held between attempt 1's end and attempt 2's start, as a slow launch would hold it.
     for pid in queue:
         os.kill(pid, signal.SIGSTOP)
@@ -96,11 +101,7 @@ def test_merge_of_a_group_waits_for_the_attempts_still_queued(
 
 def test_cleanup_of_a_group_leaves_no_waiting_attempt_to_start_later(
         project: Path) -> None:  # noqa: F811
-    prompt(project, "wait", 'sleep 6\necho "$ITERARE_ATTEMPT" > n.txt\n')
-    out = iterare("execute", "wait", "-n", "3", "--jobs", "1", cwd=project)
-    assert out.returncode == 0, out.stderr
-    group = group_of(out.stdout)
-    assert "2 attempts queued" in out.stdout, out.stdout
+    group, _ = queued_group(project, 'sleep 6\necho "$ITERARE_ATTEMPT" > n.txt\n')
     cleaned = iterare("cleanup", group, "--force", "--yes", cwd=project)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"group {group}: 2 waiting attempts will not start" in cleaned.stdout
@@ -115,11 +116,7 @@ def test_cleanup_of_a_group_leaves_no_waiting_attempt_to_start_later(
 
 def test_a_group_whose_queue_died_says_which_attempts_never_started(
         project: Path) -> None:  # noqa: F811
-    prompt(project, "wait", 'sleep 4\necho "$ITERARE_ATTEMPT" > n.txt\n')
-    out = iterare("execute", "wait", "-n", "3", "--jobs", "1", cwd=project)
-    assert out.returncode == 0, out.stderr
-    group = group_of(out.stdout)
-    queue = wait_for(lambda: processes(project, "_resume"), timeout=10)
+    group, queue = queued_group(project, 'sleep 4\necho "$ITERARE_ATTEMPT" > n.txt\n')
     for pid in queue:
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: set(attempts(project, group)) == {1}

@@ -183,7 +183,7 @@ def hand_head(gitdir: Path, ref: str, head: str, packs: Sequence[Path], index: P
         raise OSError(errno.ENOTDIR, "not a run gitdir", str(gitdir))
     folder = _real_folder(gitdir, ("objects", "pack"))
     for path in packs:
-        _remove(folder / path.name)
+        boundedfs.remove_tree(folder / path.name)
         os.rename(path, folder / path.name)
     parts = ref.split("/")
     _write_new(_real_folder(gitdir, parts[:-1]) / parts[-1], f"{head}\n".encode())
@@ -207,21 +207,9 @@ def _real_folder(root: Path, parts: Sequence[str]) -> Path:
     return path
 
 
-def _remove(path: Path) -> None:
-    """Remove ``path`` whatever it is (a real folder with its contents); none is no error."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(mode):
-        boundedfs.remove_tree(path)
-    else:
-        os.unlink(path)
-
-
 def _write_new(path: Path, data: bytes) -> None:
     """``path`` made a new file (0644) holding ``data``, whatever was there."""
-    _remove(path)
+    boundedfs.remove_tree(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     with os.fdopen(os.open(path, flags, 0o644), "wb") as out:
         out.write(data)

@@ -184,7 +184,7 @@ def apply(worktree: Path, change: Change) -> None:
     for rel in change.deleted:
         parts = _parts(rel)
         if parts is not None and _folders(worktree, parts[:-1]):
-            _remove(worktree.joinpath(*parts))
+            boundedfs.remove_tree(worktree.joinpath(*parts))
     _move_in(change.staged, worktree, top=True)
 
 
@@ -210,19 +210,6 @@ def _folders(root: Path, parts: Sequence[str]) -> bool:
     return True
 
 
-def _remove(path: Path) -> None:
-    """Remove ``path`` (a real folder with its contents, or anything else); none is no
-    error."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(mode):
-        boundedfs.remove_tree(path)
-    else:
-        os.unlink(path)
-
-
 def _move_in(staged: Path, target: Path, *, top: bool = False) -> None:
     """Move ``staged``'s entries into the real folder ``target``: into a real folder of
     the same name, else in its place."""
@@ -236,5 +223,5 @@ def _move_in(staged: Path, target: Path, *, top: bool = False) -> None:
                     _move_in(Path(entry.path), into)
                     os.rmdir(entry.path)
                     continue
-        _remove(into)
+        boundedfs.remove_tree(into)
         os.rename(entry.path, into)
