@@ -110,3 +110,34 @@ def test_a_remote_run_brings_back_its_change_not_its_tree(over_tls: Path) -> Non
     worktree = project / ".iterare" / "worktrees" / rid
     assert (worktree / "d1" / "f011").read_bytes() == (project / "d1" / "f011").read_bytes()
     assert not (worktree / "ignored.log").exists()  # ignored: it stays on the engine
+
+
+#: Round 1 leaves a file; rounds 2 and 3 commit theirs; each round sees a clean tree.
+ROUNDS_TASK = """\
+git status --porcelain | sed 's/^/status: /'
+echo "round $ITERARE_ROUND" >> rounds.txt
+if [ "$ITERARE_ROUND" -ge 2 ]; then
+  git add -A && git commit -qm "agent's own commit in round $ITERARE_ROUND"
+fi
+"""
+
+
+@pytest.mark.docker
+def test_a_loop_on_a_remote_engine(over_tls: Path) -> None:  # noqa: F811
+    project = over_tls
+    prompt(project, "rounds", ROUNDS_TASK)
+    run = iterare("execute", "rounds", "-f", "--until", 'test "$(wc -l < rounds.txt)" -ge 3',
+                  "--stall-after", "0", cwd=project)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rid = run_id(run.stdout)
+    data = record(project, rid)
+    assert data["extra"]["loop"]["reason"] == "passed", data["extra"]
+    assert [r["check_exit"] for r in data["extra"]["rounds"]] == [1, 1, 0]
+    subjects = git("log", "--reverse", "--format=%s", f"main..iterare/{rid}",
+                   cwd=project).stdout.splitlines()
+    assert subjects == [f"iterare: round 1 of run {rid}", "agent's own commit in round 2",
+                        "agent's own commit in round 3"], subjects
+    assert not [line for line in run.stdout.splitlines() if line.startswith("status:")], \
+        run.stdout
+    assert git("show", f"iterare/{rid}:rounds.txt", cwd=project).stdout == (
+        "round 1\nround 2\nround 3\n")

@@ -79,22 +79,6 @@ def test_how_a_loop_ends() -> None:
         "failed", "the loop ended before its check passed")
 
 
-def test_a_remote_engine_takes_no_loops() -> None:
-    import pytest
-
-    from git_iterare.errors import UserError
-    from git_iterare.runner.placement.local import Local
-    from git_iterare.runner.placement.remote import Remote
-    from git_iterare.sandbox.engine import Engine, using
-
-    Local().check_loop()  # a local engine's trees are the host's between rounds
-    with using(Engine(name="far", url="ssh://builder@far.example")), \
-            pytest.raises(UserError) as refused:
-        Remote().check_loop()
-    assert refused.value.render().startswith("loops (--until) need a local Docker engine for "
-                                             "now; ")
-
-
 def test_trust_show_lists_the_checks_a_repository_asks_loops_to_run(repo: Path) -> None:
     from tests.conftest import iterare
 

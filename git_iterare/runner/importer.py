@@ -406,13 +406,14 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                         notes=(note,) if note else ())
 
 
-def hand_round(repo: Repo, ws: RunWorkspace, head: str) -> None:
+def hand_round(repo: Repo, ws: RunWorkspace, head: str) -> list[str]:
     """Give a loop's run gitdir the ``head`` its round's finish made (:func:`finish_run`),
     so that the agent's next round builds on it (its commits then descend from it): the
     objects of the run's commits since its base in one pack (the agent's view of the
     objects holds the base's history only), its branch and ``HEAD`` naming ``head``, and
     the worktree's index, clean against it
     (:func:`git_iterare.runner.livetree.hand_head`). Call with the trees given back.
+    Returns the files written, relative to the run gitdir.
 
     Raises:
         ExternalError: git failed to pack.
@@ -433,6 +434,8 @@ def hand_round(repo: Repo, ws: RunWorkspace, head: str) -> None:
     try:
         pack = pack_reachable(repo, head, [ws.base_commit], scratch)
         hand_head(ws.gitdir, ws.ref, head, [pack.pack, pack.index], admin / "index")
+        return [f"objects/pack/{pack.pack.name}", f"objects/pack/{pack.index.name}", ws.ref,
+                "HEAD", "index"]
     except OSError as exc:
         raise OperationFailed(f"cannot give the run's gitdir its round's head: "
                               f"{exc.strerror or exc}") from None

@@ -294,11 +294,12 @@ def _keep_log(store: RunStore, record: RunRecord, number: int, log: bytes) -> No
 
 def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: ContainerInfo,
                   entry: Round) -> tuple[str | None, str | None]:
-    """Commit what round ``entry`` left (the trees given back first, then given to the
-    agent again for the next round): the agent's commits imported, the rest committed
-    with an ``Iterare-Round`` trailer, the commits annotated with the round, the round's
-    head handed to the run gitdir. Returns the round's head commit and its tree (hex),
-    None when unknown."""
+    """Commit what round ``entry`` left (the trees brought and given back first, then
+    given to the agent again at the round's head for the next round): the agent's commits
+    imported, the rest committed with an ``Iterare-Round`` trailer, the commits annotated
+    with the round. Returns the round's head commit and its tree (hex), None when
+    unknown."""
+    from git_iterare import ui
     from git_iterare.runner.finish import (
         changes_of,
         commit_work,
@@ -310,6 +311,8 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
 
     placement = placement_of(record)
     ws = workspace_of(repo, record)
+    for note in placement.fetch(repo, record, ws):
+        ui.warn(f"run {record.id}: {note}")
     placement.give_back(repo, record, ws, info.id)
     work = commit_work(repo, store, record, ws)
     if work.head and work.head != record.head:
@@ -319,11 +322,8 @@ def _commit_round(repo: Repo, store: RunStore, record: RunRecord, info: Containe
         store.add_note(commits, {
             **note_entry(record, record.status), "check_exit": entry.get("check_exit"),
             "check_seconds": entry.get("check_seconds"), "cost_usd": entry.get("cost_usd")})
-    if work.head:
-        from git_iterare.runner.importer import hand_round
-
-        hand_round(repo, ws, work.head)  # the next round's commits build on this one
-    placement.give_again(repo, record, ws, info.id)
+    # At the round's head: the next round's commits build on this one.
+    placement.give_again(repo, record, ws, info.id, work.head)
     return work.head, _tree_of(repo, work.head)
 
 

@@ -192,8 +192,6 @@ def validate(repo: Repo, config: Config, request: ExecuteRequest,
     include_paths(repo)  # a bad .iterare/include line is refused before anything exists
     placement = placement_for(current())
     placement.check(repo, base_commit, admitted.mounts)
-    if loop is not None:
-        placement.check_loop()
     if unheld := agent.unheld_limits(budget):
         ui.warn(f"the {agent.name} agent cannot enforce {' or '.join(unheld)}: this run "
                 f"goes on without {'that limit' if len(unheld) == 1 else 'these limits'}")

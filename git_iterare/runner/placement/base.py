@@ -63,15 +63,6 @@ class Placement(Protocol):
         """
         ...
 
-    def check_loop(self) -> None:
-        """Refuse a loop (``execute --until``) when runs of this placement cannot take
-        rounds: between two, the host commits the round's work from the run's trees.
-
-        Raises:
-            UserError: loops cannot run here.
-        """
-        ...
-
     def check_host_folder(self, what: str) -> None:
         """Refuse a sandbox that would mount a folder of this machine (a session on the
         user's checkout, a login writing into the credentials folder); ``what`` names it
@@ -128,13 +119,17 @@ class Placement(Protocol):
         ...
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
-                   sandbox: str) -> None:
-        """After a round of a loop ended and its work was committed (the trees given back
-        first, :meth:`give_back`): make the trees the agent's again for its next round,
-        through the sandbox ``sandbox`` (its agent's container), which still runs.
+                   sandbox: str, head: str | None) -> None:
+        """After a round of a loop ended and its work was committed (the trees brought
+        back and given back first, :meth:`fetch`, :meth:`give_back`): make the trees the
+        agent's again for its next round, through the sandbox ``sandbox`` (its agent's
+        container), which still runs, their gitdir at the round's ``head`` (hex; the
+        agent's next commits build on it: :func:`~git_iterare.runner.importer.hand_round`),
+        None to leave it as it is.
 
         Raises:
             OperationFailed: the trees could not be handed over (the work is committed).
+            ExternalError: git failed to pack the round's objects.
         """
         ...
 

@@ -80,9 +80,6 @@ class Local:
     def check(self, repo: Repo, base: str, mounts: Sequence[Mount]) -> None:
         """Nothing a local engine cannot do."""
 
-    def check_loop(self) -> None:
-        """A local run's trees are the host's between rounds."""
-
     def check_host_folder(self, what: str) -> None:
         """A local engine sees this machine's folders."""
 
@@ -140,13 +137,17 @@ class Local:
         land(repo, workspace)
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
-                   sandbox: str) -> None:
-        """The worktree out of the user's checkout again
+                   sandbox: str, head: str | None) -> None:
+        """The run gitdir at ``head`` (:func:`~git_iterare.runner.importer.hand_round`),
+        the worktree out of the user's checkout again
         (:func:`git_iterare.runner.workspace.take_live`), and the trees given to the
         agent's uid by the sandbox's sidecar."""
         from git_iterare import sandbox as engine
+        from git_iterare.runner.importer import hand_round
         from git_iterare.runner.workspace import take_live
 
+        if head:
+            hand_round(repo, workspace, head)
         live = take_live(repo, workspace)
         engine.reclaim(sandbox, trees_of(live), live.agent_uid, live.agent_gid,
                        record.extra.get("sidecar_image") or "")

@@ -96,18 +96,6 @@ class Remote:
                                 "remote Docker engine cannot have submodules yet",
                                 hint="use a local Docker engine for this repository")
 
-    def check_loop(self) -> None:
-        """Refuse: the round's work would have to come back from the engine between
-        rounds, and it comes back only when the run ends.
-
-        Raises:
-            UserError: always, naming the engine.
-        """
-        from git_iterare.sandbox.engine import current
-
-        raise UserError(f"loops (--until) need a local Docker engine for now; {current().label} "
-                        "is remote", hint="drop --until, or run it on a local engine")
-
     def check_host_folder(self, what: str) -> None:
         """Refuse: a remote engine sees none of this machine's folders.
 
@@ -253,13 +241,37 @@ class Remote:
         """Nothing: its trees came back as the user's, inert (:meth:`fetch`)."""
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
-                   sandbox: str) -> None:
-        """Refused: :meth:`check_loop` refuses loops on remote engines.
+                   sandbox: str, head: str | None) -> None:
+        """The round's ``head`` into the run's gitdir on the engine: what
+        :func:`~git_iterare.runner.importer.hand_round` gives the host's copy (the pack of
+        the run's commits, the branch, ``HEAD``, the index), put into its volume as the
+        agent's files. The engine's worktree is as the agent left it.
 
         Raises:
-            OperationFailed: always.
+            OperationFailed: the engine refused or cannot be reached.
+            ExternalError: git failed to pack.
         """
-        raise OperationFailed("a run on a remote engine takes no rounds")
+        import io
+        import tarfile
+
+        from git_iterare.runner.importer import hand_round
+        from git_iterare.runner.placement.ship import add_file
+        from git_iterare.sandbox import volumes as engine
+
+        if not head:
+            return
+        written = hand_round(repo, workspace, head)
+        owner = (workspace.agent_uid, workspace.agent_gid)
+        buffer = io.BytesIO()
+        top = GITDIR_PATH.strip("/")
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in written:
+                add_file(tar, f"{top}/{rel}", (workspace.gitdir / rel).read_bytes(),
+                         owner=owner)
+        _, git = record_volumes(record)
+        image = str((record.extra or {}).get("sidecar_image") or "")
+        with engine.Porter(image, {git: (GITDIR_PATH, False)}, {LABEL_RUN: record.id}) as porter:
+            porter.put("/", buffer.getvalue())
 
     def ended_by_engine(self, record: RunRecord) -> bool:
         """Whether the run's network sidecar, which only git-iterare removes, is not
