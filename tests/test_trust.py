@@ -209,6 +209,9 @@ def test_the_users_own_settings_need_no_trust(repo: Path) -> None:
     ('[run]\ntimeout = 999999\n', "run.timeout"),
     # A spare sidecar kept longer than the built-in ten minutes (found by a hostile test).
     ('[docker]\nspare_seconds = 3600\n', "docker.spare_seconds"),
+    # More rounds of every loop, or none that stall (found by a hostile helper).
+    ('[run]\nmax_rounds = 50\n', "run.max_rounds"),
+    ('[run]\nstall_after = 0\n', "run.stall_after"),
 ])
 def test_each_widening_key_needs_approval(repo: Path, config: str, item: str) -> None:
     (repo / ".iterare" / "prompts").mkdir(parents=True)
@@ -225,7 +228,7 @@ def test_narrower_limits_need_no_approval(repo: Path) -> None:
     (repo / ".iterare" / "prompts" / "p.md").write_text(SHELL_PROMPT)
     (repo / ".iterare" / "config.toml").write_text(
         '[docker]\nmemory = "1g"\npids = 64\ncpus = 1\nspare_seconds = 0\n'
-        '[run]\ntimeout = 60\n')
+        '[run]\ntimeout = 60\nmax_rounds = 3\nuntil = "make test"\n')
     # Past the gate, at the (missing) engine.
     assert iterare("execute", "p", cwd=repo, env=NO_ENGINE).stderr == ENGINE_ERROR
 

@@ -53,7 +53,9 @@ _PROGRAM = ("import sys; sys.path[0] = sys.argv[1]; "
 
 def default_jobs(config: Config) -> int:
     """How many attempts run at once when ``--jobs`` is not given: the engine's CPUs
-    divided by each run's ``docker.cpus``, at least 1.
+    divided by each run's ``docker.cpus``, at least 1 and at most the engine's CPUs (a
+    repository may narrow ``docker.cpus`` without approval, which must not make all of
+    its attempts start at once).
 
     Raises:
         UserError: a bad ``[docker]`` limit. OperationFailed: the engine cannot be asked.
@@ -61,7 +63,8 @@ def default_jobs(config: Config) -> int:
     from git_iterare.runner.request import sandbox_limits
     from git_iterare.sandbox import engine_cpus
 
-    return max(1, int(engine_cpus() // sandbox_limits(config).cpus))
+    cpus = engine_cpus()
+    return max(1, min(cpus, int(cpus // sandbox_limits(config).cpus)))
 
 
 def group_paths(repo: Repo, group: str) -> tuple[Path, Path, Path]:

@@ -257,6 +257,31 @@ def finish(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: bool =
         return _finish_active(repo, store, record, wait, defer_to_stop)
 
 
+def held_wait(store: RunStore, record: RunRecord, container: str) -> None:
+    """Wait for run ``record``'s container ``container`` once (until it ends, or until
+    the engine's connection times out: the caller looks again); past the run's timeout
+    and :data:`TIMEOUT_GRACE` (seconds), record it timed out and stop it, whatever the
+    ``timeout`` wrapper inside did (it runs as the agent's uid, which can freeze it).
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare import sandbox
+
+    timeout = record.extra.get("timeout") or 0
+    if not timeout:
+        sandbox.wait(container)
+        return
+
+    def left() -> float:
+        return timeout + TIMEOUT_GRACE - age_seconds(record.started or record.created)
+
+    if left() > 0 and (sandbox.wait(container, timeout=left()) is not None or left() > 0):
+        return
+    store.update(record.id, lambda r: r.with_extra(timed_out=True), f"{record.id} timed out")
+    sandbox.stop(container)
+
+
 def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool,
                    defer_to_stop: bool = False) -> RunRecord:
     from git_iterare import sandbox
@@ -271,7 +296,7 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool,
                 return record
             if info.state == "created" and record.extra.get("stop_requested"):
                 break  # never started (its attach failed, say): stopping cannot end it
-            sandbox.wait(info.id)  # returns early when the engine's connection times out
+            held_wait(store, record, info.id)
             info = sandbox.inspect(info.id)
         if not left_to_driver(repo, record):
             break

@@ -78,7 +78,7 @@ def drive(repo: Repo, config: Settings, run_id: str) -> RunRecord:
 def _drive(repo: Repo, config: Settings, store: RunStore, run_id: str) -> RunRecord:
     from git_iterare import sandbox
     from git_iterare.agents import get_agent
-    from git_iterare.runner.finish import LIVE_STATES, finish
+    from git_iterare.runner.finish import LIVE_STATES, finish, held_wait
     from git_iterare.runner.ownership import container_of, engine_of
     from git_iterare.runner.secrets import register_run_secrets
     from git_iterare.runs.status import ACTIVE
@@ -93,7 +93,7 @@ def _drive(repo: Repo, config: Settings, store: RunStore, run_id: str) -> RunRec
             while info is not None and info.state in LIVE_STATES:
                 if info.state == "created" and store.get(run_id).extra.get("stop_requested"):
                     break
-                sandbox.wait(info.id)
+                held_wait(store, record, info.id)
                 info = sandbox.inspect(info.id)
             if info is None:
                 return finish(repo, run_id)  # its sandbox is gone: finished as lost
@@ -117,7 +117,7 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     Returns False when the loop is over (``extra.loop.reason`` says why): the run is then
     to be finished."""
     from git_iterare.agents.tally import Tally, kept_log
-    from git_iterare.runner.finish import _outcome
+    from git_iterare.runner.finish import START_SLACK, TIMEOUT_EXIT, TIMEOUT_KILLED, _outcome
     from git_iterare.runner.spec import with_timeout
     from git_iterare.runs import status as st
     from git_iterare.runs.extra import Loop
@@ -135,7 +135,11 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
     stopping = {st.STOPPED: "budget" if not record.extra.get("stop_requested") else "stopped",
                 st.TIMED_OUT: "timed-out"}.get(ended_as)
     remaining = _seconds_left(record)
-    if stopping is None and remaining is not None and remaining <= 0:
+    if stopping is None and remaining is not None and (
+            remaining <= 0 or (info.exit_code in (TIMEOUT_EXIT, TIMEOUT_KILLED)
+                               and remaining <= START_SLACK + 1)):
+        # Its `timeout` was given what was left of the run's (in whole seconds), and
+        # ended it there.
         stopping = "timed-out"
     check: tuple[int | None, float | None, str] = (None, None, "")
     if stopping is None:
@@ -163,6 +167,10 @@ def _next_round(repo: Repo, config: Settings, store: RunStore, record: RunRecord
             reason, loop["stalled"] = "stalled", stalled
         elif over_budget(record.extra, rounds):
             reason = "budget"
+        elif store.get(record.id).extra.get("stop_requested"):  # asked during the commit
+            reason = "stopped"
+        elif (remaining := _seconds_left(record)) is not None and remaining <= 0:
+            reason = "timed-out"  # the check and the commit took the rest
     if reason is not None:
         loop["reason"] = reason
         store.update(record.id, lambda r: r.with_extra(loop=loop, rounds=rounds),

@@ -526,7 +526,10 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
                 sandbox.remove(record.id, str(repo.main_work_tree))
             placement.clear(record)  # what its placement keeps there
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
-    return _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
+    done = _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
+    # Its lock last: a cleaned run is never finished again, so nobody needs it.
+    (state_dir(repo, record.id).parent / f"{record.id}.lock").unlink(missing_ok=True)
+    return done
 
 
 

@@ -50,15 +50,15 @@ from git_iterare.settings import global_config_dir
 #: Project config keys that widen the sandbox, or choose what is built, mounted or sent
 #: into it: the images (git-iterare's own image also runs the network sidecar), networks,
 #: DNS, the CA bundle given to builds and runs, the egress allowlist, mounts, and the
-#: resource limits, timeout and spare sidecar's lifetime when they are above the built-in
-#: ones. The agents' own keys marked ``gated`` (their gateways, whose hosts are
-#: allowlisted, install versions and credentials directories) join them: see
-#: :func:`gated_keys`.
+#: resource limits, timeout, spare sidecar's lifetime and a loop's rounds when they are
+#: above the built-in ones (a loop's rounds cost what the agent spends). The agents' own
+#: keys marked ``gated`` (their gateways, whose hosts are allowlisted, install versions
+#: and credentials directories) join them: see :func:`gated_keys`.
 GATED_KEYS: tuple[str, ...] = (
     "docker.image", "docker.base_image", "docker.network",
     "docker.dns", "docker.ca_bundle", "firewall.allowed_cidrs", "firewall.allowed_domains",
     "mounts.volumes", "docker.cpus", "docker.memory", "docker.pids", "run.timeout",
-    "docker.spare_seconds",
+    "docker.spare_seconds", "run.max_rounds", "run.stall_after",
 )
 
 
@@ -80,6 +80,10 @@ def _narrows(key: str, value: object, default: object) -> bool:
             return isinstance(value, int) and isinstance(default, int) and 0 < value <= default
         if key == "docker.spare_seconds":
             return isinstance(value, int) and isinstance(default, int) and 0 <= value <= default
+        if key == "run.max_rounds":
+            return isinstance(value, int) and isinstance(default, int) and 1 <= value <= default
+        if key == "run.stall_after":  # 0 and 1 never stall: more rounds
+            return isinstance(value, int) and isinstance(default, int) and 2 <= value <= default
         if key in ("docker.cpus", "docker.pids"):
             return (isinstance(value, (int, float)) and isinstance(default, (int, float))
                     and value <= default)
