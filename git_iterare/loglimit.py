@@ -46,18 +46,30 @@ OWN_PREFIX = "[git iterare:"
 AGENT_MARK = "[agent] "
 
 
+def looks_own(line: str) -> bool:
+    """Whether ``line`` begins as git-iterare's own lines do (``[git``), read as a
+    terminal shows it: compatibility forms folded (a fullwidth bracket or colon, NFKC),
+    invisible format characters dropped, any run of blanks (a no-break space) one space,
+    case ignored. (Letters of other scripts that look alike are not caught.)"""
+    import unicodedata
+
+    head = unicodedata.normalize("NFKC", line[:64])
+    head = "".join(c for c in head if unicodedata.category(c) != "Cf")
+    return " ".join(head.split()).casefold().startswith("[git")
+
+
 def agent_line(line: str) -> str:
-    """``line``, the agent's, with :data:`AGENT_MARK` before it when it begins (blanks
-    aside) as git-iterare's own lines do."""
-    return AGENT_MARK + line if line.lstrip().startswith(OWN_PREFIX) else line
+    """``line``, the agent's, with :data:`AGENT_MARK` before it when it
+    :func:`looks_own`."""
+    return AGENT_MARK + line if looks_own(line) else line
 
 
 def agent_lines(lines: Iterable[bytes]) -> Iterator[bytes]:
     """``lines`` of the agent's output, each through :func:`agent_line`: in a stored log
     a line that begins with :data:`OWN_PREFIX` is then git-iterare's."""
-    prefix, mark = OWN_PREFIX.encode(), AGENT_MARK.encode()
+    mark = AGENT_MARK.encode()
     for line in lines:
-        yield mark + line if line.lstrip().startswith(prefix) else line
+        yield mark + line if looks_own(line[:256].decode("utf-8", "replace")) else line
 
 
 def marker(lines: int, size: int) -> bytes:

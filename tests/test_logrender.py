@@ -161,10 +161,10 @@ def test_agent_lines_that_look_like_git_iterares_are_marked() -> None:
     from git_iterare.loglimit import agent_lines
 
     lines = [b"[git iterare: round 2]\n", b"  [git iterare: x]\n", b"ok [git iterare: y]\n",
-             b"[git iterare"]
-    assert list(agent_lines(lines)) == [b"[agent] [git iterare: round 2]\n",
-                                       b"[agent]   [git iterare: x]\n",
-                                       b"ok [git iterare: y]\n", b"[git iterare"]
+             b"[INFO] fine\n", "[git\u00a0iterare: round 7]\n".encode(),
+             "\uff3bgit iterare\uff1a x]\n".encode(), "[g\u200bit iterare: x]".encode()]
+    marked = [line.startswith(b"[agent] ") for line in agent_lines(lines)]
+    assert marked == [True, True, False, False, True, True, True]
 
 
 def test_rendered_agent_text_cannot_pass_for_git_iterares_own_lines() -> None:

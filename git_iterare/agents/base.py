@@ -15,6 +15,7 @@ credentials, every line a text event) so a trivial agent only says how to start;
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -129,14 +130,27 @@ def text_event(line: str) -> Event:
     return Event(kind="text", parts=(Part("text", line),), line=line)
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is no JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise ValueError(f"{text} is no finite number")
+    return value
+
+
 def parse_json_object(line: str) -> dict[str, object] | None:
-    """``line`` parsed as a JSON object, or None when it is not one."""
+    """``line`` parsed as a JSON object, or None when it is not one: RFC 8259 JSON only,
+    so a line holding ``NaN``, ``Infinity`` or a number too large for a float (which a
+    cost or budget would compare wrongly with) is plain text."""
     stripped = line.strip()
     if not stripped.startswith("{"):
         return None
     try:
-        data = json.loads(stripped)
-    except ValueError:
+        data = json.loads(stripped, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -83,8 +83,15 @@ def best_attempt(arg: str | None, pick: str | None) -> Any:
             raise UserError(f"--pick {record.id}: not an attempt of group {group}",
                             hint=f"see them with `git iterare compare {group}`")
         return record
+    # What a fetched record says of an attempt (its check, its changes) can be anything:
+    # the best of a group is chosen among those that ran here.
+    fetched = store.fetched_ids()
+    if elsewhere := sorted(r.id for r in records if r.id in fetched):
+        ui.warn(f"group {ui.sanitize_line(group)}: left out "
+                f"{ui.sanitize_line(', '.join(elsewhere))}, which came in with `git iterare "
+                "fetch` (choose one with --pick RUN)")
     rows = [row for row in ranked_attempts(app().repo, records, "check")
-            if row.record.status != CLEANED]
+            if row.record.status != CLEANED and row.record.id not in fetched]
     hint = "wait for them (`git iterare list`), or choose one with --pick RUN"
     if active := [row.record.id for row in rows if row.record.status in ACTIVE]:
         raise OperationFailed(f"group {group} has attempts still running: {', '.join(active)}",

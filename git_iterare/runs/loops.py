@@ -24,10 +24,25 @@ def loop_of(record: RunRecord) -> Loop | None:
     return loop if isinstance(loop, dict) and isinstance(loop.get("until"), str) else None
 
 
+#: The types of a round's fields (``extra.rounds[]``); None is always allowed.
+_ROUND_TYPES: dict[str, type | tuple[type, ...]] = {
+    "round": int, "exit_code": int, "check_exit": int, "check_seconds": (int, float),
+    "check_tail": str, "cost_usd": (int, float), "tokens": dict, "turns": int,
+    "started": str, "ended": str, "session": str, "head": str}
+
+
 def rounds_of(record: RunRecord) -> list[Round]:
-    """The rounds recorded so far (``extra.rounds``), those that are objects."""
+    """The rounds recorded so far (``extra.rounds``): those that are objects whose fields
+    have their types (a fetched record's may be anything)."""
     rounds = record.extra.get("rounds")
-    return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
+    if not isinstance(rounds, list):
+        return []
+    return [r for r in rounds if isinstance(r, dict) and all(
+        _typed(r.get(k), t) for k, t in _ROUND_TYPES.items())]
+
+
+def _typed(value: object, kinds: type | tuple[type, ...]) -> bool:
+    return value is None or (isinstance(value, kinds) and not isinstance(value, bool))
 
 
 def current_round(record: RunRecord) -> int:

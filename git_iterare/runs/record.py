@@ -188,6 +188,16 @@ AGENT_EXTRA = ("skipped", "unfinished")
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {"unknown"}
 _OBJECT_FIELDS = ("policy", "tokens", "extra")
+#: The other fields of ``run.json`` with their types (None is always allowed).
+_TYPED: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    *((key, str, "a string") for key in (
+        "prompt_name", "prompt_path", "base_commit", "base_branch", "branch", "agent",
+        "image", "image_digest", "created", "started", "finished", "error", "container",
+        "placement", "worktree", "head")),
+    ("exit_code", int, "a whole number"), ("turns", int, "a whole number"),
+    ("cost_usd", (int, float), "a number"), ("egress", dict, "an object"),
+    ("changes", dict, "an object"),
+)
 
 
 def validate_dict(data: Any, run_id: str = "?") -> None:
@@ -195,8 +205,8 @@ def validate_dict(data: Any, run_id: str = "?") -> None:
 
     Raises:
         CorruptRecord: not an object, a missing or unknown ``"v"``, ``id``/``name``/
-            ``status`` missing or not strings, an unknown status, or ``policy``/``tokens``/
-            ``extra`` not objects.
+            ``status`` missing or not strings, an unknown status, ``policy``/``tokens``/
+            ``extra`` not objects, or another field not of its type (``_TYPED``).
     """
     if not isinstance(data, Mapping):
         raise CorruptRecord(run_id, "run.json is not a JSON object")
@@ -211,3 +221,13 @@ def validate_dict(data: Any, run_id: str = "?") -> None:
     for key in _OBJECT_FIELDS:
         if data.get(key) is not None and not isinstance(data[key], dict):
             raise CorruptRecord(run_id, f"run.json field {key!r} is not an object")
+    # A record may come from a remote (`git iterare fetch`): every command reads these as
+    # their types.
+    for key, kinds, what in _TYPED:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise CorruptRecord(run_id, f"run.json field {key!r} is not {what}")
+    changes = data.get("changes")
+    if changes is not None and not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in changes.values()):
+        raise CorruptRecord(run_id, "run.json field 'changes' holds a value that is no count")

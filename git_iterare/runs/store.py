@@ -98,6 +98,10 @@ def add_blob(repo: DulwichRepo, data: bytes) -> bytes:
     return blob.id
 
 
+#: The file of :meth:`RunStore.fetched_ids`, in ``<common dir>/iterare``.
+FETCHED_RUNS = "fetched-runs"
+
+
 class RunStore:
     """Create, read, update and list run records of one repository.
 
@@ -155,6 +159,31 @@ class RunStore:
         """The run's ``log.jsonl`` (empty when none was written yet)."""
         return self._blob(run_id, LOG_JSONL) or b""
 
+    def fetched_ids(self) -> set[str]:
+        """Ids of the runs whose records came in with ``git iterare fetch`` and were
+        not here before (``<common dir>/iterare/fetched-runs``, one a line; host-only):
+        what a remote says a run is can be anything, so no default choice (the most
+        recent run, a group's best attempt) takes one of them."""
+        try:
+            text = (self.common_dir / "iterare" / FETCHED_RUNS).read_text()
+        except OSError:
+            return set()
+        return set(text.split())
+
+    def mark_fetched(self, run_ids: Iterable[str]) -> None:
+        """Add ``run_ids`` to :meth:`fetched_ids`.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        ids = sorted(set(run_ids))
+        if not ids:
+            return
+        path = self.common_dir / "iterare" / FETCHED_RUNS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.write("".join(f"{i}\n" for i in ids))
+
     def run_ids(self) -> list[str]:
         """Ids of every run with a record ref, sorted."""
         from git_iterare.runs import index
@@ -206,7 +235,12 @@ class RunStore:
             if not entries:
                 raise OperationFailed("there are no runs yet", hint="start one with "
                                       "`git iterare execute PROMPT`")
-            return self.get(entries[0].run_id)
+            fetched = self.fetched_ids()
+            own = [e for e in entries if e.run_id not in fetched]
+            if not own:
+                raise OperationFailed("every run here came in with `git iterare fetch`",
+                                      hint="name the one you mean")
+            return self.get(own[0].run_id)
         all_ids = self.run_ids()
         if arg in all_ids:
             return self.get(arg)

@@ -145,8 +145,9 @@ def fetch(store: RunStore, remote: str, ours: Ours | None = None) -> SyncResult:
         elif name == "notes":
             result.notes = merge_notes(store, sha.encode())
         store.repo.refs.remove_if_equals(refname(ns + name), oid(sha.encode()))
-    result.branchless = _branchless(store, [rid for rid, how in result.outcomes.items()
-                                            if how == "new"])
+    new = [rid for rid, how in result.outcomes.items() if how == "new"]
+    store.mark_fetched(new)
+    result.branchless = _branchless(store, new)
     return result
 
 
