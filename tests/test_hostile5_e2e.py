@@ -389,3 +389,14 @@ def test_a_fetched_record_with_an_odd_field_crashes_no_command(tmp_path: Path, n
         if "Traceback" in done.stderr:
             crashed.append(f"{' '.join(args)}: {done.stderr.strip().splitlines()[-2]}")
     assert crashed == [], "\n".join(crashed)
+
+
+def test_show_says_no_word_of_git_iterares_as_the_agents(project: Path) -> None:  # noqa: F811
+    # The last round prints nothing: show's "last result (reported by the agent)" is then
+    # the line git iterare put before that round, "[git iterare: round 2]".
+    prompt(project, "quiet", 'if [ "$ITERARE_ROUND" = 1 ]; then echo "working"; fi\n'
+                             'echo "$ITERARE_ROUND" > r\n')
+    run = iterare("execute", "quiet", "--until", 'test "$(cat r)" = 2', "-f", cwd=project)
+    assert run.returncode == 0, run.stdout + run.stderr
+    shown = iterare("show", run_id(run.stdout), cwd=project).stdout
+    assert "reported by the agent): [git iterare:" not in shown, shown

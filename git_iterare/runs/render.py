@@ -324,17 +324,21 @@ def log_summary(log: bytes, agent: str | None = None) -> tuple[int, str | None]:
 def tail_events(log: bytes, agent: str | None = None) -> list[Event]:
     """The events of the last :data:`~git_iterare.limits.MAX_SUMMARY_EVENTS` lines of a
     ``log.jsonl``, as the agent that wrote it (``agent``, a record's ``agent`` field) reads
-    them, oldest first; lines over :data:`~git_iterare.limits.MAX_LINE_BYTES` are skipped."""
+    them, oldest first; lines over :data:`~git_iterare.limits.MAX_LINE_BYTES` are skipped,
+    and so are git-iterare's own (a round's start, what was dropped: the agent's that look
+    like them were marked as the log was kept)."""
     from git_iterare.agents import for_record
     from git_iterare.limits import MAX_LINE_BYTES, MAX_SUMMARY_EVENTS
+    from git_iterare.loglimit import OWN_PREFIX
 
+    own = OWN_PREFIX.encode()
     tail: list[str] = []
     end = len(log)
     while end > 0 and len(tail) < MAX_SUMMARY_EVENTS:
         begin = log.rfind(b"\n", 0, end - 1) + 1 if end > 1 else 0
         raw = log[begin:end]
         end = begin
-        if raw.strip() and len(raw) <= MAX_LINE_BYTES:
+        if raw.strip() and len(raw) <= MAX_LINE_BYTES and not raw.startswith(own):
             tail.append(raw.decode("utf-8", "replace"))
     reader = for_record(agent)
     return [reader.parse_line(line) for line in reversed(tail)]
