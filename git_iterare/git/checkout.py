@@ -35,6 +35,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.git import filters, safegit
+from git_iterare.timings import phase
 
 MAP_VERSION = "iterare-checkout-v1"
 
@@ -165,8 +166,9 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
               attributes: str, filter_text: str, objects: Path | None = None,
               prefix: str = "") -> list[Entry]:
     """Check out ``commit`` into ``worktree`` through a hardened view; return its files."""
-    with safegit.safe_git(common_dir, worktree, index_file, attributes=attributes,
-                          filters=filter_text, objects=objects) as view:
+    with phase("start.checkout"), safegit.safe_git(
+            common_dir, worktree, index_file, attributes=attributes, filters=filter_text,
+            objects=objects) as view:
         view.git("read-tree", commit)
         view.git("checkout-index", "-a", "-f", "-u", "-q")
         if index_file is not None and "[filter " in filter_text and re.search(
@@ -182,12 +184,13 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
             view.git("write-tree")  # back into the index: the cache-tree, as checkout has
         listing = view.git("ls-files", "-s", "-z").stdout
     entries = []
-    for item in filter(None, listing.split("\0")):
-        meta, path = item.split("\t", 1)
-        mode, sha, _ = meta.split()
-        if mode == "160000":
-            continue
-        entries.append(Entry(mode, sha, raw_id(worktree / path) or "-", prefix + path))
+    with phase("start.checkout-map"):
+        for item in filter(None, listing.split("\0")):
+            meta, path = item.split("\t", 1)
+            mode, sha, _ = meta.split()
+            if mode == "160000":
+                continue
+            entries.append(Entry(mode, sha, raw_id(worktree / path) or "-", prefix + path))
     return entries
 
 
@@ -384,7 +387,8 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         entries, subs = checkout_map.entries, checkout_map.submodules
     # Nested repositories (a .git the agent made, in a submodule folder or elsewhere) are
     # disabled before any git looks below the top.
-    safegit.disable_nested_repos(worktree, safegit.find_nested_repos(worktree))
+    with phase("finish.nested-scan"):
+        safegit.disable_nested_repos(worktree, safegit.find_nested_repos(worktree))
     gitlinks: list[tuple[str, str]] = []
     skipped: list[safegit.Skipped] = []
     pending: list[str] = []
@@ -423,10 +427,11 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         _git(sub.gitdir, "-c", "core.hooksPath=/dev/null", "update-ref", "-m",
              f"iterare: work of the run in submodule {sub.path}", ref, new, head or ZERO)
         gitlinks.append((new, sub.path))
+    with phase("finish.unchanged"):
+        unchanged = tuple(unchanged_entries(worktree, [
+            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)]))
     return FinishPlan(
         attributes=filters.attributes_text(common_dir, attributes_commit, common_dir),
-        filter_text=filters.filter_config(common_dir),
-        unchanged=tuple(unchanged_entries(worktree, [
-            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)])),
+        filter_text=filters.filter_config(common_dir), unchanged=unchanged,
         gitlinks=tuple(gitlinks), skipped=tuple(skipped), pending=tuple(pending),
         submodule_paths=tuple(s.path for s in subs))

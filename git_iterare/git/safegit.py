@@ -50,6 +50,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import OperationFailed
+from git_iterare.timings import phase
 
 SCRATCH_CONFIG = """\
 [core]
@@ -458,7 +459,8 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
                                         + filters)
         (scratch / "info" / "attributes").write_text(
             SCRATCH_ATTRIBUTES if attributes is None else attributes)
-        scan = scan_worktree(worktree)
+        with phase("scan-worktree"):
+            scan = scan_worktree(worktree)
         nested = list(scan.nested)
         disable_nested_repos(worktree, nested)
         excluded = [*nested, *(s.path for s in scan.skipped if s.excluded)]
