@@ -15,7 +15,9 @@ ones stay empty folders, with a warning.
 
 A *checkout map* (``<common dir>/iterare/gitdirs/<id>.checkout``, never mounted into the
 sandbox) records for every file checked out: its mode, the blob it came from, and the
-git blob id of the bytes written (``raw``). At finish a file whose bytes still hash to
+git blob id of the bytes written (``raw``; the blob's own when no attribute or
+line-ending setting can convert any file, :func:`git_iterare.git.filters.may_convert`,
+so a big checkout is not read back to be hashed). At finish a file whose bytes still hash to
 ``raw`` is unchanged: it is recorded as the blob it came from, byte for byte, with no
 filter run on it (:func:`unchanged_entries`). Only files the agent changed are cleaned.
 """
@@ -183,6 +185,8 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
             view.git("update-index", "-q", "--refresh", check=False)
             view.git("write-tree")  # back into the index: the cache-tree, as checkout has
         listing = view.git("ls-files", "-s", "-z").stdout
+    # Without a conversion, every file holds its blob's bytes: nothing to hash.
+    exact = not filters.may_convert(attributes, safegit.line_ending_config(common_dir))
     entries = []
     with phase("start.checkout-map"):
         for item in filter(None, listing.split("\0")):
@@ -190,7 +194,8 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
             mode, sha, _ = meta.split()
             if mode == "160000":
                 continue
-            entries.append(Entry(mode, sha, raw_id(worktree / path) or "-", prefix + path))
+            raw = sha if exact else raw_id(worktree / path) or "-"
+            entries.append(Entry(mode, sha, raw, prefix + path))
     return entries
 
 
