@@ -69,3 +69,32 @@ def test_with_a_conversion_the_map_holds_the_bytes_written(repo: Path) -> None:
     assert git("diff", "--name-only", ws.base_commit, result.head, cwd=repo).stdout.split() \
         == ["tool.sh"]
     assert git("show", f"{result.head}:tool.sh", cwd=repo).stdout == "#!/bin/sh\necho bye\n"
+
+
+def test_finish_walks_the_worktree_once_and_keeps_its_bound(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_iterare import limits
+    from git_iterare.errors import OperationFailed
+    from git_iterare.git import safegit
+
+    commit_files(repo)
+    ws = prepare(repo)
+    walks: list[Path] = []
+    real = safegit.scan_worktree
+
+    def counted(worktree: Path, *, bounded: bool = True) -> safegit.TreeScan:
+        walks.append(worktree)
+        return real(worktree, bounded=bounded)
+
+    monkeypatch.setattr(safegit, "scan_worktree", counted)
+    (ws.worktree / "new.txt").write_text("new\n")
+    result = finish(repo, ws)
+    assert walks == [ws.worktree]
+    assert "new.txt" in git("show", "--name-only", "--format=", result.head, cwd=repo).stdout
+    # Over the bound, the walk made unbounded still refuses the worktree.
+    monkeypatch.setattr(limits, "MAX_OBJECT_BYTES", 10)
+    monkeypatch.setattr(limits, "MAX_EXCLUDED_PATHS", 2)
+    for n in range(3):
+        (ws.worktree / f"big{n}.txt").write_text("more than ten bytes\n")
+    with pytest.raises(OperationFailed, match="MAX_EXCLUDED_PATHS"):
+        finish(repo, ws)

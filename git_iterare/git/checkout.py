@@ -335,6 +335,9 @@ class FinishPlan:
         skipped: paths not committed (files in uninitialized submodules).
         pending: work that is not on a branch yet (for cleanup's check).
         submodule_paths: paths of the base's gitlinks.
+        scan: what the walk of the worktree found (its nested repositories disabled
+            since): pass it to :func:`git_iterare.git.safegit.safe_git` for the snapshot,
+            which then need not walk the worktree again.
     """
 
     attributes: str
@@ -344,6 +347,7 @@ class FinishPlan:
     skipped: tuple[safegit.Skipped, ...]
     pending: tuple[str, ...]
     submodule_paths: tuple[str, ...]
+    scan: safegit.TreeScan
 
 
 ZERO = "0" * 40
@@ -392,8 +396,9 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         entries, subs = checkout_map.entries, checkout_map.submodules
     # Nested repositories (a .git the agent made, in a submodule folder or elsewhere) are
     # disabled before any git looks below the top.
-    with phase("finish.nested-scan"):
-        safegit.disable_nested_repos(worktree, safegit.find_nested_repos(worktree))
+    with phase("scan-worktree"):
+        scan = safegit.scan_worktree(worktree, bounded=False)
+    safegit.disable_nested_repos(worktree, scan.nested)
     gitlinks: list[tuple[str, str]] = []
     skipped: list[safegit.Skipped] = []
     pending: list[str] = []
@@ -439,4 +444,4 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         attributes=filters.attributes_text(common_dir, attributes_commit, common_dir),
         filter_text=filters.filter_config(common_dir), unchanged=unchanged,
         gitlinks=tuple(gitlinks), skipped=tuple(skipped), pending=tuple(pending),
-        submodule_paths=tuple(s.path for s in subs))
+        submodule_paths=tuple(s.path for s in subs), scan=scan)

@@ -367,7 +367,8 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             env={"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
                  "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
-                              filters=plan.filter_text, skipped=not_fetched(ws)) as view:
+                              filters=plan.filter_text, skipped=not_fetched(ws),
+                              scan=plan.scan) as view:
             with phase("finish.add"):
                 tree = view.snapshot(tip, drop=ws.included, drop_blobs=ws.included_blobs,
                                      unchanged=plan.unchanged, gitlinks=plan.gitlinks)
