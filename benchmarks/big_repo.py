@@ -47,7 +47,7 @@ PHASES = (
     ("start.make", "branch, worktree and run gitdir made"),
     ("start.fill", "fill: checkout and objects (in parallel)"),
     ("start.checkout", "  git checkout of the base"),
-    ("start.checkout-map", "  the checkout map (every file hashed)"),
+    ("start.checkout-map", "  the checkout map (hashed only when a conversion may apply)"),
     ("start.objects", "  the object cache gives the base's history"),
     ("sidecar.trees", "trees given to the agent's uid (sidecar chown)"),
     ("start.sandbox", "sandbox started (fill and sidecar included)"),
