@@ -39,13 +39,20 @@ def _git(repo: Path, *args: str, text: str | None = None) -> str:
                           input=text).stdout
 
 
-def make_repo(image: str, files: int, commits: int) -> Path:
+def file_name(i: int) -> str:
+    """The path of the ``i``-th file of :func:`make_repo`'s repositories: 100 a folder,
+    10 folders in each top folder."""
+    return f"d{i // 1000:03d}/s{(i // 100) % 10}/f{i}.txt"
+
+
+def make_repo(image: str, files: int, commits: int, prompt: str = PROMPT) -> Path:
     """The repository (see the module docstring), written with ``git fast-import``, with
-    a shell-agent prompt whose runs use ``image``."""
+    the shell-agent prompt ``prompt`` (``.iterare/prompts/bench.md``, not committed)
+    whose runs use ``image``."""
     repo = Path(tempfile.mkdtemp(prefix="iterare-bench-objects-"))
     _git(repo, "init", "-q", "-b", "main")
     rnd = random.Random(1)
-    names = [f"d{i // 1000:03d}/s{(i // 100) % 10}/f{i}.txt" for i in range(files)]
+    names = [file_name(i) for i in range(files)]
     feed = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=repo, stdin=subprocess.PIPE)
     assert feed.stdin is not None
     for n in range(commits):
@@ -70,7 +77,7 @@ def make_repo(image: str, files: int, commits: int) -> Path:
     (repo / ".iterare" / ".gitignore").write_text("/worktrees/\n")
     _git(repo, "add", ".iterare")
     _git(repo, "commit", "-qm", "iterare")
-    (repo / ".iterare" / "prompts" / "bench.md").write_text(PROMPT)
+    (repo / ".iterare" / "prompts" / "bench.md").write_text(prompt)
     subprocess.run(["git", "iterare", "trust", "--yes"], cwd=repo, check=True,
                    capture_output=True)
     return repo

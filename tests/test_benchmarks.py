@@ -80,6 +80,31 @@ def test_local_objects(sandbox_image: str) -> None:
 
 
 @pytest.mark.docker
+def test_big_repo(sandbox_image: str) -> None:
+    out = bench("big_repo", "--image", sandbox_image, "--files", "40", "--changed", "2",
+                "--runs", "1")
+    assert "repository: 40 files in 1 folders" in out, out
+    pairs = (r" [\d.]+ s vs baseline [\d.]+ s \(medians\); the median of the [12] pairs' "
+             r"ratios [\d.]+ \(goal <= [\d.]+: (ok|over goal)\)$")
+    for line in ("start: execute until the agent starts, vs git worktree add --detach",
+                 "  the first runs (no object cache)",
+                 "finish: the agent's end until succeeded (2 files changed), vs git status "
+                 "+ git commit -a", "second run vs first: start",
+                 "second run vs first: the whole run"):
+        assert re.search(f"^{re.escape(line)}:{pairs}", out, re.M), (line, out)
+    positive(r"^peak RSS of execute \(its largest process\): (\d+) MB", out)
+    for part in ("first runs", "second runs"):
+        section = out.split(f"where the time goes, {part} (medians of 1, ms):\n", 1)[1]
+        for label in ("git checkout of the base",
+                      "the checkout map (hashed only when a conversion may apply)",
+                      "trees given to the agent's uid (sidecar chown)",
+                      "trees given back (special files, set-uid bits, chown)",
+                      "files still as checked out (every file hashed)",
+                      "git add of the worktree", "the agent's commits imported"):
+            assert re.search(rf"^ +{re.escape(label)}: \d+$", section, re.M), (label, out)
+
+
+@pytest.mark.docker
 def test_loop_rounds(sandbox_image: str) -> None:
     out = bench("loop_rounds", "--image", sandbox_image, "--loops", "1", "--rounds", "2")
     positive(r"^rounds: (\d+) ms, (\d+) ms; docker exec: (\d+) ms, (\d+) ms; "

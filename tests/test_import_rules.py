@@ -20,14 +20,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "git_iterare"
 #: together. A new one belongs in a sub-package unless it is shared by several of them.
 TOP_LEVEL = {"__init__", "errors", "redaction", "limits", "boundedfs", "boundedyaml",
              "loglimit", "proc", "ui", "settings", "config", "prompt", "scaffold", "gcpause",
-             "marks"}
+             "marks", "timings"}
 
 #: Layer of each top-level module or package: a module imports only from its own layer
 #: or below ("no upward arrows").
 LAYERS = {
     "git_iterare": 0, "errors": 0, "redaction": 0, "limits": 0, "boundedfs": 0,
     "boundedyaml": 0,
-    "loglimit": 0, "proc": 0, "ui": 0, "settings": 0, "gcpause": 0, "marks": 0,
+    "loglimit": 0, "proc": 0, "ui": 0, "settings": 0, "gcpause": 0, "marks": 0, "timings": 0,
     "config": 1, "prompt": 1, "scaffold": 1,
     "git": 1, "runs": 1, "sandbox": 1, "agents": 1,
     "runner": 2,

@@ -15,7 +15,9 @@ ones stay empty folders, with a warning.
 
 A *checkout map* (``<common dir>/iterare/gitdirs/<id>.checkout``, never mounted into the
 sandbox) records for every file checked out: its mode, the blob it came from, and the
-git blob id of the bytes written (``raw``). At finish a file whose bytes still hash to
+git blob id of the bytes written (``raw``; the blob's own when no attribute or
+line-ending setting can convert any file, :func:`git_iterare.git.filters.may_convert`,
+so a big checkout is not read back to be hashed). At finish a file whose bytes still hash to
 ``raw`` is unchanged: it is recorded as the blob it came from, byte for byte, with no
 filter run on it (:func:`unchanged_entries`). Only files the agent changed are cleaned.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.git import filters, safegit
+from git_iterare.timings import phase
 
 MAP_VERSION = "iterare-checkout-v1"
 
@@ -165,8 +168,9 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
               attributes: str, filter_text: str, objects: Path | None = None,
               prefix: str = "") -> list[Entry]:
     """Check out ``commit`` into ``worktree`` through a hardened view; return its files."""
-    with safegit.safe_git(common_dir, worktree, index_file, attributes=attributes,
-                          filters=filter_text, objects=objects) as view:
+    with phase("start.checkout"), safegit.safe_git(
+            common_dir, worktree, index_file, attributes=attributes, filters=filter_text,
+            objects=objects) as view:
         view.git("read-tree", commit)
         view.git("checkout-index", "-a", "-f", "-u", "-q")
         if index_file is not None and "[filter " in filter_text and re.search(
@@ -181,13 +185,17 @@ def _checkout(common_dir: Path, worktree: Path, commit: str, index_file: Path | 
             view.git("update-index", "-q", "--refresh", check=False)
             view.git("write-tree")  # back into the index: the cache-tree, as checkout has
         listing = view.git("ls-files", "-s", "-z").stdout
+    # Without a conversion, every file holds its blob's bytes: nothing to hash.
+    exact = not filters.may_convert(attributes, safegit.line_ending_config(common_dir))
     entries = []
-    for item in filter(None, listing.split("\0")):
-        meta, path = item.split("\t", 1)
-        mode, sha, _ = meta.split()
-        if mode == "160000":
-            continue
-        entries.append(Entry(mode, sha, raw_id(worktree / path) or "-", prefix + path))
+    with phase("start.checkout-map"):
+        for item in filter(None, listing.split("\0")):
+            meta, path = item.split("\t", 1)
+            mode, sha, _ = meta.split()
+            if mode == "160000":
+                continue
+            raw = sha if exact else raw_id(worktree / path) or "-"
+            entries.append(Entry(mode, sha, raw, prefix + path))
     return entries
 
 
@@ -327,6 +335,9 @@ class FinishPlan:
         skipped: paths not committed (files in uninitialized submodules).
         pending: work that is not on a branch yet (for cleanup's check).
         submodule_paths: paths of the base's gitlinks.
+        scan: what the walk of the worktree found (its nested repositories disabled
+            since): pass it to :func:`git_iterare.git.safegit.safe_git` for the snapshot,
+            which then need not walk the worktree again.
     """
 
     attributes: str
@@ -336,6 +347,7 @@ class FinishPlan:
     skipped: tuple[safegit.Skipped, ...]
     pending: tuple[str, ...]
     submodule_paths: tuple[str, ...]
+    scan: safegit.TreeScan
 
 
 ZERO = "0" * 40
@@ -384,7 +396,9 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         entries, subs = checkout_map.entries, checkout_map.submodules
     # Nested repositories (a .git the agent made, in a submodule folder or elsewhere) are
     # disabled before any git looks below the top.
-    safegit.disable_nested_repos(worktree, safegit.find_nested_repos(worktree))
+    with phase("scan-worktree"):
+        scan = safegit.scan_worktree(worktree, bounded=False)
+    safegit.disable_nested_repos(worktree, scan.nested)
     gitlinks: list[tuple[str, str]] = []
     skipped: list[safegit.Skipped] = []
     pending: list[str] = []
@@ -423,10 +437,11 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         _git(sub.gitdir, "-c", "core.hooksPath=/dev/null", "update-ref", "-m",
              f"iterare: work of the run in submodule {sub.path}", ref, new, head or ZERO)
         gitlinks.append((new, sub.path))
+    with phase("finish.unchanged"):
+        unchanged = tuple(unchanged_entries(worktree, [
+            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)]))
     return FinishPlan(
         attributes=filters.attributes_text(common_dir, attributes_commit, common_dir),
-        filter_text=filters.filter_config(common_dir),
-        unchanged=tuple(unchanged_entries(worktree, [
-            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)])),
+        filter_text=filters.filter_config(common_dir), unchanged=unchanged,
         gitlinks=tuple(gitlinks), skipped=tuple(skipped), pending=tuple(pending),
-        submodule_paths=tuple(s.path for s in subs))
+        submodule_paths=tuple(s.path for s in subs), scan=scan)

@@ -132,6 +132,23 @@ def attributes_text(git_dir: Path, commit: str | None, user_common_dir: Path) ->
     return "".join(p if p.endswith("\n") or not p else p + "\n" for p in parts)
 
 
+def may_convert(attributes: str, line_endings: str) -> bool:
+    """Whether git may write a file's bytes other than its blob's on checkout.
+
+    It cannot when no attribute is set past :data:`RESET_LINE` (no ``filter``, ``text``,
+    ``eol``, ``ident``, ``working-tree-encoding`` for any path) and ``core.autocrlf`` is
+    unset or false (``core.eol`` acts only on files marked as text).
+
+    Args:
+        attributes: an :func:`attributes_text`.
+        line_endings: a :func:`git_iterare.git.safegit.line_ending_config` text.
+    """
+    if any(line.strip() and not line.lstrip().startswith("#")
+           for line in attributes.removeprefix(RESET_LINE).splitlines()):
+        return True
+    return "autocrlf" in line_endings and "autocrlf = false" not in line_endings
+
+
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(errors="replace") if path.is_file() else ""

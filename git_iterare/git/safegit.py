@@ -50,6 +50,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import OperationFailed
+from git_iterare.timings import phase
 
 SCRATCH_CONFIG = """\
 [core]
@@ -172,11 +173,7 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
         skipped.append(Skipped(rel, reason, exclude))
         excluded += exclude
         if bounded and excluded > lim.MAX_EXCLUDED_PATHS:
-            raise OperationFailed(
-                f"the worktree {worktree} has more than {lim.MAX_EXCLUDED_PATHS} files or "
-                "directories over the size, depth or path-length limits "
-                "(MAX_EXCLUDED_PATHS); not committing it",
-                hint="see LIMITS in `git iterare help execute`")
+            _too_many_excluded(worktree)
 
     top = os.fspath(worktree)
     # Paths are opened from the top: the whole path must fit in PATH_MAX (4096).
@@ -222,6 +219,30 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
             elif not stat.S_ISLNK(mode.st_mode):
                 skip(rel, _special_kind(mode.st_mode), False)
     return TreeScan(tuple(sorted(nested)), tuple(sorted(skipped, key=lambda s: s.path)))
+
+
+def _too_many_excluded(worktree: Path) -> None:
+    from git_iterare import limits as lim
+
+    raise OperationFailed(
+        f"the worktree {worktree} has more than {lim.MAX_EXCLUDED_PATHS} files or "
+        "directories over the size, depth or path-length limits "
+        "(MAX_EXCLUDED_PATHS); not committing it",
+        hint="see LIMITS in `git iterare help execute`")
+
+
+def check_bounds(worktree: Path, scan: TreeScan) -> None:
+    """Refuse what :func:`scan_worktree` refuses when ``bounded``, for a ``scan`` of
+    ``worktree`` made without.
+
+    Raises:
+        OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
+            need excluding.
+    """
+    from git_iterare import limits as lim
+
+    if sum(s.excluded for s in scan.skipped) > lim.MAX_EXCLUDED_PATHS:
+        _too_many_excluded(worktree)
 
 
 def find_nested_repos(worktree: Path) -> list[str]:
@@ -425,7 +446,8 @@ def _at_or_below(paths: list[bytes], tops: set[bytes]) -> list[bytes]:
 @contextmanager
 def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *,
              attributes: str | None = None, filters: str = "", objects: Path | None = None,
-             skipped: Sequence[Skipped] = ()) -> Iterator[SafeGit]:
+             skipped: Sequence[Skipped] = (), scan: TreeScan | None = None
+             ) -> Iterator[SafeGit]:
     """Create a scratch gitdir for ``worktree`` and yield a :class:`SafeGit` over it.
 
     Args:
@@ -443,6 +465,12 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
         skipped: more paths left out (files that never reached ``worktree``: a remote
             run's over the size limit), added to :attr:`SafeGit.skipped`; tracked ones
             keep their entries as :meth:`SafeGit.snapshot` keeps any skipped path's.
+        scan: what :func:`scan_worktree` found in ``worktree`` (its bounds are checked
+            here), when the caller walked it already and nothing changed it since
+            (:attr:`git_iterare.git.checkout.FinishPlan.scan`); None: it is walked here.
+
+    Raises:
+        OperationFailed: see :func:`scan_worktree`.
 
     Yields:
         The view; the scratch dir is removed afterwards.
@@ -458,7 +486,11 @@ def safe_git(common_dir: Path, worktree: Path, index_file: Path | None = None, *
                                         + filters)
         (scratch / "info" / "attributes").write_text(
             SCRATCH_ATTRIBUTES if attributes is None else attributes)
-        scan = scan_worktree(worktree)
+        if scan is None:
+            with phase("scan-worktree"):
+                scan = scan_worktree(worktree)
+        else:
+            check_bounds(worktree, scan)
         nested = list(scan.nested)
         disable_nested_repos(worktree, nested)
         excluded = [*nested, *(s.path for s in scan.skipped if s.excluded)]

@@ -309,7 +309,9 @@ def _finish_active(repo: Repo, store: RunStore, record: RunRecord, wait: bool,
         return record  # still being launched by its execute process
     if defer_to_stop and store.get(run_id).extra.get("stop_requested"):
         return record
-    with run_lock(repo, run_id):
+    from git_iterare.timings import phase
+
+    with run_lock(repo, run_id), phase("finish"):
         record = store.get(run_id)
         if record.status not in ACTIVE:
             return record
@@ -328,6 +330,7 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     exit_code = None if info is None else info.exit_code
     from git_iterare.agents.tally import Tally, kept_log
     from git_iterare.sandbox.spec import sandbox_name
+    from git_iterare.timings import phase
 
     # The sandbox the trees are given back in: when the agent's container vanished, its
     # sidecar may be left, found by name -- unless that name is now another container's.
@@ -342,8 +345,9 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     counted = Tally(agent)
     if info is not None:
         # Streamed and capped: the agent decides how much it prints.
-        log = kept_log(sandbox.output(info.id), counted)
-        store.set_log(record.id, _with_rounds(store, record, log))
+        with phase("finish.log"):
+            log = kept_log(sandbox.output(info.id), counted)
+            store.set_log(record.id, _with_rounds(store, record, log))
     result = counted.result(exit_code=exit_code)
     if result.disputed:
         store.update(record.id, lambda r: r.with_extra(
@@ -412,7 +416,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     if commits:
         store.add_note(commits, note_entry(record, status))
     try:
-        sandbox.remove(record.id, str(repo.main_work_tree))
+        with phase("finish.remove"):
+            sandbox.remove(record.id, str(repo.main_work_tree))
         if placement.clear(record):
             # Nothing of it is left there: cleanup need not reach that engine again.
             record = store.update(record.id, lambda r: r.with_extra(engine_cleared=True),
@@ -447,8 +452,10 @@ def commit_work(repo: Repo, store: RunStore, record: RunRecord, ws: RunWorkspace
         as :func:`git_iterare.runner.importer.finish_run`.
     """
     from git_iterare.runner.importer import finish_run
+    from git_iterare.timings import phase
 
-    work = finish_run(repo, ws, *commit_words(record))
+    with phase("finish.commit-work"):
+        work = finish_run(repo, ws, *commit_words(record))
     if work.skipped:
         _note_skipped(store, record.id, work.skipped)
     _note_history(store, record.id, work)

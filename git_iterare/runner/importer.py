@@ -52,6 +52,7 @@ from git_iterare.runner.workspace import (
     worktree_admin_dir,
     worktree_on_engine,
 )
+from git_iterare.timings import phase
 
 if TYPE_CHECKING:
     pass
@@ -346,7 +347,8 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
         raise OperationFailed(f"branch {ws.branch} does not exist; the run cannot be finished")
     imported, tip, rejected, note = 0, current, None, None
     try:
-        imported, tip, note = _import_head(repo, ws, current)
+        with phase("finish.import"):
+            imported, tip, note = _import_head(repo, ws, current)
     except OperationFailed as exc:  # keep going: the worktree still gets committed
         rejected = exc.message
     autocommitted = False
@@ -365,10 +367,11 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             env={"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
                  "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
-                              filters=plan.filter_text, skipped=not_fetched(ws)) as view:
-            tree = view.snapshot(tip, drop=ws.included, drop_blobs=ws.included_blobs,
-                                 unchanged=plan.unchanged,
-                                 gitlinks=plan.gitlinks)
+                              filters=plan.filter_text, skipped=not_fetched(ws),
+                              scan=plan.scan) as view:
+            with phase("finish.add"):
+                tree = view.snapshot(tip, drop=ws.included, drop_blobs=ws.included_blobs,
+                                     unchanged=plan.unchanged, gitlinks=plan.gitlinks)
             nested = tuple(n for n in view.nested_repos if n not in plan.submodule_paths)
             # Named as not committed (a warning; cleanup keeps them): skipped paths, but
             # not a tracked file still as checked out (a large file the base has), and
@@ -397,11 +400,12 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
                 os.replace(tmp, admin / "index")
     elif new != current:
         _move_branch(repo, ws, current, new, "import commits")
-    commits = common_git(repo, "rev-list", "--reverse", f"{ws.base_commit}..{new}"
-                         ).stdout.split()
+    with phase("finish.changes"):
+        commits = common_git(repo, "rev-list", "--reverse", f"{ws.base_commit}..{new}"
+                             ).stdout.split()
+        changes = _changes(repo, ws.base_commit, new)
     return FinishResult(head=new, commits=tuple(commits), autocommitted=autocommitted,
-                        imported_objects=imported,
-                        changes=_changes(repo, ws.base_commit, new), nested_repos=nested,
+                        imported_objects=imported, changes=changes, nested_repos=nested,
                         rejected_head=rejected, skipped=skipped,
                         notes=(note,) if note else ())
 

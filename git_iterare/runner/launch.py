@@ -100,10 +100,14 @@ def execute(repo: Repo, config: Config, request: ExecuteRequest,
         RunGoesOn: Ctrl-C once the agent started (the run is recorded and goes on).
     """
     from git_iterare import gcpause
+    from git_iterare.timings import phase
 
     try:
-        checked = validate(repo, config, request, os.environ if env is None else env)
-        return launch(repo, config, plan(repo, config, checked, progress))
+        with phase("start.validate"):
+            checked = validate(repo, config, request, os.environ if env is None else env)
+        with phase("start.plan"):
+            planned = plan(repo, config, checked, progress)
+        return launch(repo, config, planned)
     finally:
         gcpause.resume()  # start-up is over: the caller may follow the run for hours
 
@@ -216,6 +220,7 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
     from git_iterare.runner.spec import sandbox_spec, with_timeout
     from git_iterare.runs.groups import attempt_env
     from git_iterare.runs.status import RUNNING
+    from git_iterare.timings import phase
 
     checked = planned.checked
     request, agent, secret_env = checked.request, checked.agent, checked.secret_env
@@ -242,7 +247,9 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
         limits=planned.limits, networks=checked.networks, tty=request.tty)
     taken = warm.take(template)
     try:
-        trees = planned.placement.make(repo, record, {PROMPT_FILE: checked.prompt.body.encode()})
+        with phase("start.make"):
+            trees = planned.placement.make(repo, record,
+                                           {PROMPT_FILE: checked.prompt.body.encode()})
         more_mounts = checked.admitted.mounts
         exclude_in_run(trees.workspace.gitdir, more_mounts)  # mounts below /workspace
         spec = dataclasses.replace(
@@ -251,7 +258,8 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
                  **({"ITERARE_ROUND": "1"} if checked.loop else {})},
             owned=trees.owned, volumes=trees.volumes,
             agent_uid=trees.workspace.agent_uid, agent_gid=trees.workspace.agent_gid)
-        started = warm.start(spec, trees.fill, taken)
+        with phase("start.sandbox"):
+            started = warm.start(spec, _timed("start.fill", trees.fill), taken)
         interrupts.hold()  # the agent runs: it is recorded before Ctrl-C acts
     except BaseException:
         warm.drop(taken)
@@ -262,6 +270,17 @@ def _start(repo: Repo, config: Config, store: RunStore, planned: LaunchPlan,
                                worktree=str(trees.workspace.worktree), extra=extra)
     warm.after(repo, running, spec, taken is not None)
     return running
+
+
+def _timed(name: str, fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn``, timed as the phase ``name`` (:mod:`git_iterare.timings`)."""
+    from git_iterare.timings import phase
+
+    def timed() -> None:
+        with phase(name):
+            fn()
+
+    return timed
 
 
 def _undo_or_record(repo: Repo, store: RunStore, record: RunRecord, placement: Placement,

@@ -57,7 +57,8 @@ def unfinished_work(repo: Repo, ws: RunWorkspace, head: str | None) -> str | Non
                                       checkout_map_path(ws), ws.ref, commit=False)
         problems.extend(plan.pending)
         with safegit.safe_git(repo.common_dir, ws.tree, attributes=plan.attributes,
-                              filters=plan.filter_text, skipped=not_fetched(ws)) as view:
+                              filters=plan.filter_text, skipped=not_fetched(ws),
+                              scan=plan.scan) as view:
             tree = view.snapshot(head, drop=ws.included, drop_blobs=ws.included_blobs,
                                  unchanged=plan.unchanged,
                                  gitlinks=plan.gitlinks)

@@ -505,6 +505,11 @@ def fill_run(repo: Repo, ws: RunWorkspace) -> Cached:
     from concurrent.futures import ThreadPoolExecutor
 
     from git_iterare.runner.placement import objectcache
+    from git_iterare.timings import phase
+
+    def give_objects() -> Cached:
+        with phase("start.objects"):
+            return objectcache.give(repo, ws.base_commit, objects_view_path(repo, ws.run_id))
 
     admin = worktree_admin_dir(repo, ws.worktree)
     if admin is None:
@@ -512,8 +517,7 @@ def fill_run(repo: Repo, ws: RunWorkspace) -> Cached:
     # The history is packed (a first run's) while the base is checked out: both mostly
     # wait for the disk, and the agent waits for both.
     with ThreadPoolExecutor(1, thread_name_prefix="objects") as pool:
-        cached = pool.submit(objectcache.give, repo, ws.base_commit,
-                             objects_view_path(repo, ws.run_id))
+        cached = pool.submit(give_objects)
         _fill(repo, ws, admin)
         given = cached.result()
     on_engine_path(ws).unlink()

@@ -132,9 +132,12 @@ class Local:
         :func:`reclaim`), and the worktree into the user's checkout (see
         :func:`git_iterare.runner.workspace.land`)."""
         from git_iterare.runner.workspace import land
+        from git_iterare.timings import phase
 
-        reclaim(record, sandbox, (*trees_of(workspace), state_dir(repo, record.id) / "out"))
-        land(repo, workspace)
+        with phase("finish.give-back"):
+            reclaim(record, sandbox, (*trees_of(workspace), state_dir(repo, record.id) / "out"))
+        with phase("finish.land"):
+            land(repo, workspace)
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
                    sandbox: str, head: str | None) -> None:

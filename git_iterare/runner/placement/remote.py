@@ -321,7 +321,8 @@ class Remote:
                                           checkout_map_path(ws), ws.ref, commit=False)
             with safegit.safe_git(repo.common_dir, scratch, attributes=plan.attributes,
                                   filters=plan.filter_text,
-                                  skipped=not_fetched_skips(got.left_out)) as view:
+                                  skipped=not_fetched_skips(got.left_out),
+                                  scan=plan.scan) as view:
                 return str(view.snapshot(ws.base_commit, drop=ws.included,
                                          drop_blobs=ws.included_blobs,
                                          unchanged=plan.unchanged, gitlinks=plan.gitlinks))
