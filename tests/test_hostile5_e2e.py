@@ -400,3 +400,35 @@ def test_show_says_no_word_of_git_iterares_as_the_agents(project: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     shown = iterare("show", run_id(run.stdout), cwd=project).stdout
     assert "reported by the agent): [git iterare:" not in shown, shown
+
+
+#: Attempt 1 makes the tiny fix; attempt 2 rewrites every line of the file and appends a
+#: NUL byte, so git counts the file as binary: +0 -0.
+HIDE_AS_BINARY = """\
+if [ "$ITERARE_ATTEMPT" = 1 ]; then
+  sed -i 's/^line 7$/line seven/' src.txt
+else
+  seq 1 200 | sed 's/^/evil /' > src.txt
+  printf '\\0' >> src.txt
+fi
+touch done
+"""
+
+
+def test_a_rewrite_hidden_as_binary_does_not_rank_as_the_smallest_diff(
+        project: Path) -> None:  # noqa: F811
+    # compare ranks a smaller diff first (lines inserted plus deleted) and merge GROUP
+    # merges the first: a binary file counts no line, so rewriting all of src.txt and
+    # adding a NUL byte reads "+0 -0" and beats the two-line fix.
+    (project / "src.txt").write_text("".join(f"line {n}\n" for n in range(1, 201)))
+    git("add", "src.txt", cwd=project)
+    git("commit", "-qm", "source", cwd=project)
+    prompt(project, "rank", HIDE_AS_BINARY)
+    run = iterare("execute", "rank", "-n", "2", "-j", "1", "--until", "test -e done", "-f",
+                  cwd=project)
+    assert run.returncode == 0, run.stdout + run.stderr
+    group = run.stdout.splitlines()[0].split()[1].rstrip(":")
+    merged = iterare("merge", group, "-y", cwd=project)
+    assert merged.returncode == 0, merged.stderr
+    assert "line seven" in (project / "src.txt").read_text(), (
+        "merge GROUP merged the attempt that rewrote src.txt: " + merged.stderr)

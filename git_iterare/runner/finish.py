@@ -465,7 +465,7 @@ def commit_work(repo: Repo, store: RunStore, record: RunRecord, ws: RunWorkspace
 def changes_of(work: FinishResult) -> dict[str, int]:
     """What the record keeps of ``work``'s change against the run's base."""
     return {"files": work.changes.files, "insertions": work.changes.insertions,
-            "deletions": work.changes.deletions}
+            "deletions": work.changes.deletions, "binary": work.changes.binary}
 
 
 def commit_words(record: RunRecord) -> tuple[dict[str, str], str]:

@@ -71,11 +71,13 @@ class Changes:
         files: files changed.
         insertions: lines added (binary files count 0).
         deletions: lines removed.
+        binary: files changed that git counts no lines of (binary).
     """
 
     files: int
     insertions: int
     deletions: int
+    binary: int = 0
 
 
 @dataclass(frozen=True)
@@ -131,13 +133,14 @@ def commit_message(message: str, trailers: dict[str, str]) -> str:
 def _changes(repo: Repo, base: str, head: str) -> Changes:
     out = common_git(repo, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff",
                      "--no-textconv", base, head).stdout
-    files = ins = dels = 0
+    files = ins = dels = binary = 0
     for record in filter(None, out.split("\0")):
         added, removed, _ = record.split("\t", 2)
         files += 1
         ins += int(added) if added.isdigit() else 0
         dels += int(removed) if removed.isdigit() else 0
-    return Changes(files=files, insertions=ins, deletions=dels)
+        binary += added == "-"
+    return Changes(files=files, insertions=ins, deletions=dels, binary=binary)
 
 
 def _return_ownership(repo: Repo, worktree: Path) -> None:

@@ -8,8 +8,9 @@ always a group.
 
 Ranking (gititerare-compare(1)): attempts whose check passed first (the last round's
 check exited 0; a run without a loop counts as passed when it succeeded), then fewer
-rounds, a smaller diff (lines inserted plus deleted), a lower cost; the attempt number
-breaks ties. ``--sort KEY`` puts one key first and keeps the others after it.
+rounds, a smaller diff (lines inserted plus deleted, each binary file changed counting as
+:data:`BINARY_LINES`), a lower cost; the attempt number breaks ties. ``--sort KEY`` puts
+one key first and keeps the others after it.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ def resolve_group(store: RunStore, arg: str | None) -> tuple[str, list[RunRecord
     return group, members(records, group)
 
 
+#: What a binary file changed counts as in the ranking's diff size (lines): git counts
+#: none of its lines, so a rewrite could hide as one (a NUL byte added).
+BINARY_LINES = 1000
+
 @dataclass(frozen=True)
 class Attempt:
     """One attempt as ``compare`` shows and ranks it.
@@ -139,6 +144,7 @@ class Attempt:
         check: :data:`PASSED`, :data:`FAILED` or :data:`NO_CHECK` (no check ran).
         rounds: rounds it ran (1 without a loop).
         lines: lines inserted plus deleted (None: not known yet).
+        binary: binary files changed (git counts no lines of them).
         cost_usd: what the agent reported it spent (US dollars), or None.
         duration: seconds from start to end (None: not known).
         host_executables: changed files that would run on the host (merge's review).
@@ -153,6 +159,7 @@ class Attempt:
     cost_usd: float | None
     duration: float | None
     host_executables: tuple[str, ...] = ()
+    binary: int = 0
 
     @property
     def passed(self) -> bool:
@@ -181,13 +188,16 @@ def attempt_row(record: RunRecord, duration: float | None,
         check = NO_CHECK
     changes = record.changes if isinstance(record.changes, dict) else None
     lines = None
+    binary = 0
     if changes is not None:
         lines = sum(v for k in ("insertions", "deletions")
                     if isinstance(v := changes.get(k, 0), int))
+        binary = changes.get("binary", 0) if isinstance(changes.get("binary", 0), int) else 0
     cost = record.cost_usd if isinstance(record.cost_usd, (int, float)) else None
     return Attempt(record=record, attempt=attempt_of(record),
                    reason=reason if isinstance(reason, str) else None, check=check,
-                   rounds=max(len(rounds), 1), lines=lines, cost_usd=cost, duration=duration,
+                   rounds=max(len(rounds), 1), lines=lines, binary=binary, cost_usd=cost,
+                   duration=duration,
                    host_executables=tuple(host_executables))
 
 
@@ -198,7 +208,8 @@ def _key(row: Attempt, key: str) -> float:
     if key == "rounds":
         return row.rounds
     if key == "diff":
-        return math.inf if row.lines is None else row.lines
+        # A binary file's lines are not counted: a rewrite can hide as one.
+        return math.inf if row.lines is None else row.binary * BINARY_LINES + row.lines
     if key == "cost":
         return row.cost_usd or 0.0  # an agent that reports no cost spent none we know of
     if key == "duration":
