@@ -432,3 +432,15 @@ def test_a_rewrite_hidden_as_binary_does_not_rank_as_the_smallest_diff(
     assert merged.returncode == 0, merged.stderr
     assert "line seven" in (project / "src.txt").read_text(), (
         "merge GROUP merged the attempt that rewrote src.txt: " + merged.stderr)
+
+
+def test_show_does_not_call_a_round_the_timeout_ended_stopped(project: Path  # noqa: F811
+                                                               ) -> None:
+    # A round that reached the run's timeout had no check; show says "no check
+    # (stopped)" though nobody stopped it (the loop's reason is timed-out).
+    prompt(project, "nap", 'echo "$ITERARE_ROUND" >> rounds.txt\nsleep 3\n')
+    run = iterare("execute", "nap", "--until", "false", "--timeout", "5", "-f", cwd=project)
+    data = record(project, run_id(run.stdout))
+    assert data["extra"]["loop"]["reason"] == "timed-out", data["extra"]
+    shown = iterare("show", data["id"], cwd=project).stdout
+    assert "(stopped)" not in shown, shown

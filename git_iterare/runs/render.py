@@ -194,10 +194,13 @@ def rounds_text(rec: RunRecord, paint: Any) -> list[str]:
     lines = ["", paint("Rounds:", "bold") + sanitize_line(
         f" {len(rounds)} of at most {loop.get('max_rounds', '?')}{why}; the check: "
         f"{loop.get('until', '')}")]
+    # A round that ran no check is the last: what ended the loop ended it.
+    unchecked = REASONS.get(str(reason), "stopped") if reason not in (None, "passed",
+                                                                      "rounds") else "stopped"
     for entry in rounds:
         check = entry.get("check_exit")
         seconds = entry.get("check_seconds")
-        said = (f"check exited {check}" if check is not None else "no check (stopped)") + (
+        said = (f"check exited {check}" if check is not None else f"no check ({unchecked})") + (
             f" in {seconds:g} s" if isinstance(seconds, (int, float)) else "")
         cost = entry.get("cost_usd")
         head = entry.get("head")
