@@ -155,3 +155,17 @@ def test_a_closed_output_pipe_does_not_drop_the_waiting_attempts(
     done = wait_for(settled, timeout=90)
     assert sorted((k, a["status"]) for k, a in done.items()) == [
         (1, "succeeded"), (2, "succeeded"), (3, "succeeded")], (child.returncode, error)
+
+
+def test_stop_of_a_group_stops_its_attempts_and_its_queue(project: Path) -> None:  # noqa: F811
+    group, _ = queued_group(project, 'echo started\nsleep 600\n')
+    wait_for(lambda: attempts(project, group).get(1, {}).get("status") == "running")
+    stopped = iterare("stop", group, "--grace", "1", cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"group {group}: 2 waiting attempts will not start" in stopped.stdout
+    assert re.search(r"^run wait\.1-\S+ stopped; its work is on iterare/wait\.1-",
+                     stopped.stdout, re.M), stopped.stdout
+    wait_for(lambda: not processes(project, "_resume"), timeout=60)
+    assert {k: a["status"] for k, a in attempts(project, group).items()} == {1: "stopped"}
+    assert "queued" not in iterare("list", cwd=project).stdout
+

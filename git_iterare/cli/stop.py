@@ -19,14 +19,48 @@ if TYPE_CHECKING:
 @click.option("--grace", type=Number("seconds", whole=False), default=10, show_default=True,
               metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL.")
 def command(run: str | None, grace: float) -> None:
-    """Stop RUN (default: the only run that is running); its work so far is committed on
-    its branch."""
+    """Stop RUN (default: the only run that is running), or every attempt of GROUP that
+    runs and those still waiting; the work so far is committed on each run's branch."""
     from git_iterare import ui
     from git_iterare.runner.manage import stop
+    from git_iterare.runs.groups import names_group
 
+    if names_group(run):
+        _stop_group(str(run), grace)
+        return
     run_id = resolve_run(run).id if run is not None else _only_running()
     record = stop(app().repo, run_id, grace, progress=ui.progress)
     click.echo(stopped_line(record))
+
+
+def _stop_group(arg: str, grace: float) -> None:
+    """Stop the group ``arg`` names: its waiting attempts never start
+    (:func:`git_iterare.runner.attempts.cancel`), its running ones are stopped.
+
+    Raises:
+        UserError, OperationFailed: as :func:`git_iterare.runs.groups.resolve_group`.
+    """
+    from git_iterare import ui
+    from git_iterare.errors import IterareError
+    from git_iterare.runner.attempts import cancel
+    from git_iterare.runner.manage import stop
+    from git_iterare.runs.groups import resolve_group
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+
+    repo = app().repo
+    group, records = resolve_group(RunStore(repo), arg)
+    if waiting := cancel(repo, group):
+        click.echo(ui.sanitize_line(f"group {group}: {waiting} waiting attempt"
+                                    f"{'s' if waiting != 1 else ''} will not start"))
+    active = [r for r in records if r.status in ACTIVE]
+    if not active and not waiting:
+        click.echo(ui.sanitize_line(f"group {group}: no attempt is running"))
+    for record in active:
+        try:
+            click.echo(stopped_line(stop(repo, record.id, grace, progress=ui.progress)))
+        except IterareError as exc:  # it ended meanwhile: the others are still stopped
+            ui.warn(exc.render())
 
 
 def stopped_line(record: RunRecord) -> str:
