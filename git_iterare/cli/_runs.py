@@ -131,3 +131,18 @@ def group_runs_to_clean(arg: str) -> list[Any]:
         click.echo(f"keeping {ui.sanitize_line(', '.join(kept))}, merged from group "
                    f"{ui.sanitize_line(group)}", err=True)
     return [r for r in records if r.status != MERGED]
+
+
+def cancel_waiting(group: str) -> int:
+    """Let none of ``group``'s waiting attempts start
+    (:func:`git_iterare.runner.attempts.cancel`), with a line saying how many; their
+    number."""
+    from git_iterare.runner.attempts import cancel
+    from git_iterare.ui import sanitize_line
+
+    waiting = cancel(app().repo, group)
+    if waiting:
+        click.echo(sanitize_line(f"group {group}: {waiting} waiting attempt"
+                                 f"{'s' if waiting != 1 else ''} will not start"))
+    return waiting
+

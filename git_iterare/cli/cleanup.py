@@ -67,13 +67,11 @@ def command(run: str | None, merged: bool, yes: bool, force: bool, cache: bool) 
                         nothing="nothing to clean up", command="cleanup", assume_yes=yes):
         return
     if names_group(run):
-        from git_iterare.runner.attempts import cancel
+        from git_iterare.cli._runs import cancel_waiting
         from git_iterare.runs.groups import group_of
 
         for group in sorted({g for g in map(group_of, records) if g}):
-            if waiting := cancel(repo, group):
-                click.echo(f"group {sanitize_line(group)}: {waiting} waiting attempt"
-                           f"{'s' if waiting != 1 else ''} will not start")
+            cancel_waiting(group)
     from git_iterare.runner.ownership import ran_elsewhere
     from git_iterare.runner.warmup import remove_spares
     from git_iterare.runs.status import CLEANED

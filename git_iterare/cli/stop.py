@@ -41,8 +41,8 @@ def _stop_group(arg: str, grace: float) -> None:
         UserError, OperationFailed: as :func:`git_iterare.runs.groups.resolve_group`.
     """
     from git_iterare import ui
+    from git_iterare.cli._runs import cancel_waiting
     from git_iterare.errors import IterareError
-    from git_iterare.runner.attempts import cancel
     from git_iterare.runner.manage import stop
     from git_iterare.runs.groups import resolve_group
     from git_iterare.runs.status import ACTIVE
@@ -50,9 +50,7 @@ def _stop_group(arg: str, grace: float) -> None:
 
     repo = app().repo
     group, records = resolve_group(RunStore(repo), arg)
-    if waiting := cancel(repo, group):
-        click.echo(ui.sanitize_line(f"group {group}: {waiting} waiting attempt"
-                                    f"{'s' if waiting != 1 else ''} will not start"))
+    waiting = cancel_waiting(group)
     active = [r for r in records if r.status in ACTIVE]
     if not active and not waiting:
         click.echo(ui.sanitize_line(f"group {group}: no attempt is running"))
