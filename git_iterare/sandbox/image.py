@@ -257,16 +257,18 @@ def dockerfile(template: bytes, agents: Sequence[str]) -> bytes:
 def context_files(agents: Sequence[str] = (),
                   installs: Mapping[str, AgentInstall] | None = None) -> dict[str, bytes]:
     """The sandbox image's build files by name: ``Dockerfile`` (with the stages of
-    ``agents``, see :func:`dockerfile`), ``sidecar`` and ``install-<agent>.sh`` for each
-    of ``agents``.
+    ``agents``, see :func:`dockerfile`), ``sidecar``, ``egress-proxy``
+    (:mod:`git_iterare.sandbox.egress_proxy`) and ``install-<agent>.sh`` for each of
+    ``agents``.
 
     Raises:
         KeyError: an agent of ``agents`` is not in ``installs``.
         ValueError: as :func:`dockerfile`.
     """
     root = resources.files("git_iterare") / "data" / "container"
+    proxy = resources.files("git_iterare") / "sandbox" / "egress_proxy.py"
     files = {"Dockerfile": dockerfile((root / "Dockerfile").read_bytes(), agents),
-             "sidecar": (root / "sidecar").read_bytes()}
+             "sidecar": (root / "sidecar").read_bytes(), "egress-proxy": proxy.read_bytes()}
     for name in agents:
         files[f"install-{name}.sh"] = (installs or {})[name].script.encode()
     return files

@@ -116,7 +116,8 @@ attempt subdomain-of-exact-name-resolves resolves sub.allowed.test
 attempt subdomain-of-exact-name-http http http://sub.allowed.test/
 attempt deep-subdomain-of-exact-name-resolves resolves exfil.data.allowed.test
 attempt subdomain-of-exact-name-other-case-resolves resolves EXFIL.Allowed.Test
-attempt subdomain-of-exact-name-aaaa-resolves bash -c "dig +short +tries=1 +time=2 sub.allowed.test AAAA | grep :"
+# (An IPv6 address alone on its line: dig +short prints its errors there too.)
+attempt subdomain-of-exact-name-aaaa-resolves bash -c "dig +short +tries=1 +time=2 sub.allowed.test AAAA | grep -E '^[0-9A-Fa-f]*:[0-9A-Fa-f:.]+$'"
 attempt cname-target-resolves resolves edge.cdn-provider.example
 attempt blocked-address http "http://$BLOCKED_V4/"
 attempt blocked-address-other-port http "http://$BLOCKED_V4:8080/"
