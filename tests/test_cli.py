@@ -141,6 +141,11 @@ def test_diff_finds_the_runs_among_git_diff_arguments() -> None:
         ["a-0123abcd", "b-0123abcd"], ["--stat", "--", "c"])
     assert split_runs(["a-0123abcd", "--", "b-0123abcd"]) == (
         ["a-0123abcd"], ["--", "b-0123abcd"])
+    # The value of an option that takes one is no run (git diff -S TEXT, --output FILE).
+    assert split_runs(["a-0123abcd", "-S", "needle", "--output", "x.diff"]) == (
+        ["a-0123abcd"], ["-S", "needle", "--output", "x.diff"])
+    assert split_runs(["-G", "re", "a-0123abcd", "-Sneedle", "b-0123abcd"]) == (
+        ["a-0123abcd", "b-0123abcd"], ["-G", "re", "-Sneedle"])
 
 
 def test_execute_and_interactive_share_one_declaration_of_the_network_options() -> None:
