@@ -381,6 +381,7 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     """
     from git_iterare.limits import MAX_OBJECT_BYTES
     from git_iterare.runner.placement import delta
+    from git_iterare.runner.placement.repack import reading
     from git_iterare.runner.placement.ship import known_cache_key
     from git_iterare.runner.workspace import fill_worktree, keep_not_fetched
     from git_iterare.sandbox import volumes as engine
@@ -392,11 +393,11 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     base = str(record.base_commit)
     host = Path(workspace.worktree)
     try:
-        with engine.Porter(image, delta.porter_volumes(work, git, engine.cache_volume(key)),
-                           {LABEL_RUN: record.id},
-                           command=delta.command(base, MAX_OBJECT_BYTES),
-                           user=f"{workspace.agent_uid}:{workspace.agent_gid}",
-                           keep=True) as porter:
+        volumes = delta.porter_volumes(work, git, engine.cache_volume(key))
+        with reading(repo), engine.Porter(image, volumes, {LABEL_RUN: record.id},
+                                          command=delta.command(base, MAX_OBJECT_BYTES),
+                                          user=f"{workspace.agent_uid}:{workspace.agent_gid}",
+                                          keep=True) as porter:
             change = delta.collect(porter, host.parent)
     except delta.NoChange:
         return None

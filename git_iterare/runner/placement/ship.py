@@ -5,7 +5,8 @@
   reachable from its base and not from any of those (``git pack-objects --revs``), so a
   run's start costs in proportion to what changed since the last one. The cache is keyed
   by a random id of this repository (:func:`cache_key`), so no other repository's runs
-  see its objects.
+  see its objects. Once it holds more packs than ``gc.autoPackLimit``, the run being
+  shipped repacks it, unless another run reads it (:mod:`.repack`).
 * **The run gitdir** (HEAD, branch, config, exclude; alternates naming the cache) and the
   ``.iterare/include`` files go into the run's volumes. The base is checked out there
   from the cache, so the worktree's content never crosses the wire: by a porter from
@@ -33,6 +34,7 @@ from typing import IO, TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
 from git_iterare.runner.placement.packs import local_commits, pack_reachable
+from git_iterare.runner.placement.repack import CacheLock, due, reading
 from git_iterare.runs import extra
 from git_iterare.sandbox.meter import Metered, transfer_line
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, SHIPPED, WORK_PATH, VolumeTrees
@@ -108,11 +110,13 @@ class Shipped:
             had the base already.
         objects: objects in that pack.
         file_bytes: bytes of the other files (gitdir, includes) sent.
+        repacked: whether the cache was repacked before the checkout (:mod:`.repack`).
     """
 
     pack_bytes: int
     objects: int
     file_bytes: int
+    repacked: bool = False
 
     def to_json(self) -> extra.Shipped:
         """As the record keeps it (``extra.shipped``)."""
@@ -120,18 +124,25 @@ class Shipped:
                 "file_bytes": self.file_bytes}
 
 
-def _cache_haves(porter: Porter, cache: str = "/cache") -> list[str]:
+def _cache_haves(porter: Porter, cache: str = "/cache") -> tuple[list[str], int | None]:
     """The commits the cache (at ``cache`` in the porter) holds (names of ``have/*``),
-    newest first."""
+    newest first; and how many it held when it was last repacked (``have/.repacked``,
+    :mod:`.repack`), None when never."""
     from git_iterare.git.runrefs import HEX40
+    from git_iterare.runner.placement.repack import REPACKED
     from git_iterare.runner.placement.tarball import members
 
     found: list[tuple[float, str]] = []
-    for member, _ in members(porter.get(f"{cache}/have")):
+    repacked = None
+    for member, tar in members(porter.get(f"{cache}/have")):
         name = member.name.rsplit("/", 1)[-1]
         if member.isfile() and HEX40.fullmatch(name):
             found.append((member.mtime, name))
-    return [name for _, name in sorted(found, reverse=True)]
+        elif member.isfile() and name == REPACKED and member.size < 32:
+            handle = tar.extractfile(member)
+            text = handle.read().decode("ascii", "replace").strip() if handle else ""
+            repacked = int(text) if text.isdigit() else None
+    return [name for _, name in sorted(found, reverse=True)], repacked
 
 
 def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
@@ -169,29 +180,31 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     volumes = {trees.cache: (CACHE_PATH, False), trees.work: (WORK_PATH, False),
                trees.git: (GITDIR_PATH, False)}
     pack_bytes = objects = 0
+    merged = False
     git_tar = gitdir_archive(repo, run_id, base, run_gitdir_config(repo))
     work_tar = worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=tmp_root(repo)))
     # The checkout's porter reads the cache only (it runs as the agent's uid). A spare
     # needs none: the agent's container writes the few files that differ (engine-checkout), which
     # costs less than starting one more container.
-    reading = {**volumes, trees.cache: (CACHE_PATH, True)}
+    read_only = {**volumes, trees.cache: (CACHE_PATH, True)}
     checkout = None if spare else engine.Porter(
-        image, reading, labels, user=f"{agent[0]}:{agent[1]}",
+        image, read_only, labels, user=f"{agent[0]}:{agent[1]}",
         command=checkout_command("porter"))
     try:
         # The files go in through a porter that is never started (root's, for the cache);
         # the checkout's porter starts once they are all there (GO). (Starting it while
         # they go in, from another thread, needs one more ssh session at once than an
-        # ssh:// engine's sshd allows by default.)
-        with engine.Porter(image, volumes, labels) as porter, \
+        # ssh:// engine's sshd allows by default.) The agent's container, made before,
+        # reads the cache once it starts, after this: no repack starts meanwhile.
+        with reading(repo) as lock, engine.Porter(image, volumes, labels) as porter, \
                 checkout if checkout is not None else contextlib.nullcontext():
             archive = scratch / "ship.tar"
             # One archive into all three volumes: each put_archive costs the engine a mount
             # of the container's filesystem.
             cache = CACHE_PATH.strip("/")
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
-                haves = _cache_haves(porter, CACHE_PATH)
+                haves, repacked = _cache_haves(porter, CACHE_PATH)
                 if base not in haves:
                     made = pack_reachable(repo, base, local_commits(repo, haves[:MAX_HAVES]),
                                           scratch)
@@ -217,12 +230,27 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                 add_file(tar, f"{run}/{SHIPPED}", b"")  # last: all is there
             with archive.open("rb") as handle:
                 porter.put("/", metered(handle, archive.stat().st_size))
+            if due(repo, len(haves) + (base not in haves), repacked):
+                own = {porter.made.id} | ({checkout.made.id} if checkout is not None else set())
+                merged = _repack(lock, trees.cache, image, labels, run_id, own)
             if checkout is not None:
                 checkout.start()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
-                   file_bytes=len(git_tar) + len(work_tar))
+                   file_bytes=len(git_tar) + len(work_tar), repacked=merged)
+
+
+def _repack(lock: CacheLock, cache: str, image: str, labels: Mapping[str, str],
+            run_id: str, own: set[str]) -> bool:
+    """Repack the object cache ``cache`` when no other process is starting a run and no
+    container but run ``run_id``'s (or those of ``own``, ids) reads it (:mod:`.repack`);
+    whether it did."""
+    from git_iterare.runner.placement import repack
+
+    with lock.alone() as alone:
+        return (alone and repack.alone_on(cache, run_id, own)
+                and repack.repack(cache, image, labels))
 
 
 def metered(handle: IO[bytes], size: int) -> Metered:
