@@ -76,10 +76,9 @@ class Remote:
         return "remote"
 
     def check(self, repo: Repo, base: str, mounts: Sequence[Mount]) -> None:
-        """Refuse what a run on a remote engine cannot do yet: mounts of host paths
-        (``[mounts] volumes``), and a base with initialized submodules (their objects are
-        not shipped, so their files would be missing there and their deletion committed
-        at the end).
+        """Refuse what a run on a remote engine cannot do: mounts of host paths
+        (``[mounts] volumes``), and an initialized submodule whose path holds a tab or a
+        newline (the engine's checkout reads their list a line each).
 
         Raises:
             UserError: naming the first mount or submodule.
@@ -91,9 +90,9 @@ class Remote:
         from git_iterare.git.checkout import submodules
 
         for sub in submodules(repo.common_dir, base):
-            if sub.gitdir is not None:
-                raise UserError(f"submodule {sub.path} is initialized here, and runs on a "
-                                "remote Docker engine cannot have submodules yet",
+            if sub.gitdir is not None and ("\n" in sub.path or "\t" in sub.path):
+                raise UserError(f"submodule {sub.path!r} has a tab or newline in its path, "
+                                "which runs on a remote Docker engine cannot check out",
                                 hint="use a local Docker engine for this repository")
 
     def check_host_folder(self, what: str) -> None:
@@ -395,7 +394,8 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     try:
         volumes = delta.porter_volumes(work, git, engine.cache_volume(key))
         with reading(repo), engine.Porter(image, volumes, {LABEL_RUN: record.id},
-                                          command=delta.command(base, MAX_OBJECT_BYTES),
+                                          command=delta.command(base, MAX_OBJECT_BYTES,
+                                                                _shipped_submodules(record)),
                                           user=f"{workspace.agent_uid}:{workspace.agent_gid}",
                                           keep=True) as porter:
             change = delta.collect(porter, host.parent)
@@ -412,6 +412,18 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     keep_not_fetched(workspace, change.left_out)
     return _Change(change.notes, True, change.fetched_bytes, change.changed,
                    len(change.deleted))
+
+
+def _shipped_submodules(record: RunRecord) -> list[tuple[str, str]]:
+    """``(commit, path)`` of the submodules the run's engine checked out (its record's
+    ``extra.shipped.submodules``; those of a bad shape left out)."""
+    from git_iterare.git.runrefs import HEX40
+
+    shipped = (record.extra or {}).get("shipped")
+    listed = shipped.get("submodules") if isinstance(shipped, dict) else None
+    return [(sub[0], sub[1]) for sub in listed or () if isinstance(sub, list) and len(sub) == 2
+            and all(isinstance(s, str) for s in sub) and HEX40.fullmatch(sub[0])
+            and sub[1] and not sub[1].startswith("-")] if isinstance(listed, list) else []
 
 
 def _started(container: Container) -> bool:

@@ -27,7 +27,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -52,6 +52,8 @@ NEXT = "iterare-next"
 SPARE_MAKING = "iterare-spare-making"
 SPARE_READY = "iterare-spare-ready"
 SPARE_STALE = 10
+#: The run gitdir's list of the initialized submodules engine-checkout checks out.
+SUBMODULES = "iterare-submodules"
 
 if TYPE_CHECKING:
     from git_iterare.sandbox.volumes import Porter
@@ -111,17 +113,23 @@ class Shipped:
         objects: objects in that pack.
         file_bytes: bytes of the other files (gitdir, includes) sent.
         repacked: whether the cache was repacked before the checkout (:mod:`.repack`).
+        submodules: ``(commit, path)`` of the initialized submodules checked out there
+            (their objects are in the cache).
     """
 
     pack_bytes: int
     objects: int
     file_bytes: int
     repacked: bool = False
+    submodules: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> extra.Shipped:
         """As the record keeps it (``extra.shipped``)."""
-        return {"pack_bytes": self.pack_bytes, "objects": self.objects,
-                "file_bytes": self.file_bytes}
+        shipped: extra.Shipped = {"pack_bytes": self.pack_bytes, "objects": self.objects,
+                                  "file_bytes": self.file_bytes}
+        if self.submodules:
+            shipped["submodules"] = [list(sub) for sub in self.submodules]
+        return shipped
 
 
 def _cache_haves(porter: Porter, cache: str = "/cache") -> tuple[list[str], int | None]:
@@ -172,6 +180,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     Raises:
         OperationFailed: the engine refused or cannot be reached; git failed.
     """
+    from git_iterare.git.checkout import submodules
     from git_iterare.runner.workspace import run_gitdir_config
     from git_iterare.sandbox import volumes as engine
 
@@ -181,7 +190,9 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                trees.git: (GITDIR_PATH, False)}
     pack_bytes = objects = 0
     merged = False
-    git_tar = gitdir_archive(repo, run_id, base, run_gitdir_config(repo))
+    subs = [sub for sub in submodules(repo.common_dir, base) if sub.gitdir is not None]
+    checked_out = [(sub.commit, sub.path) for sub in subs]
+    git_tar = gitdir_archive(repo, run_id, base, run_gitdir_config(repo), checked_out)
     work_tar = worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=tmp_root(repo)))
     # The checkout's porter reads the cache only (it runs as the agent's uid). A spare
@@ -205,16 +216,25 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
             cache = CACHE_PATH.strip("/")
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
                 haves, repacked = _cache_haves(porter, CACHE_PATH)
-                if base not in haves:
-                    made = pack_reachable(repo, base, local_commits(repo, haves[:MAX_HAVES]),
-                                          scratch)
-                    objects, pack_bytes = made.objects, made.size
-                    for folder in ("objects", "objects/pack", "objects/info", "have"):
-                        add_dir(tar, f"{cache}/{folder}")
+                # The base's history, and the commits of its initialized submodules.
+                wanted = [(repo, base), *((_sub_repo(sub.gitdir), sub.commit)
+                                          for sub in subs if sub.gitdir is not None)]
+                packed = 0
+                for source, commit in wanted:
+                    if commit in haves:
+                        continue
+                    made = pack_reachable(source, commit,
+                                          local_commits(source, haves[:MAX_HAVES]), scratch)
+                    objects, pack_bytes = objects + made.objects, pack_bytes + made.size
+                    if not packed:
+                        for folder in ("objects", "objects/pack", "objects/info", "have"):
+                            add_dir(tar, f"{cache}/{folder}")
                     # The pack before its index: readers find packs by their index.
                     tar.add(made.pack, f"{cache}/objects/pack/{made.pack.name}")
                     tar.add(made.index, f"{cache}/objects/pack/{made.index.name}")
-                    add_file(tar, f"{cache}/have/{base}", b"")
+                    add_file(tar, f"{cache}/have/{commit}", b"")
+                    haves.append(commit)
+                    packed += 1
                 # The trees (their top folders too) are the agent's, for the checkout. A
                 # spare's gitdir is still its maker's: the run's files wait beside it.
                 run = GITDIR_PATH.strip("/")
@@ -230,7 +250,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                 add_file(tar, f"{run}/{SHIPPED}", b"")  # last: all is there
             with archive.open("rb") as handle:
                 porter.put("/", metered(handle, archive.stat().st_size))
-            if due(repo, len(haves) + (base not in haves), repacked):
+            if due(repo, len(haves), repacked):
                 own = {porter.made.id} | ({checkout.made.id} if checkout is not None else set())
                 merged = _repack(lock, trees.cache, image, labels, run_id, own)
             if checkout is not None:
@@ -238,7 +258,13 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
-                   file_bytes=len(git_tar) + len(work_tar), repacked=merged)
+                   file_bytes=len(git_tar) + len(work_tar), repacked=merged,
+                   submodules=tuple(checked_out))
+
+
+def _sub_repo(gitdir: Path) -> Repo:
+    """A submodule's repository (``<common dir>/modules/<name>``), to pack from."""
+    return Repo(git_dir=gitdir, common_dir=gitdir, work_tree=None)
 
 
 def _repack(lock: CacheLock, cache: str, image: str, labels: Mapping[str, str],
@@ -302,12 +328,14 @@ def add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644,
     tar.addfile(info, io.BytesIO(data))
 
 
-def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> bytes:
+def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str,
+                   submodules: Sequence[tuple[str, str]] = ()) -> bytes:
     """The run gitdir as the agent's container needs it (as
     :func:`git_iterare.workspace.prepare_run` makes it on the host): HEAD, branch,
     ``config`` and exclude; alternates naming the object cache; the ``.iterare/include``
     files of the worktree the command runs in put aside (copied over the checkout by
-    ``engine-checkout``).
+    ``engine-checkout``); the ``submodules`` it checks out into their folders
+    (``(commit, path)``: :data:`SUBMODULES`, a ``commit<TAB>path`` line each).
     With no ``run_id``, a spare's: HEAD is ``base`` itself, and no include files."""
     from git_iterare.runner.workspace import include_paths, run_excludes
 
@@ -324,6 +352,9 @@ def gitdir_archive(repo: Repo, run_id: str | None, base: str, config: str) -> by
             add_file(tar, ref, f"{base}\n".encode())
         add_file(tar, "config", config.encode())
         add_file(tar, "objects/info/alternates", f"{CACHE_PATH}/objects\n".encode())
+        if submodules:
+            add_file(tar, SUBMODULES, "".join(f"{commit}\t{path}\n"
+                                              for commit, path in submodules).encode())
         included = include_paths(repo, base) if run_id is not None else ()
         excludes = run_excludes(repo, included)
         if excludes:
