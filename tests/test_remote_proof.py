@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -35,7 +36,7 @@ from tests.conftest import git, iterare
 from tests.engines import DindEngine
 from tests.sandbox_fixtures import NET, NET_DIR, subnet
 from tests.terminal import in_terminal
-from tests.test_faithful import add_submodule
+from tests.test_faithful import add_submodule, blob, rot_repo
 from tests.test_remote_runs import (  # noqa: F401  (fixtures)
     _remove_leftovers,
     over_ssh,
@@ -489,6 +490,45 @@ def test_initialized_submodules_work_on_a_remote_engine(
     assert "spare" in record(project, rid2)["extra"]
     assert "int lib;\n" in again.stdout and "vendor" not in again.stdout, again.stdout
     assert git("diff", "--stat", base, f"iterare/{rid2}", cwd=project).stdout == ""
+
+
+FILTERED_TASK = """\
+s=$(git status --porcelain); echo "$s" > status.txt
+cat d.dat > seen-d.txt
+sha256sum big.bin > seen-big.txt
+echo 'hello changed' > d.dat
+"""
+
+
+def test_filtered_and_lfs_files_are_seen_as_locally_on_a_remote_engine(
+        over_ssh: Path, dind_engine: DindEngine) -> None:
+    project = over_ssh
+    content = bytes(range(256)) * 64
+    git("lfs", "install", "--local", cwd=project)
+    git("lfs", "track", "*.bin", cwd=project)
+    (project / "big.bin").write_bytes(content)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "lfs", cwd=project)
+    attributes = (project / ".gitattributes").read_text()
+    rot_repo(project)  # the user's rot13 filter for *.dat
+    (project / ".gitattributes").write_text(attributes + "*.dat filter=rot\n")
+    git("commit", "-qam", "both filters", cwd=project)
+    base = git("rev-parse", "HEAD", cwd=project).stdout.strip()
+    assert blob(project, f"{base}:big.bin").startswith(b"version https://git-lfs")
+    (project / ".iterare" / "prompts" / "filtered.md").write_text(_task(FILTERED_TASK))
+    result = iterare("execute", "filtered", "--follow", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rid = run_id(result.stdout)
+    # The agent saw the files as the user's filters write them, and a clean status.
+    assert blob(project, f"iterare/{rid}:status.txt") == b"\n"
+    assert blob(project, f"iterare/{rid}:seen-d.txt") == b"hello secret\n"
+    assert blob(project, f"iterare/{rid}:seen-big.txt") == (
+        f"{hashlib.sha256(content).hexdigest()}  big.bin\n".encode())
+    # Its change is committed cleaned; what it left is its blob, and was not fetched.
+    assert git("diff", "--name-status", base, f"iterare/{rid}", cwd=project).stdout == (
+        "M\td.dat\nA\tseen-big.txt\nA\tseen-d.txt\nA\tstatus.txt\n")
+    assert blob(project, f"iterare/{rid}:d.dat") == b"uryyb punatrq\n"
+    assert record(project, rid)["extra"]["fetched"]["changed"] == 4
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,13 @@ from git_iterare.runner.placement.tarball import Counted, extract, members
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, WORK_PATH
 
 if TYPE_CHECKING:
+    from git_iterare.git.checkout import Entry
     from git_iterare.sandbox.volumes import Porter
 
 #: Where the porter puts the change, in its own file system.
 OUT = "/tmp/iterare-delta"
+#: Where :func:`put_converted` puts the index entries of the files the host converted.
+CONVERTED = "/tmp/iterare-converted"
 
 #: The porter's program (POSIX sh and GNU find; ``$1``: the base commit, ``$2``: the
 #: largest file sent, in bytes: larger ones are only listed with their sizes, in ``big``).
@@ -61,6 +64,8 @@ while [ $# -ge 2 ]; do  # an initialized submodule's files, against its commit's
     git read-tree --prefix="$2/" "$1"
     shift 2
 done
+# The files the host's filters convert: against the bytes the engine was sent.
+[ ! -f {CONVERTED} ] || git update-index -z --index-info < {CONVERTED}
 git update-index -q --refresh --ignore-submodules >/dev/null 2>&1 || :
 git diff-files -z --name-only --ignore-submodules --diff-filter=D > "$out/deleted"
 {{ git diff-files -z --name-only --ignore-submodules --diff-filter=d
@@ -115,6 +120,29 @@ def command(base: str, max_file: int, submodules: Sequence[tuple[str, str]] = ()
     the host's checkout of the base writes there)."""
     return ["sh", "-c", SCRIPT, "delta", base, str(max_file),
             *(arg for sub in submodules for arg in sub)]
+
+
+def put_converted(porter: Porter, converted: Sequence[Entry]) -> None:
+    """Give ``porter`` (not started) the files the host's filters convert, as index
+    entries of the bytes the engine was sent (their ``raw``), so the ones the agent left
+    as they are count as unchanged and are not fetched.
+
+    Raises:
+        OperationFailed: the engine refused.
+    """
+    import io
+    import tarfile
+
+    from git_iterare.runner.placement.ship import add_file
+
+    if not converted:
+        return
+    data = b"".join(f"{e.mode} {e.raw}\t".encode() + os.fsencode(e.path) + b"\0"
+                    for e in converted)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        add_file(tar, CONVERTED.rsplit("/", 1)[1], data)
+    porter.put(CONVERTED.rsplit("/", 1)[0], buffer.getvalue())
 
 
 def collect(porter: Porter, scratch_parent: Path) -> Change:

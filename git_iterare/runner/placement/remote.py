@@ -57,6 +57,7 @@ from git_iterare.sandbox.spec import (
 )
 
 if TYPE_CHECKING:
+    from git_iterare.git.checkout import Entry
     from git_iterare.runner.workspace import RunWorkspace
     from git_iterare.runs.record import RunRecord
     from git_iterare.sandbox.dockertypes import Container
@@ -134,6 +135,8 @@ class Remote:
         def fill() -> None:
             shipped = ship(repo, record.id, base, trees, image, labels, ids, spare=spare)
             facts["shipped"] = shipped.to_json()
+            if shipped.converted:
+                _note_converted(repo, workspace, shipped.converted)
 
         return RunTrees(workspace=workspace, fill=fill, volumes=trees,
                         wrapper=tuple(checkout_command("agent")), facts=facts)
@@ -398,6 +401,7 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
                                                                 _shipped_submodules(record)),
                                           user=f"{workspace.agent_uid}:{workspace.agent_gid}",
                                           keep=True) as porter:
+            delta.put_converted(porter, _converted(repo, workspace))
             change = delta.collect(porter, host.parent)
     except delta.NoChange:
         return None
@@ -412,6 +416,34 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     keep_not_fetched(workspace, change.left_out)
     return _Change(change.notes, True, change.fetched_bytes, change.changed,
                    len(change.deleted))
+
+
+def _note_converted(repo: Repo, workspace: RunWorkspace, converted: Sequence[Entry]
+                    ) -> None:
+    """Record in the run's checkout map the bytes the engine was sent for the files the
+    host's filters convert (their ``raw``), as what its checkout wrote."""
+    import dataclasses
+
+    from git_iterare.git import checkout
+    from git_iterare.runner.workspace import checkout_map_path
+
+    path = checkout_map_path(workspace)
+    found = checkout.read_map(path, repo.common_dir)
+    if found is None:
+        return
+    raws = {e.path: e.raw for e in converted}
+    checkout.write_map(path, dataclasses.replace(found, entries=tuple(
+        dataclasses.replace(e, raw=raws.get(e.path, e.raw)) for e in found.entries)))
+
+
+def _converted(repo: Repo, workspace: RunWorkspace) -> list[Entry]:
+    """The entries of the run's checkout map whose bytes on the engine are not their
+    blob's (:func:`_note_converted`)."""
+    from git_iterare.git import checkout
+    from git_iterare.runner.workspace import checkout_map_path
+
+    found = checkout.read_map(checkout_map_path(workspace), repo.common_dir)
+    return [e for e in found.entries if e.raw not in (e.blob, "-")] if found else []
 
 
 def _shipped_submodules(record: RunRecord) -> list[tuple[str, str]]:

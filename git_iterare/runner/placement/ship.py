@@ -54,8 +54,13 @@ SPARE_READY = "iterare-spare-ready"
 SPARE_STALE = 10
 #: The run gitdir's list of the initialized submodules engine-checkout checks out.
 SUBMODULES = "iterare-submodules"
+#: The run gitdir's folder of the files the host converted (filters, line endings), and
+#: their list (NUL-separated paths): engine-checkout writes them over its checkout.
+CONVERTED = "iterare-converted"
+CONVERTED_LIST = "iterare-converted-list"
 
 if TYPE_CHECKING:
+    from git_iterare.git.checkout import Entry
     from git_iterare.sandbox.volumes import Porter
 
 #: Most commits named as already in the cache when packing (the most recent ones).
@@ -115,6 +120,9 @@ class Shipped:
         repacked: whether the cache was repacked before the checkout (:mod:`.repack`).
         submodules: ``(commit, path)`` of the initialized submodules checked out there
             (their objects are in the cache).
+        converted: the files the host's filters or line endings convert (their ``raw``:
+            the bytes written there), sent as the host writes them
+            (:func:`git_iterare.git.checkout.converted`).
     """
 
     pack_bytes: int
@@ -122,6 +130,7 @@ class Shipped:
     file_bytes: int
     repacked: bool = False
     submodules: tuple[tuple[str, str], ...] = ()
+    converted: tuple[Entry, ...] = ()
 
     def to_json(self) -> extra.Shipped:
         """As the record keeps it (``extra.shipped``)."""
@@ -180,6 +189,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     Raises:
         OperationFailed: the engine refused or cannot be reached; git failed.
     """
+    from git_iterare.git.checkout import converted as converted_files
     from git_iterare.git.checkout import submodules
     from git_iterare.runner.workspace import run_gitdir_config
     from git_iterare.sandbox import volumes as engine
@@ -195,6 +205,15 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     git_tar = gitdir_archive(repo, run_id, base, run_gitdir_config(repo), checked_out)
     work_tar = worktree_archive()
     scratch = Path(tempfile.mkdtemp(prefix="ship-", dir=tmp_root(repo)))
+    smudged = scratch / "converted"
+    try:
+        # What the user's filters and line endings make of files on the host, which the
+        # engine's git cannot do: written there over its checkout (engine-checkout).
+        smudged.mkdir()
+        converted = converted_files(repo.common_dir, base, smudged)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     # The checkout's porter reads the cache only (it runs as the agent's uid). A spare
     # needs none: the agent's container writes the few files that differ (engine-checkout), which
     # costs less than starting one more container.
@@ -244,6 +263,8 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                         top = f"{run}/{NEXT}"
                         add_dir(tar, top, owner=agent)
                     copy_members(tar, data, top, owner=agent)
+                    if top != WORK_PATH.strip("/"):
+                        _add_converted(tar, top, smudged, converted, agent)
                 if checkout is not None:
                     add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
                     add_file(tar, f"{run}/{GO}", b"", owner=agent)
@@ -259,7 +280,31 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
                    file_bytes=len(git_tar) + len(work_tar), repacked=merged,
-                   submodules=tuple(checked_out))
+                   submodules=tuple(checked_out), converted=tuple(converted))
+
+
+def _add_converted(tar: tarfile.TarFile, top: str, folder: Path,
+                   converted: Sequence[Entry], owner: tuple[int, int]) -> None:
+    """Add the ``converted`` files (written below ``folder``) to the run gitdir at
+    ``top`` in ``tar``: :data:`CONVERTED` and its list :data:`CONVERTED_LIST`."""
+    if not converted:
+        return
+    add_dir(tar, f"{top}/{CONVERTED}", owner=owner)
+    made = set()
+    for entry in converted:
+        parts = entry.path.split("/")
+        for depth in range(1, len(parts)):
+            sub = "/".join(parts[:depth])
+            if sub not in made:
+                made.add(sub)
+                add_dir(tar, f"{top}/{CONVERTED}/{sub}", owner=owner)
+        info = tar.gettarinfo(str(folder / entry.path), f"{top}/{CONVERTED}/{entry.path}")
+        info.uid, info.gid = owner
+        info.mode = 0o755 if entry.mode == "100755" else 0o644
+        with open(folder / entry.path, "rb") as handle:
+            tar.addfile(info, handle)
+    listing = b"".join(os.fsencode(entry.path) + b"\0" for entry in converted)
+    add_file(tar, f"{top}/{CONVERTED_LIST}", listing, owner=owner)
 
 
 def _sub_repo(gitdir: Path) -> Repo:
