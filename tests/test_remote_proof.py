@@ -529,6 +529,17 @@ def test_filtered_and_lfs_files_are_seen_as_locally_on_a_remote_engine(
         "M\td.dat\nA\tseen-big.txt\nA\tseen-d.txt\nA\tstatus.txt\n")
     assert blob(project, f"iterare/{rid}:d.dat") == b"uryyb punatrq\n"
     assert record(project, rid)["extra"]["fetched"]["changed"] == 4
+    # A second run takes the spare worktree (checked out without filters) over: the same.
+    (project / ".iterare" / "prompts" / "look.md").write_text(_task(
+        "cat d.dat\ngit status --porcelain\nsha256sum big.bin\n"))
+    again = iterare("execute", "look", "--follow", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rid2 = run_id(again.stdout)
+    assert "spare" in record(project, rid2)["extra"]
+    assert (f"hello secret\n{hashlib.sha256(content).hexdigest()}  big.bin\n"
+            in again.stdout), again.stdout
+    assert git("diff", "--stat", base, f"iterare/{rid2}", cwd=project).stdout == ""
+    assert record(project, rid2)["extra"]["fetched"]["changed"] == 0
 
 
 @pytest.fixture(scope="module")
