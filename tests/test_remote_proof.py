@@ -529,6 +529,7 @@ def test_filtered_and_lfs_files_are_seen_as_locally_on_a_remote_engine(
         "M\td.dat\nA\tseen-big.txt\nA\tseen-d.txt\nA\tstatus.txt\n")
     assert blob(project, f"iterare/{rid}:d.dat") == b"uryyb punatrq\n"
     assert record(project, rid)["extra"]["fetched"]["changed"] == 4
+    assert record(project, rid)["extra"]["shipped"]["file_bytes"] > len(content)  # sent
     # A second run takes the spare worktree (checked out without filters) over: the same.
     (project / ".iterare" / "prompts" / "look.md").write_text(_task(
         "cat d.dat\ngit status --porcelain\nsha256sum big.bin\n"))

@@ -116,7 +116,7 @@ class Shipped:
         pack_bytes: bytes of objects sent to the cache (pack and index); 0 when the cache
             had the base already.
         objects: objects in that pack.
-        file_bytes: bytes of the other files (gitdir, includes) sent.
+        file_bytes: bytes of the other files (gitdir, includes, converted files) sent.
         repacked: whether the cache was repacked before the checkout (:mod:`.repack`).
         submodules: ``(commit, path)`` of the initialized submodules checked out there
             (their objects are in the cache).
@@ -211,6 +211,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
         # engine's git cannot do: written there over its checkout (engine-checkout).
         smudged.mkdir()
         converted = converted_files(repo.common_dir, base, smudged)
+        converted_bytes = sum((smudged / e.path).stat().st_size for e in converted)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -279,7 +280,7 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Shipped(pack_bytes=pack_bytes, objects=objects,
-                   file_bytes=len(git_tar) + len(work_tar), repacked=merged,
+                   file_bytes=len(git_tar) + len(work_tar) + converted_bytes, repacked=merged,
                    submodules=tuple(checked_out), converted=tuple(converted))
 
 
