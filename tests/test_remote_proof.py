@@ -36,7 +36,7 @@ from tests.conftest import git, iterare
 from tests.engines import DindEngine
 from tests.sandbox_fixtures import NET, NET_DIR, subnet
 from tests.terminal import in_terminal
-from tests.test_faithful import add_submodule, blob, rot_repo
+from tests.test_faithful import ROT13, add_submodule, blob, rot_repo
 from tests.test_remote_runs import (  # noqa: F401  (fixtures)
     _remove_leftovers,
     over_ssh,
@@ -541,6 +541,36 @@ def test_filtered_and_lfs_files_are_seen_as_locally_on_a_remote_engine(
             in again.stdout), again.stdout
     assert git("diff", "--stat", base, f"iterare/{rid2}", cwd=project).stdout == ""
     assert record(project, rid2)["extra"]["fetched"]["changed"] == 0
+
+
+def test_filtered_files_in_a_submodule_are_seen_as_locally_on_a_remote_engine(
+        over_ssh: Path, dind_engine: DindEngine, tmp_path: Path) -> None:
+    project = over_ssh
+    for key, value in (("clean", ROT13), ("smudge", ROT13), ("required", "true")):
+        git("config", "--global", f"filter.rot.{key}", value, cwd=project)  # the user's
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git("init", "-q", "-b", "main", cwd=lib)
+    (lib / ".gitattributes").write_text("*.dat filter=rot\n")
+    (lib / "d.dat").write_text("hello secret\n")
+    git("add", ".", cwd=lib)
+    git("commit", "-qm", "lib", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib",
+        cwd=project)
+    git("commit", "-qm", "submodule", cwd=project)
+    base = git("rev-parse", "HEAD", cwd=project).stdout.strip()
+    (project / ".iterare" / "prompts" / "sub.md").write_text(_task(
+        's=$(git status --porcelain); echo "$s" > status.txt\n'
+        "cat vendor/lib/d.dat > seen.txt\n"))
+    result = iterare("execute", "sub", "--follow", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rid = run_id(result.stdout)
+    assert blob(project, f"iterare/{rid}:seen.txt") == b"hello secret\n"
+    assert blob(project, f"iterare/{rid}:status.txt") == b"\n"
+    # Nothing changed in the submodule: its converted file neither came back nor counts.
+    assert git("diff", "--name-status", base, f"iterare/{rid}", cwd=project).stdout == (
+        "A\tseen.txt\nA\tstatus.txt\n")
+    assert record(project, rid)["extra"]["fetched"]["changed"] == 2
 
 
 @pytest.fixture(scope="module")

@@ -431,9 +431,11 @@ def _note_converted(repo: Repo, workspace: RunWorkspace, converted: Sequence[Ent
     found = checkout.read_map(path, repo.common_dir)
     if found is None:
         return
-    raws = {e.path: e.raw for e in converted}
-    checkout.write_map(path, dataclasses.replace(found, entries=tuple(
-        dataclasses.replace(e, raw=raws.get(e.path, e.raw)) for e in found.entries)))
+    raws = {e.path: e for e in converted}
+    entries = [dataclasses.replace(e, raw=raws.pop(e.path).raw) if e.path in raws else e
+               for e in found.entries]
+    # (the submodules' files are not in an engine's map: theirs are added)
+    checkout.write_map(path, dataclasses.replace(found, entries=(*entries, *raws.values())))
 
 
 def _converted(repo: Repo, workspace: RunWorkspace) -> list[Entry]:

@@ -58,6 +58,8 @@ SUBMODULES = "iterare-submodules"
 #: their list (NUL-separated paths): engine-checkout writes them over its checkout.
 CONVERTED = "iterare-converted"
 CONVERTED_LIST = "iterare-converted-list"
+#: The run gitdir's folder of the files the host converted in submodules: copied over.
+CONVERTED_SUBMODULES = "iterare-converted-submodules"
 
 if TYPE_CHECKING:
     from git_iterare.git.checkout import Entry
@@ -211,6 +213,9 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
         # engine's git cannot do: written there over its checkout (engine-checkout).
         smudged.mkdir()
         converted = converted_files(repo.common_dir, base, smudged)
+        for sub in subs:  # theirs are written over the submodules' checkouts as they are
+            (smudged / sub.path).mkdir(parents=True, exist_ok=True)
+            converted += converted_files(repo.common_dir, base, smudged / sub.path, sub)
         converted_bytes = sum((smudged / e.path).stat().st_size for e in converted)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -265,7 +270,8 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
                         add_dir(tar, top, owner=agent)
                     copy_members(tar, data, top, owner=agent)
                     if top != WORK_PATH.strip("/"):
-                        _add_converted(tar, top, smudged, converted, agent)
+                        _add_converted(tar, top, smudged, converted, agent,
+                                       [sub.path for sub in subs])
                 if checkout is not None:
                     add_file(tar, f"{run}/{PENDING}", b"", owner=agent)
                     add_file(tar, f"{run}/{GO}", b"", owner=agent)
@@ -285,26 +291,31 @@ def ship(repo: Repo, run_id: str, base: str, trees: VolumeTrees, image: str,
 
 
 def _add_converted(tar: tarfile.TarFile, top: str, folder: Path,
-                   converted: Sequence[Entry], owner: tuple[int, int]) -> None:
+                   converted: Sequence[Entry], owner: tuple[int, int],
+                   submodule_paths: Sequence[str]) -> None:
     """Add the ``converted`` files (written below ``folder``) to the run gitdir at
-    ``top`` in ``tar``: :data:`CONVERTED` and its list :data:`CONVERTED_LIST`."""
+    ``top`` in ``tar``: those of the run's index in :data:`CONVERTED` with their list
+    :data:`CONVERTED_LIST` (their entries are refreshed), those of the submodules at
+    ``submodule_paths`` in :data:`CONVERTED_SUBMODULES` (copied over as they are)."""
     if not converted:
         return
-    add_dir(tar, f"{top}/{CONVERTED}", owner=owner)
+    inside = tuple(f"{sub}/" for sub in submodule_paths)
     made = set()
     for entry in converted:
-        parts = entry.path.split("/")
+        where = CONVERTED_SUBMODULES if entry.path.startswith(inside) else CONVERTED
+        parts = [where, *entry.path.split("/")]
         for depth in range(1, len(parts)):
             sub = "/".join(parts[:depth])
             if sub not in made:
                 made.add(sub)
-                add_dir(tar, f"{top}/{CONVERTED}/{sub}", owner=owner)
-        info = tar.gettarinfo(str(folder / entry.path), f"{top}/{CONVERTED}/{entry.path}")
+                add_dir(tar, f"{top}/{sub}", owner=owner)
+        info = tar.gettarinfo(str(folder / entry.path), f"{top}/{where}/{entry.path}")
         info.uid, info.gid = owner
         info.mode = 0o755 if entry.mode == "100755" else 0o644
         with open(folder / entry.path, "rb") as handle:
             tar.addfile(info, handle)
-    listing = b"".join(os.fsencode(entry.path) + b"\0" for entry in converted)
+    listing = b"".join(os.fsencode(entry.path) + b"\0" for entry in converted
+                       if not entry.path.startswith(inside))
     add_file(tar, f"{top}/{CONVERTED_LIST}", listing, owner=owner)
 
 
