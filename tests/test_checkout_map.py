@@ -98,3 +98,40 @@ def test_finish_walks_the_worktree_once_and_keeps_its_bound(
         (ws.worktree / f"big{n}.txt").write_text("more than ten bytes\n")
     with pytest.raises(OperationFailed, match="MAX_EXCLUDED_PATHS"):
         finish(repo, ws)
+
+
+def test_converted_files_are_written_as_the_host_checks_them_out(repo: Path, tmp_path: Path
+                                                                 ) -> None:
+    """What a remote engine is sent of the files the user's filters convert: Git LFS
+    (offline, from .git/lfs) and a rot13 filter; files that no conversion changes are not
+    written."""
+    from tests.test_faithful import ROT13
+
+    git("lfs", "install", "--local", cwd=repo)
+    git("lfs", "track", "*.bin", cwd=repo)
+    for key, value in (("clean", ROT13), ("smudge", ROT13), ("required", "true")):
+        git("config", f"filter.rot.{key}", value, cwd=repo)
+    with (repo / ".gitattributes").open("a") as handle:
+        handle.write("*.dat filter=rot\n*.txt text eol=lf\n")
+    (repo / "big.bin").write_bytes(bytes(range(256)) * 64)
+    (repo / "d.dat").write_text("hello secret\n")
+    (repo / "plain.txt").write_text("no conversion\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "filters", cwd=repo)
+    base = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    out = tmp_path / "out"
+    out.mkdir()
+    found = checkout.converted(repo / ".git", base, out)
+    assert sorted(e.path for e in found) == ["big.bin", "d.dat"]
+    assert all(e.raw == checkout.raw_id(out / e.path) != e.blob for e in found)
+    assert (out / "big.bin").read_bytes() == bytes(range(256)) * 64
+    assert (out / "d.dat").read_text() == "hello secret\n"
+    assert sorted(p.name for p in out.iterdir()) == ["big.bin", "d.dat"]
+    # With nothing to convert, nothing is looked at.
+    (repo / ".gitattributes").unlink()
+    git("config", "--unset", "filter.rot.required", cwd=repo)
+    git("commit", "-qam", "no attributes", cwd=repo)
+    again = tmp_path / "again"
+    again.mkdir()
+    assert checkout.converted(repo / ".git", git("rev-parse", "HEAD", cwd=repo).stdout.strip(),
+                              again) == []

@@ -11,13 +11,14 @@
 * the real Claude Code against the fake Anthropic API, which runs as a container on the
   engine, published on the engine host's gateway address;
 * ``git iterare interactive`` (a session in its own worktree works; one on the checkout
-  is refused with one line), and the refusals of ``[mounts] volumes`` and initialized
-  submodules.
+  is refused with one line), the refusal of ``[mounts] volumes``, and initialized
+  submodules checked out there as locally, the work in them committed there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -35,6 +36,7 @@ from tests.conftest import git, iterare
 from tests.engines import DindEngine
 from tests.sandbox_fixtures import NET, NET_DIR, subnet
 from tests.terminal import in_terminal
+from tests.test_faithful import ROT13, add_submodule, blob, rot_repo
 from tests.test_remote_runs import (  # noqa: F401  (fixtures)
     _remove_leftovers,
     over_ssh,
@@ -443,23 +445,132 @@ def test_mounts_are_refused_on_a_remote_engine(over_ssh: Path, hermetic_env: Pat
     _nothing_made(dind_engine, project)
 
 
-def test_initialized_submodules_are_refused_on_a_remote_engine(
+SUBMODULE_TASK = """\
+s=$(git status --porcelain); echo "$s" > status.txt
+cat vendor/lib/lib.c > seen.txt
+ls -A vendor/lib >> seen.txt
+echo 'int more;' >> vendor/lib/lib.c
+echo 'int added;' > vendor/lib/added.c
+"""
+
+
+def test_initialized_submodules_work_on_a_remote_engine(
         over_ssh: Path, dind_engine: DindEngine, tmp_path: Path) -> None:
     project = over_ssh
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    git("init", "-q", "-b", "main", cwd=sub)
-    git("commit", "-q", "--allow-empty", "-m", "sub", cwd=sub)
-    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib",
+    recorded = add_submodule(project, tmp_path)
+    base = git("rev-parse", "HEAD", cwd=project).stdout.strip()
+    (project / ".iterare" / "prompts" / "sub.md").write_text(_task(SUBMODULE_TASK))
+    result = iterare("execute", "sub", "--follow", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rid = run_id(result.stdout)
+    extra = record(project, rid)["extra"]
+    assert extra["shipped"]["submodules"] == [[recorded, "vendor/lib"]]
+    assert extra["fetched"]["worktree"] == "change"  # not the whole tree
+    # The agent saw the submodule checked out as a local run has it: files, no .git, and
+    # a clean status.
+    assert git("show", f"iterare/{rid}:status.txt", cwd=project).stdout == "\n"
+    assert git("show", f"iterare/{rid}:seen.txt", cwd=project).stdout == "int lib;\nlib.c\n"
+    # Its work there is a commit in the submodule's repository, and nothing was deleted.
+    assert git("diff", "--name-status", base, f"iterare/{rid}", cwd=project).stdout == (
+        "A\tseen.txt\nA\tstatus.txt\nM\tvendor/lib\n")
+    link = git("rev-parse", f"iterare/{rid}:vendor/lib", cwd=project).stdout.strip()
+    modules = project / ".git" / "modules" / "vendor" / "lib"
+    assert git("--git-dir", str(modules), "rev-parse", f"iterare/{rid}",
+               cwd=project).stdout.strip() == link
+    assert git("--git-dir", str(modules), "diff", "--name-status", recorded, link,
+               cwd=project).stdout == "A\tadded.c\nM\tlib.c\n"
+    assert git("--git-dir", str(modules), "show", f"{link}:lib.c",
+               cwd=project).stdout == "int lib;\nint more;\n"
+    # A second run (it takes the spare worktree over) sees it too, and changes nothing.
+    (project / ".iterare" / "prompts" / "look.md").write_text(_task(
+        "cat vendor/lib/lib.c\ngit status --porcelain\n"))
+    again = iterare("execute", "look", "--follow", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rid2 = run_id(again.stdout)
+    assert "spare" in record(project, rid2)["extra"]
+    assert "int lib;\n" in again.stdout and "vendor" not in again.stdout, again.stdout
+    assert git("diff", "--stat", base, f"iterare/{rid2}", cwd=project).stdout == ""
+
+
+FILTERED_TASK = """\
+s=$(git status --porcelain); echo "$s" > status.txt
+cat d.dat > seen-d.txt
+sha256sum big.bin > seen-big.txt
+echo 'hello changed' > d.dat
+"""
+
+
+def test_filtered_and_lfs_files_are_seen_as_locally_on_a_remote_engine(
+        over_ssh: Path, dind_engine: DindEngine) -> None:
+    project = over_ssh
+    content = bytes(range(256)) * 64
+    git("lfs", "install", "--local", cwd=project)
+    git("lfs", "track", "*.bin", cwd=project)
+    (project / "big.bin").write_bytes(content)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "lfs", cwd=project)
+    attributes = (project / ".gitattributes").read_text()
+    rot_repo(project)  # the user's rot13 filter for *.dat
+    (project / ".gitattributes").write_text(attributes + "*.dat filter=rot\n")
+    git("commit", "-qam", "both filters", cwd=project)
+    base = git("rev-parse", "HEAD", cwd=project).stdout.strip()
+    assert blob(project, f"{base}:big.bin").startswith(b"version https://git-lfs")
+    (project / ".iterare" / "prompts" / "filtered.md").write_text(_task(FILTERED_TASK))
+    result = iterare("execute", "filtered", "--follow", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rid = run_id(result.stdout)
+    # The agent saw the files as the user's filters write them, and a clean status.
+    assert blob(project, f"iterare/{rid}:status.txt") == b"\n"
+    assert blob(project, f"iterare/{rid}:seen-d.txt") == b"hello secret\n"
+    assert blob(project, f"iterare/{rid}:seen-big.txt") == (
+        f"{hashlib.sha256(content).hexdigest()}  big.bin\n".encode())
+    # Its change is committed cleaned; what it left is its blob, and was not fetched.
+    assert git("diff", "--name-status", base, f"iterare/{rid}", cwd=project).stdout == (
+        "M\td.dat\nA\tseen-big.txt\nA\tseen-d.txt\nA\tstatus.txt\n")
+    assert blob(project, f"iterare/{rid}:d.dat") == b"uryyb punatrq\n"
+    assert record(project, rid)["extra"]["fetched"]["changed"] == 4
+    assert record(project, rid)["extra"]["shipped"]["file_bytes"] > len(content)  # sent
+    # A second run takes the spare worktree (checked out without filters) over: the same.
+    (project / ".iterare" / "prompts" / "look.md").write_text(_task(
+        "cat d.dat\ngit status --porcelain\nsha256sum big.bin\n"))
+    again = iterare("execute", "look", "--follow", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rid2 = run_id(again.stdout)
+    assert "spare" in record(project, rid2)["extra"]
+    assert (f"hello secret\n{hashlib.sha256(content).hexdigest()}  big.bin\n"
+            in again.stdout), again.stdout
+    assert git("diff", "--stat", base, f"iterare/{rid2}", cwd=project).stdout == ""
+    assert record(project, rid2)["extra"]["fetched"]["changed"] == 0
+
+
+def test_filtered_files_in_a_submodule_are_seen_as_locally_on_a_remote_engine(
+        over_ssh: Path, dind_engine: DindEngine, tmp_path: Path) -> None:
+    project = over_ssh
+    for key, value in (("clean", ROT13), ("smudge", ROT13), ("required", "true")):
+        git("config", "--global", f"filter.rot.{key}", value, cwd=project)  # the user's
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git("init", "-q", "-b", "main", cwd=lib)
+    (lib / ".gitattributes").write_text("*.dat filter=rot\n")
+    (lib / "d.dat").write_text("hello secret\n")
+    git("add", ".", cwd=lib)
+    git("commit", "-qm", "lib", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib",
         cwd=project)
     git("commit", "-qm", "submodule", cwd=project)
-    (project / ".iterare" / "prompts" / "noop.md").write_text(_task("true\n"))
-    result = iterare("execute", "noop", cwd=project)
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        "error: submodule lib is initialized here, and runs on a remote Docker engine cannot "
-        "have submodules yet (use a local Docker engine for this repository)\n")
-    _nothing_made(dind_engine, project)
+    base = git("rev-parse", "HEAD", cwd=project).stdout.strip()
+    (project / ".iterare" / "prompts" / "sub.md").write_text(_task(
+        's=$(git status --porcelain); echo "$s" > status.txt\n'
+        "cat vendor/lib/d.dat > seen.txt\n"))
+    result = iterare("execute", "sub", "--follow", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rid = run_id(result.stdout)
+    assert blob(project, f"iterare/{rid}:seen.txt") == b"hello secret\n"
+    assert blob(project, f"iterare/{rid}:status.txt") == b"\n"
+    # Nothing changed in the submodule: its converted file neither came back nor counts.
+    assert git("diff", "--name-status", base, f"iterare/{rid}", cwd=project).stdout == (
+        "A\tseen.txt\nA\tstatus.txt\n")
+    assert record(project, rid)["extra"]["fetched"]["changed"] == 2
 
 
 @pytest.fixture(scope="module")

@@ -258,6 +258,73 @@ def engine_map(common_dir: Path, base: str) -> CheckoutMap:
     return CheckoutMap(trusted, tuple(entries), tuple(submodules(common_dir, base)))
 
 
+#: The attributes that may make a file's checked-out bytes differ from its blob's.
+_CONVERTING = ("filter", "text", "eol", "ident", "working-tree-encoding", "crlf")
+
+
+def converted(common_dir: Path, base: str, folder: Path, sub: Submodule | None = None
+              ) -> list[Entry]:
+    """The files of ``base`` whose checkout on the host (the user's filters, Git LFS
+    offline, line endings: as :func:`populate` writes them) differs from their blob,
+    written into the empty ``folder`` at their paths; none, with no git started for the
+    tree, when nothing can convert (:func:`git_iterare.git.filters.may_convert`).
+    With ``sub`` (initialized), those of that submodule at its commit instead (``base``
+    is not read), their paths below its own.
+
+    Returns:
+        Their entries (``raw``: the git blob id of the bytes written; paths from the
+        top of the run's worktree, a submodule's with its path before them).
+
+    Raises:
+        ExternalError: git (or a filter of the user's) failed.
+    """
+    if sub is None or sub.gitdir is None:
+        attributes = filters.attributes_text(
+            common_dir, filters.trusted_commit(common_dir, base), common_dir)
+        filter_text, objects, prefix = filters.filter_config(common_dir), None, ""
+    else:
+        base = sub.commit
+        attributes = filters.attributes_text(sub.gitdir, sub.commit, common_dir)
+        filter_text, objects = filters.filter_config(sub.gitdir), sub.gitdir / "objects"
+        prefix = sub.path + "/"
+    line_endings = safegit.line_ending_config(common_dir)
+    if not filters.may_convert(attributes, line_endings):
+        return []
+    every = "autocrlf" in line_endings and "autocrlf = false" not in line_endings
+    with safegit.safe_git(common_dir, folder, attributes=attributes, filters=filter_text,
+                          objects=objects) as view:
+        view.git("read-tree", base)
+        listing = view.git("ls-files", "-s", "-z").stdout
+        blobs = {}
+        for item in filter(None, listing.split("\0")):
+            meta, path = item.split("\t", 1)
+            mode, sha, _ = meta.split()
+            if mode in ("100644", "100755"):
+                blobs[path] = (mode, sha)
+        if not blobs:
+            return []
+        wanted = list(blobs)
+        if not every:
+            told = view.git("check-attr", "-z", "--cached", "--stdin", *_CONVERTING,
+                            input="".join(p + "\0" for p in wanted)).stdout.split("\0")
+            wanted = list(dict.fromkeys(
+                told[i] for i in range(0, len(told) - 2, 3)
+                if told[i + 2] not in ("unspecified", "unset")))
+        if not wanted:
+            return []
+        view.git("checkout-index", "-f", "-q", "-z", "--stdin",
+                 input="".join(p + "\0" for p in wanted))
+    entries = []
+    for path in wanted:
+        mode, sha = blobs[path]
+        raw = raw_id(folder / path)
+        if raw is not None and raw != sha:
+            entries.append(Entry(mode, sha, raw, prefix + path))
+        else:
+            (folder / path).unlink(missing_ok=True)
+    return entries
+
+
 def write_map(path: Path, checkout_map: CheckoutMap) -> None:
     """Store ``checkout_map`` at ``path`` (NUL-separated records, written atomically)."""
     out = [f"{MAP_VERSION} {checkout_map.attributes_commit or '-'}".encode()]

@@ -28,13 +28,15 @@ class Spare(TypedDict):
     base: str
 
 
-class Shipped(TypedDict):
+class Shipped(TypedDict, total=False):
     """What crossed the wire to a remote engine: pack and index bytes, objects in that
-    pack, bytes of the other files."""
+    pack, bytes of the other files; the initialized submodules checked out there
+    (``[commit, path]``, none when missing)."""
 
     pack_bytes: int
     objects: int
     file_bytes: int
+    submodules: list[list[str]]
 
 
 class Fetched(TypedDict):

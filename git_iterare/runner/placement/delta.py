@@ -4,7 +4,8 @@ On the engine a porter from git-iterare's own image (the agent's uid, no capabil
 no network; the run's volumes and the object cache read-only) lists what differs between
 the worktree and the run's base: git's own comparison (``read-tree`` of the base into a
 fresh index, ``update-index --refresh``, ``diff-files``, and ``ls-files --others
---exclude-standard`` for new files), run with a git directory of its own, so that
+--exclude-standard`` for new files; the files of initialized submodules against their
+commits'), run with a git directory of its own, so that
 nothing of the run's (its config: filters, fsmonitor, hooks) is run. It copies the
 changed and new paths into its own file system; the host fetches that copy and the list
 of deleted paths, checks the base out into the run's host worktree
@@ -34,10 +35,13 @@ from git_iterare.runner.placement.tarball import Counted, extract, members
 from git_iterare.sandbox.spec import CACHE_PATH, GITDIR_PATH, WORK_PATH
 
 if TYPE_CHECKING:
+    from git_iterare.git.checkout import Entry
     from git_iterare.sandbox.volumes import Porter
 
 #: Where the porter puts the change, in its own file system.
 OUT = "/tmp/iterare-delta"
+#: Where :func:`put_converted` puts the index entries of the files the host converted.
+CONVERTED = "/tmp/iterare-converted"
 
 #: The porter's program (POSIX sh and GNU find; ``$1``: the base commit, ``$2``: the
 #: largest file sent, in bytes: larger ones are only listed with their sizes, in ``big``).
@@ -52,7 +56,16 @@ export GIT_DIR="$g/repo/.git" GIT_INDEX_FILE="$g/index" GIT_WORK_TREE={WORK_PATH
     GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_OPTIONAL_LOCKS=0
 echo {GITDIR_PATH}/objects > "$GIT_DIR/objects/info/alternates"
 git read-tree "$1"
+max=$2
+shift 2
 cd {WORK_PATH}
+while [ $# -ge 2 ]; do  # an initialized submodule's files, against its commit's
+    git update-index -q --force-remove -- "$2"
+    git read-tree --prefix="$2/" "$1"
+    shift 2
+done
+# The files the host's filters convert: against the bytes the engine was sent.
+[ ! -f {CONVERTED} ] || git update-index -z --index-info < {CONVERTED}
 git update-index -q --refresh --ignore-submodules >/dev/null 2>&1 || :
 git diff-files -z --name-only --ignore-submodules --diff-filter=D > "$out/deleted"
 {{ git diff-files -z --name-only --ignore-submodules --diff-filter=d
@@ -60,8 +73,8 @@ git diff-files -z --name-only --ignore-submodules --diff-filter=D > "$out/delete
 }} > "$out/changed"
 xargs -0 -r cp -P -R --parents --preserve=mode -t "$out/files" -- < "$out/changed"
 cd "$out/files"
-find . -type f -size +"$2"c -printf '%s %P\\0' > "$out/big"
-find . -type f -size +"$2"c -delete
+find . -type f -size +"$max"c -printf '%s %P\\0' > "$out/big"
+find . -type f -size +"$max"c -delete
 : > "$out/done"
 """
 
@@ -99,10 +112,37 @@ def porter_volumes(work: str, git: str, cache: str) -> dict[str, tuple[str, bool
     return {work: (WORK_PATH, True), git: (GITDIR_PATH, True), cache: (CACHE_PATH, True)}
 
 
-def command(base: str, max_file: int) -> list[str]:
+def command(base: str, max_file: int, submodules: Sequence[tuple[str, str]] = ()
+            ) -> list[str]:
     """The porter's command: :data:`SCRIPT` for the run's ``base`` commit (hex), sending
-    no regular file larger than ``max_file`` bytes."""
-    return ["sh", "-c", SCRIPT, "delta", base, str(max_file)]
+    no regular file larger than ``max_file`` bytes; the files of the ``submodules``
+    checked out there (``(commit, path)``) are compared with their commits' (what
+    the host's checkout of the base writes there)."""
+    return ["sh", "-c", SCRIPT, "delta", base, str(max_file),
+            *(arg for sub in submodules for arg in sub)]
+
+
+def put_converted(porter: Porter, converted: Sequence[Entry]) -> None:
+    """Give ``porter`` (not started) the files the host's filters convert, as index
+    entries of the bytes the engine was sent (their ``raw``), so the ones the agent left
+    as they are count as unchanged and are not fetched.
+
+    Raises:
+        OperationFailed: the engine refused.
+    """
+    import io
+    import tarfile
+
+    from git_iterare.runner.placement.ship import add_file
+
+    if not converted:
+        return
+    data = b"".join(f"{e.mode} {e.raw}\t".encode() + os.fsencode(e.path) + b"\0"
+                    for e in converted)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        add_file(tar, CONVERTED.rsplit("/", 1)[1], data)
+    porter.put(CONVERTED.rsplit("/", 1)[0], buffer.getvalue())
 
 
 def collect(porter: Porter, scratch_parent: Path) -> Change:

@@ -57,6 +57,7 @@ from git_iterare.sandbox.spec import (
 )
 
 if TYPE_CHECKING:
+    from git_iterare.git.checkout import Entry
     from git_iterare.runner.workspace import RunWorkspace
     from git_iterare.runs.record import RunRecord
     from git_iterare.sandbox.dockertypes import Container
@@ -76,10 +77,9 @@ class Remote:
         return "remote"
 
     def check(self, repo: Repo, base: str, mounts: Sequence[Mount]) -> None:
-        """Refuse what a run on a remote engine cannot do yet: mounts of host paths
-        (``[mounts] volumes``), and a base with initialized submodules (their objects are
-        not shipped, so their files would be missing there and their deletion committed
-        at the end).
+        """Refuse what a run on a remote engine cannot do: mounts of host paths
+        (``[mounts] volumes``), and an initialized submodule whose path holds a tab or a
+        newline (the engine's checkout reads their list a line each).
 
         Raises:
             UserError: naming the first mount or submodule.
@@ -91,9 +91,9 @@ class Remote:
         from git_iterare.git.checkout import submodules
 
         for sub in submodules(repo.common_dir, base):
-            if sub.gitdir is not None:
-                raise UserError(f"submodule {sub.path} is initialized here, and runs on a "
-                                "remote Docker engine cannot have submodules yet",
+            if sub.gitdir is not None and ("\n" in sub.path or "\t" in sub.path):
+                raise UserError(f"submodule {sub.path!r} has a tab or newline in its path, "
+                                "which runs on a remote Docker engine cannot check out",
                                 hint="use a local Docker engine for this repository")
 
     def check_host_folder(self, what: str) -> None:
@@ -135,6 +135,8 @@ class Remote:
         def fill() -> None:
             shipped = ship(repo, record.id, base, trees, image, labels, ids, spare=spare)
             facts["shipped"] = shipped.to_json()
+            if shipped.converted:
+                _note_converted(repo, workspace, shipped.converted)
 
         return RunTrees(workspace=workspace, fill=fill, volumes=trees,
                         wrapper=tuple(checkout_command("agent")), facts=facts)
@@ -381,6 +383,7 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     """
     from git_iterare.limits import MAX_OBJECT_BYTES
     from git_iterare.runner.placement import delta
+    from git_iterare.runner.placement.repack import reading
     from git_iterare.runner.placement.ship import known_cache_key
     from git_iterare.runner.workspace import fill_worktree, keep_not_fetched
     from git_iterare.sandbox import volumes as engine
@@ -392,11 +395,13 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     base = str(record.base_commit)
     host = Path(workspace.worktree)
     try:
-        with engine.Porter(image, delta.porter_volumes(work, git, engine.cache_volume(key)),
-                           {LABEL_RUN: record.id},
-                           command=delta.command(base, MAX_OBJECT_BYTES),
-                           user=f"{workspace.agent_uid}:{workspace.agent_gid}",
-                           keep=True) as porter:
+        volumes = delta.porter_volumes(work, git, engine.cache_volume(key))
+        with reading(repo), engine.Porter(image, volumes, {LABEL_RUN: record.id},
+                                          command=delta.command(base, MAX_OBJECT_BYTES,
+                                                                _shipped_submodules(record)),
+                                          user=f"{workspace.agent_uid}:{workspace.agent_gid}",
+                                          keep=True) as porter:
+            delta.put_converted(porter, _converted(repo, workspace))
             change = delta.collect(porter, host.parent)
     except delta.NoChange:
         return None
@@ -411,6 +416,48 @@ def _fetch_change(repo: Repo, record: RunRecord, workspace: RunWorkspace) -> _Ch
     keep_not_fetched(workspace, change.left_out)
     return _Change(change.notes, True, change.fetched_bytes, change.changed,
                    len(change.deleted))
+
+
+def _note_converted(repo: Repo, workspace: RunWorkspace, converted: Sequence[Entry]
+                    ) -> None:
+    """Record in the run's checkout map the bytes the engine was sent for the files the
+    host's filters convert (their ``raw``), as what its checkout wrote."""
+    import dataclasses
+
+    from git_iterare.git import checkout
+    from git_iterare.runner.workspace import checkout_map_path
+
+    path = checkout_map_path(workspace)
+    found = checkout.read_map(path, repo.common_dir)
+    if found is None:
+        return
+    raws = {e.path: e for e in converted}
+    entries = [dataclasses.replace(e, raw=raws.pop(e.path).raw) if e.path in raws else e
+               for e in found.entries]
+    # (the submodules' files are not in an engine's map: theirs are added)
+    checkout.write_map(path, dataclasses.replace(found, entries=(*entries, *raws.values())))
+
+
+def _converted(repo: Repo, workspace: RunWorkspace) -> list[Entry]:
+    """The entries of the run's checkout map whose bytes on the engine are not their
+    blob's (:func:`_note_converted`)."""
+    from git_iterare.git import checkout
+    from git_iterare.runner.workspace import checkout_map_path
+
+    found = checkout.read_map(checkout_map_path(workspace), repo.common_dir)
+    return [e for e in found.entries if e.raw not in (e.blob, "-")] if found else []
+
+
+def _shipped_submodules(record: RunRecord) -> list[tuple[str, str]]:
+    """``(commit, path)`` of the submodules the run's engine checked out (its record's
+    ``extra.shipped.submodules``; those of a bad shape left out)."""
+    from git_iterare.git.runrefs import HEX40
+
+    shipped = (record.extra or {}).get("shipped")
+    listed = shipped.get("submodules") if isinstance(shipped, dict) else None
+    return [(sub[0], sub[1]) for sub in listed or () if isinstance(sub, list) and len(sub) == 2
+            and all(isinstance(s, str) for s in sub) and HEX40.fullmatch(sub[0])
+            and sub[1] and not sub[1].startswith("-")] if isinstance(listed, list) else []
 
 
 def _started(container: Container) -> bool:

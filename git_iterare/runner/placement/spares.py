@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare.git.repo import Repo
+from git_iterare.runner.placement.repack import reading
 from git_iterare.runner.placement.ship import (
     SPARE_MAKING,
     add_dir,
@@ -189,8 +190,9 @@ def make_spare(repo: Repo, base: str, image: str, agent: tuple[int, int]) -> Non
     try:  # until it is registered, nothing else would ever remove it
         engine.ensure_volume(spare.work, {**labels, engine.LABEL_VOLUME: "work"})
         engine.ensure_volume(spare.git, {**labels, engine.LABEL_VOLUME: "git"})
-        with engine.Porter(image, volumes, labels, user=f"{agent[0]}:{agent[1]}",
-                           command=checkout_command("spare")) as maker:
+        with reading(repo), engine.Porter(image, volumes, labels,
+                                          user=f"{agent[0]}:{agent[1]}",
+                                          command=checkout_command("spare")) as maker:
             maker.put("/", buffer.getvalue())
             maker.start()
         tmp.write_text(json.dumps({**spare.to_json(), "config": config}), encoding="utf-8")
