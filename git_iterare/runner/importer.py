@@ -49,6 +49,7 @@ from git_iterare.runner.workspace import (
     chown_tree,
     not_fetched,
     objects_view_path,
+    untouched_path,
     worktree_admin_dir,
     worktree_on_engine,
 )
@@ -368,7 +369,8 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             repo.common_dir, ws.worktree, ws.base_commit, checkout_map_path(ws), ws.ref,
             commit=True, message=text,
             env={"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
-                 "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
+                 "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL},
+            untouched=untouched_path(ws))
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
                               filters=plan.filter_text, skipped=not_fetched(ws),
                               scan=plan.scan) as view:
