@@ -147,13 +147,17 @@ def _changes(repo: Repo, base: str, head: str) -> Changes:
 def _return_ownership(repo: Repo, worktree: Path) -> None:
     """As root, give the run worktree back to the main worktree's owner.
 
-    :func:`~git_iterare.runner.workspace.prepare_run` chowned it to the agent's uid; once the
-    agent has stopped, the user must be able to use git in it (git refuses a worktree
-    owned by someone else: ``safe.directory``).
+    The sandbox gave it back to this process's uid and gid; when the main worktree's owner
+    is another (root working in a user's repository), the user must be able to use git in
+    it (git refuses a worktree owned by someone else: ``safe.directory``). When the owner
+    is this uid and gid, it is theirs already: no walk.
     """
     if os.geteuid() != 0 or repo.main_work_tree is None:
         return
     owner = os.stat(repo.main_work_tree)
+    top = os.lstat(worktree)
+    if (owner.st_uid, owner.st_gid) == (os.getuid(), os.getgid()) == (top.st_uid, top.st_gid):
+        return  # the sandbox gave all of it back to this uid and gid, or this process wrote it
     chown_tree(worktree, owner.st_uid, owner.st_gid)
 
 
