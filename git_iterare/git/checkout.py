@@ -307,11 +307,12 @@ def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
     file (:func:`git_iterare.git.statcache.still_same`) is not read; any other is hashed."""
     untouched = untouched or {}
     found = []
+    top = os.fspath(worktree)
     for e in entries:
         if not e.path.startswith(prefix) or e.raw == "-":
             continue
         rel = e.path[len(prefix):]
-        path = worktree / rel
+        path = f"{top}/{rel}"
         try:
             st = os.lstat(path)
         except OSError:
@@ -322,7 +323,7 @@ def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
             same_kind = stat.S_ISREG(st.st_mode) and (
                 bool(st.st_mode & 0o100) == (e.mode == "100755"))
         if same_kind and (statcache.still_same(st, untouched.get(e.path))
-                          or raw_id(path) == e.raw):
+                          or raw_id(Path(path)) == e.raw):
             found.append((e.mode, e.blob, rel))
     return found
 

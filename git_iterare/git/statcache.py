@@ -132,4 +132,5 @@ def still_same(st: os.stat_result, key: Key | None) -> bool:
     ``key``: same inode, size and mtime (the mode may have lost set-uid bits or gained
     ``u+rw`` since, as the trees were given back; the caller compares the kind and
     executable bit)."""
-    return key is not None and key_of(st)[:4] == key[:4]
+    return key is not None and (st.st_ino == key[1] and st.st_mtime_ns == key[3]
+                                and st.st_size == key[2] and st.st_dev == key[0])
