@@ -30,6 +30,8 @@ rm f2d && mkdir f2d && echo inner > f2d/inner
 cp -p gone.txt /tmp/gone && rm gone.txt
 printf 'gone-0ne\\n' > gone.txt && touch -r /tmp/gone gone.txt
 chmod 600 kept.txt && chmod 644 kept.txt
+find / -path /proc -prune -o -path /sys -prune -o -name "trees-given*" -print 2>/dev/null |
+    grep -q . || echo "no stamp in reach"
 """
 
 
@@ -55,6 +57,7 @@ def test_changes_hidden_from_stat_data_are_all_committed(project: Path  # noqa: 
     assert record(project, rid)["status"] == "succeeded", started.stderr
     stamp = project / ".git" / "iterare" / "state" / rid / "out" / "trees-given"
     assert stamp.is_file(), "the sidecar stamped no hand-over"
+    assert "no stamp in reach" in iterare("log", rid, cwd=project).stdout
 
     def show(path: str) -> str:
         return git("show", f"iterare/{rid}:{path}", cwd=project).stdout
