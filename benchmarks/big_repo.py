@@ -50,6 +50,7 @@ PHASES = (
     ("start.checkout", "  git checkout of the base"),
     ("start.checkout-map", "  the checkout map (hashed only when a conversion may apply)"),
     ("start.objects", "  the object cache gives the base's history"),
+    ("start.stat-cache", "  the stat data of the files checked out, recorded for the finish"),
     ("sidecar.trees", "trees given to the agent's uid (sidecar chown)"),
     ("start.sandbox", "sandbox started (fill and sidecar included)"),
     ("finish", "finish, in all (under the run's lock)"),

@@ -540,6 +540,7 @@ def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
     """Check the run's base out into its (empty) worktree, copy the include files, write
     the checkout map, and give the run gitdir the worktree's index."""
     from git_iterare.git import statcache
+    from git_iterare.timings import phase
 
     warnings: list[str] = []
     checkout_map = checkout.populate(repo.common_dir, ws.tree, ws.base_commit,
@@ -548,7 +549,8 @@ def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
     for line in warnings:
         ui.warn(line)
     # Before the include files: one written over a checked-out file is no longer it.
-    statcache.record(ws.tree, (e.path for e in checkout_map.entries), stat_path(ws))
+    with phase("start.stat-cache"):
+        statcache.record(ws.tree, (e.path for e in checkout_map.entries), stat_path(ws))
     copy_includes(repo, ws.tree, ws.included)
     # The stat data in the index is current, so git inside need not rehash every file
     # (the run gitdir's config tells it to ignore the owner and ctime changes the sandbox
