@@ -99,7 +99,8 @@ def test_big_repo(sandbox_image: str) -> None:
                       "the checkout map (hashed only when a conversion may apply)",
                       "trees given to the agent's uid (sidecar chown)",
                       "trees given back (special files, set-uid bits, chown)",
-                      "files still as checked out (every file hashed)",
+                      "files the agent did not touch (stat cache, before the give-back)",
+                      "files still as checked out (hashed unless untouched)",
                       "git add of the worktree", "the agent's commits imported"):
             assert re.search(rf"^ +{re.escape(label)}: \d+$", section, re.M), (label, out)
 

@@ -30,13 +30,13 @@ import re
 import stat
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from git_iterare import proc
-from git_iterare.git import filters, safegit
+from git_iterare.git import filters, safegit, statcache
 from git_iterare.timings import phase
 
 MAP_VERSION = "iterare-checkout-v1"
@@ -365,17 +365,21 @@ def read_map(path: Path, common_dir: Path) -> CheckoutMap | None:
     return CheckoutMap(None if head[1] == "-" else head[1], tuple(entries), tuple(subs))
 
 
-def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
+def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = "",
+                      untouched: Mapping[str, statcache.Key] | None = None
                       ) -> list[tuple[str, str, str]]:
     """``(mode, blob, path)`` of the entries under ``prefix`` whose file still holds the
     bytes checked out, with the same kind and executable bit (paths made relative to
-    ``prefix``)."""
+    ``prefix``). A file ``untouched`` names (by its entry's path) and that is still that
+    file (:func:`git_iterare.git.statcache.still_same`) is not read; any other is hashed."""
+    untouched = untouched or {}
     found = []
+    top = os.fspath(worktree)
     for e in entries:
         if not e.path.startswith(prefix) or e.raw == "-":
             continue
         rel = e.path[len(prefix):]
-        path = worktree / rel
+        path = f"{top}/{rel}"
         try:
             st = os.lstat(path)
         except OSError:
@@ -385,7 +389,8 @@ def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
         else:
             same_kind = stat.S_ISREG(st.st_mode) and (
                 bool(st.st_mode & 0o100) == (e.mode == "100755"))
-        if same_kind and raw_id(path) == e.raw:
+        if same_kind and (statcache.still_same(st, untouched.get(e.path))
+                          or raw_id(Path(path)) == e.raw):
             found.append((e.mode, e.blob, rel))
     return found
 
@@ -429,8 +434,8 @@ def _has_files(folder: Path) -> bool:
 
 
 def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, ref: str, *,
-                  commit: bool, message: str = "", env: dict[str, str] | None = None
-                  ) -> FinishPlan:
+                  commit: bool, message: str = "", env: dict[str, str] | None = None,
+                  untouched: Path | None = None) -> FinishPlan:
     """Work out what the automatic commit of a run's worktree records.
 
     With ``commit``, the agent's changes inside each initialized submodule are committed
@@ -448,6 +453,8 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         commit: write submodule commits.
         message: their message (with trailers).
         env: ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` for them.
+        untouched: what :func:`git_iterare.git.statcache.untouched` wrote as the trees
+            were given back: those files are not read again. Used once (removed here).
 
     Raises:
         ExternalError: git failed.
@@ -461,6 +468,10 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
     else:
         attributes_commit = checkout_map.attributes_commit
         entries, subs = checkout_map.entries, checkout_map.submodules
+    kept: dict[str, statcache.Key] = {}
+    if untouched is not None:
+        kept = statcache.load(untouched) if checkout_map is not None else {}
+        untouched.unlink(missing_ok=True)  # true of these ctimes only: never again
     # Nested repositories (a .git the agent made, in a submodule folder or elsewhere) are
     # disabled before any git looks below the top.
     with phase("scan-worktree"):
@@ -489,8 +500,8 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
                                                                  common_dir),
                               filters=filters.filter_config(sub.gitdir),
                               objects=sub.gitdir / "objects") as view:
-            tree = view.snapshot(parent, unchanged=unchanged_entries(folder, entries,
-                                                                     sub.path + "/"))
+            tree = view.snapshot(parent, unchanged=unchanged_entries(
+                folder, entries, sub.path + "/", kept))
             if tree == _git(sub.gitdir, "rev-parse", f"{parent}^{{tree}}").stdout.strip():
                 if head is not None and head != sub.commit:
                     gitlinks.append((head, sub.path))
@@ -506,7 +517,8 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
         gitlinks.append((new, sub.path))
     with phase("finish.unchanged"):
         unchanged = tuple(unchanged_entries(worktree, [
-            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)]))
+            e for e in entries if not any(e.path.startswith(s.path + "/") for s in subs)],
+            untouched=kept))
     return FinishPlan(
         attributes=filters.attributes_text(common_dir, attributes_commit, common_dir),
         filter_text=filters.filter_config(common_dir), unchanged=unchanged,

@@ -49,6 +49,7 @@ from git_iterare.runner.workspace import (
     chown_tree,
     not_fetched,
     objects_view_path,
+    untouched_path,
     worktree_admin_dir,
     worktree_on_engine,
 )
@@ -146,13 +147,17 @@ def _changes(repo: Repo, base: str, head: str) -> Changes:
 def _return_ownership(repo: Repo, worktree: Path) -> None:
     """As root, give the run worktree back to the main worktree's owner.
 
-    :func:`~git_iterare.runner.workspace.prepare_run` chowned it to the agent's uid; once the
-    agent has stopped, the user must be able to use git in it (git refuses a worktree
-    owned by someone else: ``safe.directory``).
+    The sandbox gave it back to this process's uid and gid; when the main worktree's owner
+    is another (root working in a user's repository), the user must be able to use git in
+    it (git refuses a worktree owned by someone else: ``safe.directory``). When the owner
+    is this uid and gid, it is theirs already: no walk.
     """
     if os.geteuid() != 0 or repo.main_work_tree is None:
         return
     owner = os.stat(repo.main_work_tree)
+    top = os.lstat(worktree)
+    if (owner.st_uid, owner.st_gid) == (os.getuid(), os.getgid()) == (top.st_uid, top.st_gid):
+        return  # the sandbox gave all of it back to this uid and gid, or this process wrote it
     chown_tree(worktree, owner.st_uid, owner.st_gid)
 
 
@@ -368,7 +373,8 @@ def finish_run(repo: Repo, ws: RunWorkspace, trailers: dict[str, str], message: 
             repo.common_dir, ws.worktree, ws.base_commit, checkout_map_path(ws), ws.ref,
             commit=True, message=text,
             env={"GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
-                 "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL})
+                 "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL},
+            untouched=untouched_path(ws))
         with safegit.safe_git(repo.common_dir, ws.worktree, attributes=plan.attributes,
                               filters=plan.filter_text, skipped=not_fetched(ws),
                               scan=plan.scan) as view:

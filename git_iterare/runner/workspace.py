@@ -539,11 +539,18 @@ def _absent_or_empty(path: Path) -> bool:
 def _fill(repo: Repo, ws: RunWorkspace, admin: Path) -> None:
     """Check the run's base out into its (empty) worktree, copy the include files, write
     the checkout map, and give the run gitdir the worktree's index."""
+    from git_iterare.git import statcache
+    from git_iterare.timings import phase
+
     warnings: list[str] = []
-    checkout.write_map(checkout_map_path(ws), checkout.populate(
-        repo.common_dir, ws.tree, ws.base_commit, admin / "index", warnings))
+    checkout_map = checkout.populate(repo.common_dir, ws.tree, ws.base_commit,
+                                     admin / "index", warnings)
+    checkout.write_map(checkout_map_path(ws), checkout_map)
     for line in warnings:
         ui.warn(line)
+    # Before the include files: one written over a checked-out file is no longer it.
+    with phase("start.stat-cache"):
+        statcache.record(ws.tree, (e.path for e in checkout_map.entries), stat_path(ws))
     copy_includes(repo, ws.tree, ws.included)
     # The stat data in the index is current, so git inside need not rehash every file
     # (the run gitdir's config tells it to ignore the owner and ctime changes the sandbox
@@ -658,6 +665,19 @@ def checkout_map_path(ws: RunWorkspace) -> Path:
     """``<common dir>/iterare/gitdirs/<id>.checkout``: what the host checked out for the
     run (:mod:`git_iterare.git.checkout`); host-only, never mounted."""
     return ws.gitdir.with_name(ws.run_id + ".checkout")
+
+
+def stat_path(ws: RunWorkspace) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.stat``: the stat data of the files checked out
+    (:func:`git_iterare.git.statcache.record`); host-only, never mounted."""
+    return ws.gitdir.with_name(ws.run_id + ".stat")
+
+
+def untouched_path(ws: RunWorkspace) -> Path:
+    """``<common dir>/iterare/gitdirs/<id>.untouched``: the files the agent did not touch
+    (:func:`git_iterare.git.statcache.untouched`), written as its trees are given back and
+    read by the finish's commit; host-only, never mounted."""
+    return ws.gitdir.with_name(ws.run_id + ".untouched")
 
 
 def _not_sparse(admin: Path) -> None:
@@ -788,8 +808,8 @@ def remove_run_files(repo: Repo, ws: RunWorkspace) -> tuple[bool, bool]:
     # even when it fails to remove its files.
     _remove_run_tree(ws, live)
     _remove_run_tree(ws, ws.worktree)
-    for path in (ws.gitfile, checkout_map_path(ws), on_engine_path(ws), not_fetched_path(ws),
-                 objects_view_path(repo, ws.run_id)):
+    for path in (ws.gitfile, checkout_map_path(ws), stat_path(ws), untouched_path(ws),
+                 on_engine_path(ws), not_fetched_path(ws), objects_view_path(repo, ws.run_id)):
         _remove_run_tree(ws, path)
     admin = worktree_admin_dir(repo, ws.worktree) or worktree_admin_dir(repo, live)
     livetree.unlock(admin)

@@ -130,10 +130,17 @@ class Local:
                   sandbox: str | None = None) -> None:
         """The trees and the sidecar's output folder back to the user, inert (see
         :func:`reclaim`), and the worktree into the user's checkout (see
-        :func:`git_iterare.runner.workspace.land`)."""
-        from git_iterare.runner.workspace import land
+        :func:`git_iterare.runner.workspace.land`). First, while their ctimes still
+        tell, the files the agent did not touch are noted for the commit
+        (:func:`git_iterare.git.statcache.untouched`)."""
+        from git_iterare.git import statcache
+        from git_iterare.runner.workspace import land, stat_path, untouched_path
         from git_iterare.timings import phase
 
+        with phase("finish.untouched"):
+            statcache.untouched(workspace.tree, stat_path(workspace),
+                                state_dir(repo, record.id) / "out" / statcache.STAMP,
+                                untouched_path(workspace))
         with phase("finish.give-back"):
             reclaim(record, sandbox, (*trees_of(workspace), state_dir(repo, record.id) / "out"))
         with phase("finish.land"):
