@@ -124,7 +124,8 @@ def test_tunnels_and_requests_reach_allowed_names_only() -> None:
         plain = await _exchange(port, f"GET http://allowed.test:{target}/x HTTP/1.1\r\n"
                                 "Host: allowed.test\r\nProxy-Authorization: s\r\n\r\n".encode())
         assert plain.endswith(b"origin")
-        assert seen[-1] == b"GET /x HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+        assert seen[-1] == (f"GET /x HTTP/1.1\r\nHost: allowed.test:{target}\r\n"
+                            "Connection: close\r\n\r\n").encode()
         for request, status in ((f"CONNECT blocked.test:{target}", b"403"),
                                 (f"CONNECT allowed.test:{target + 1}", b"403"),
                                 (f"CONNECT 127.0.0.1:{target}", b"403"),

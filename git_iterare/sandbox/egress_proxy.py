@@ -51,6 +51,8 @@ CONNECT_TIMEOUT = 10.0
 MAX_CONNECTIONS = 512
 #: Bytes copied at a time.
 CHUNK = 64 * 1024
+#: Longest host name kept in a log line (a name has at most 253 characters).
+MAX_LOGGED_HOST = 256
 
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
@@ -110,15 +112,15 @@ class Allowlist:
         address = _address(host)
         if address is not None:
             if port == 22 or not any(address in net for net in self.networks):
-                return f"{host} is an address no CIDR entry opens on port {port}"
+                return f"the address is one no CIDR entry opens on port {port}"
             return None
         if not _host_name(name):
-            return f"{host!r} is not a host name"
+            return "the target is not a host name"
         names = [entry for entry in self.entries if _matches(entry[0], name)]
         if not names:
-            return f"{name} is not on the allowlist"
+            return "the name is not on the allowlist"
         if not any(port in ((80, 443) if p is None else (p,)) for _, p in names):
-            return f"{name} is allowed, but not on port {port}"
+            return f"the name is allowed, but not on port {port}"
         return None
 
 
@@ -175,17 +177,22 @@ class Request:
         host, port: the target.
         tunnel: True for CONNECT.
         head: for a request in absolute form, what to send the target (request line in
-            origin form, headers without hop-by-hop ones, ``Connection: close``).
+            origin form, the target's ``Host``, the other headers without hop-by-hop
+            ones, ``Connection: close``).
+        body: bytes of its body (``Content-Length``): only those follow the head to the
+            target, so a second request on the connection goes nowhere.
     """
 
     host: str
     port: int
     tunnel: bool
     head: bytes = b""
+    body: int = 0
 
 
 class BadRequest(Exception):
-    """A request the proxy cannot parse or does not serve (``status``: 400 or 405)."""
+    """A request the proxy cannot parse or does not serve (``status``: 400, 405 or
+    411)."""
 
     def __init__(self, reason: str, status: int = 400) -> None:
         super().__init__(reason)
@@ -204,35 +211,63 @@ def parse_head(head: bytes) -> Request:
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         raise BadRequest("not an HTTP/1 request line")
     method, target, version = parts
+    if not target.isascii() or any(b < 0x21 or b == 0x7f for b in target):
+        raise BadRequest("the target must be printable ASCII (percent-encode the rest)")
+    text = target.decode("ascii")
     if method == b"CONNECT":
-        host, port = _authority(target.decode("ascii", "replace"), None)
+        host, port = _authority(text, None)
         return Request(host, port, tunnel=True)
-    text = target.decode("ascii", "replace")
     if not text.lower().startswith("http://"):
         raise BadRequest("only CONNECT and http:// requests in absolute form are served",
                          405)
     rest = text[len("http://"):]
-    authority, slash, path = rest.partition("/")
-    authority, _, _query = authority.partition("?")
+    # RFC 3986, section 3.2: the authority ends at the first "/", "?" or "#".
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:].partition("#")[0]
     host, port = _authority(authority, 80)
-    origin = "/" + path if slash else "/" + (rest[len(authority):] if "?" in rest else "")
-    kept = [line for line in lines[1:] if line
-            and line.split(b":", 1)[0].strip().lower() not in _HOP_BY_HOP]
-    out = b"\r\n".join([method + b" " + origin.encode("ascii") + b" " + version, *kept,
+    origin = tail if tail.startswith("/") else "/" + tail
+    headers = [line for line in lines[1:] if line]
+    names = [line.split(b":", 1)[0].strip().lower() for line in headers]
+    if b"transfer-encoding" in names:
+        raise BadRequest("a request body must have a Content-Length", 411)
+    length = 0
+    for name, line in zip(names, headers, strict=True):
+        if name == b"content-length":
+            value = line.partition(b":")[2].strip()
+            if not value.isdigit() or (length and int(value) != length):
+                raise BadRequest("bad Content-Length")
+            length = int(value)
+    kept = [line for name, line in zip(names, headers, strict=True)
+            if name not in _HOP_BY_HOP and name != b"host"]
+    # RFC 9112, section 3.2.2: the Host header is the target's, whatever the client sent.
+    out = b"\r\n".join([method + b" " + origin.encode("ascii") + b" " + version,
+                        b"Host: " + authority.encode("ascii"), *kept,
                         b"Connection: close"]) + b"\r\n\r\n"
-    return Request(host, port, tunnel=False, head=out)
+    return Request(host, port, tunnel=False, head=out, body=length)
 
 
 def _authority(text: str, default_port: int | None) -> tuple[str, int]:
+    """``(host, port)`` of ``host[:port]``, the host lower case without a trailing dot
+    (the name is resolved as it was checked: letter case is no channel to upstream DNS).
+
+    Raises:
+        BadRequest: a user part, brackets or a bad port.
+    """
+    host, port = _split_authority(text, default_port)
+    host = host.lower()
+    return (host[:-1] if host.endswith(".") else host), port
+
+
+def _split_authority(text: str, default_port: int | None) -> tuple[str, int]:
     if "@" in text or text.startswith("["):
-        raise BadRequest(f"bad target {text!r}")
+        raise BadRequest(f"bad target {text[:100]!r}")
     host, sep, port = text.rpartition(":") if ":" in text else (text, "", "")
     if not sep:
         if default_port is None:
-            raise BadRequest(f"CONNECT needs host:port, got {text!r}")
+            raise BadRequest(f"CONNECT needs host:port, got {text[:100]!r}")
         return text, default_port
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536) or ":" in host:
-        raise BadRequest(f"bad port in {text!r}")
+        raise BadRequest(f"bad port in {text[:100]!r}")
     return host, int(port)
 
 
@@ -254,8 +289,10 @@ class Proxy:
         self.open = 0
 
     def _note(self, host: str, port: int, allowed: bool, reason: str = "") -> None:
-        self.log(json.dumps({"egress": "allowed" if allowed else "refused", "host": host,
-                             "port": port, **({"reason": reason} if reason else {})}))
+        # Bounded: the host is the agent's text (the reason names no host).
+        self.log(json.dumps({"egress": "allowed" if allowed else "refused",
+                             "host": host[:MAX_LOGGED_HOST], "port": port,
+                             **({"reason": reason} if reason else {})}))
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection."""
@@ -286,7 +323,7 @@ class Proxy:
             except OSError:
                 addresses = []
             if not addresses:
-                reason = f"{request.host} does not resolve to an address that may be reached"
+                reason = "the name does not resolve to an address that may be reached"
         if reason is not None:
             self._note(request.host, request.port, False, reason)
             await _answer(writer, 403, reason)
@@ -301,9 +338,13 @@ class Proxy:
         try:
             if request.tunnel:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
             else:
                 up_writer.write(request.head)
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                if request.body:
+                    up_writer.write(await reader.readexactly(request.body))
+                await up_writer.drain()
+                await _pipe(up_reader, writer)
         finally:
             up_writer.close()
 
@@ -315,7 +356,7 @@ class Proxy:
 
 async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
     phrase = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
-              502: "Bad Gateway"}[status]
+              411: "Length Required", 502: "Bad Gateway"}[status]
     body = f"iterare-egress: {reason}\n".encode("utf-8", "replace")
     writer.write(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\n"
                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
