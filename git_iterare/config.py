@@ -61,6 +61,15 @@ CORE_KEYS: dict[str, Key] = {
         Key("docker.context", "str", "",
             "Docker context to run on, between DOCKER_CONTEXT and the docker CLI's current "
             "context; read only from your own configuration, never the repository's."),
+        Key("swarm.enabled", "bool", False,
+            "Send runs to the Docker Swarm whose manager the selected engine is (each run a "
+            "replicated-job service); read only from your own configuration."),
+        Key("swarm.registry", "str", "",
+            "Registry (HOST[:PORT]) the swarm's nodes pull the runs' images from, by digest; "
+            "needed with swarm.enabled; read only from your own configuration."),
+        Key("swarm.constraints", "list", [],
+            "Placement constraints of the runs' services (node.labels.agents==yes); read "
+            "only from your own configuration."),
         Key("docker.base_image", "str", "node:20-bookworm-slim",
             "Debian bookworm based image `git iterare image build` starts from."),
         Key("docker.agents", "list", ["claude"],
@@ -165,8 +174,10 @@ KEYS: Mapping[str, Key] = KeyTable(CORE_KEYS)
 
 #: Keys only the user's own layers may set (global file, git config, environment,
 #: flags): a value in the repository's ``.iterare/config.toml`` is ignored with a warning.
-#: ``docker.context`` chooses which engine (and so which machine) gets the run.
-USER_ONLY_KEYS = frozenset({"docker.context"})
+#: ``docker.context`` chooses which engine (and so which machine) gets the run; the
+#: ``swarm`` keys send runs to a cluster and choose its registry and nodes.
+USER_ONLY_KEYS = frozenset({"docker.context", "swarm.enabled", "swarm.registry",
+                            "swarm.constraints"})
 
 _TYPE_NAMES = {
     "str": "a string",

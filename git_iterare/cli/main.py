@@ -44,6 +44,13 @@ def _set_context(ctx: click.Context, param: click.Parameter, value: str | None) 
         app().overrides["docker.context"] = value
 
 
+def _set_swarm(ctx: click.Context, param: click.Parameter, value: bool | None) -> None:
+    if value is not None:
+        from git_iterare.cli.context import app
+
+        app().overrides["swarm.enabled"] = value
+
+
 def _open_manual(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
@@ -128,7 +135,11 @@ def group_options() -> list[click.Parameter]:
             click.Option(["--context"], metavar="NAME", default=None, expose_value=False,
                          callback=_set_context,
                          help="Docker context to use ([docker] context); DOCKER_HOST and "
-                              "DOCKER_CONTEXT still come first.")],
+                              "DOCKER_CONTEXT still come first."),
+            click.Option(["--swarm/--no-swarm"], default=None, expose_value=False,
+                         callback=_set_swarm,
+                         help="Send runs to the swarm the engine manages ([swarm] "
+                              "enabled), or not.")],
 )
 @click.version_option(__version__, message="%(prog)s version %(version)s")
 @click.pass_context

@@ -50,15 +50,23 @@ def origin(repo: Repo) -> RunExtra:
 
 def engine_of(record: RunRecord) -> Engine:
     """The :class:`~git_iterare.sandbox.engine.Engine` the run's sandbox is on (see
-    :func:`git_iterare.sandbox.engine.engine_for`): wrap calls about the run in
-    ``with engine.using(engine_of(record)):``.
+    :func:`git_iterare.sandbox.engine.engine_for`), with its ``swarm`` as the run's
+    placement says: wrap calls about the run in ``with engine.using(engine_of(record)):``.
 
     Raises:
         OperationFailed: the user's settings no longer name that engine.
     """
-    from git_iterare.sandbox.engine import engine_for
+    import dataclasses
 
-    return engine_for((record.extra or {}).get("engine"))
+    from git_iterare.runner.placement import kind_of
+    from git_iterare.sandbox.engine import SwarmTarget, engine_for
+
+    engine = engine_for((record.extra or {}).get("engine"))
+    # A swarm run is the manager's services whatever [swarm] says now; a local or remote
+    # run is the engine's containers even while new runs go to its swarm.
+    if kind_of(record) != "swarm":
+        return dataclasses.replace(engine, swarm=None) if engine.swarm else engine
+    return engine if engine.swarm else dataclasses.replace(engine, swarm=SwarmTarget(""))
 
 
 def is_local(repo: Repo, record: RunRecord) -> bool:

@@ -84,7 +84,8 @@ class Plain:
 
 
 class Warm(Plain):
-    """Spare sidecars (local engines) and spare worktrees (remote engines).
+    """Spare sidecars (local engines) and spare worktrees (remote engines); nothing for
+    swarm runs.
 
     Args:
         kind: the run's placement.
@@ -156,6 +157,8 @@ class Warm(Plain):
             except (OperationFailed, UserError, OSError) as exc:
                 ui.warn(f"no worktree was prepared on the Docker engine for the next run: "
                         f"{exc}")
+            return
+        if self.kind != "local":  # a swarm's runs take nothing over yet
             return
         from git_iterare.sandbox.warm import spare
 

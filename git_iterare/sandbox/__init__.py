@@ -64,17 +64,27 @@ __all__ = [
     "wait",
 ]
 
-_BACKEND: Backend | None = None
+_BACKENDS: dict[str, Backend] = {}
 
 
 def get_backend() -> Backend:
-    """The engine backend in use (Docker)."""
-    global _BACKEND
-    if _BACKEND is None:
-        from git_iterare.sandbox.docker_backend import DockerBackend
+    """The backend of the engine in use: Swarm services when runs go to its swarm
+    (:attr:`~git_iterare.sandbox.engine.Engine.swarm`), else Docker containers."""
+    from git_iterare.sandbox.engine import current
 
-        _BACKEND = DockerBackend()
-    return _BACKEND
+    kind = "swarm" if current().swarm is not None else "docker"
+    backend = _BACKENDS.get(kind)
+    if backend is None:
+        if kind == "swarm":
+            from git_iterare.sandbox.swarm_backend import SwarmBackend
+
+            backend = SwarmBackend()
+        else:
+            from git_iterare.sandbox.docker_backend import DockerBackend
+
+            backend = DockerBackend()
+        _BACKENDS[kind] = backend
+    return backend
 
 
 def engine_cpus(fresh: bool = False) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -122,57 +123,95 @@ def _accounts(passwd: bytes, group: bytes, uid: int, gid: int) -> tuple[bytes, b
     return ("\n".join(users) + "\n").encode(), ("\n".join(groups) + "\n").encode()
 
 
-def _account(tar: _Tar, passwd: bytes, group: bytes, uid: int, gid: int,
-             ca: bytes | None) -> None:
+@dataclass(frozen=True)
+class AgentFile:
+    """A file of the agent's container put there before it starts.
+
+    Attributes:
+        path: absolute path in the container.
+        data: its content.
+        uid / gid: its owner.
+        mode: its permission bits.
+        secret: it holds a credential (a swarm delivers it as a secret).
+    """
+
+    path: str
+    data: bytes
+    uid: int
+    gid: int
+    mode: int
+    secret: bool = False
+
+
+def _account_files(passwd: bytes, group: bytes, uid: int, gid: int,
+                   ca: bytes | None) -> list[AgentFile]:
     """What every container of a sandbox's agent gets: ``/etc/passwd`` and ``/etc/group``
-    with the agent's entry, its empty home (0700), ``/run/iterare/agent-start`` (root,
-    0755) and the CA bundle ``ca`` (0644) when given."""
+    with the agent's entry, ``/run/iterare/agent-start`` (root, 0755) and the CA bundle
+    ``ca`` (0644) when given."""
     users, groups = _accounts(passwd, group, uid, gid)
-    tar.dir("etc", 0, 0, 0o755)
-    tar.file("etc/passwd", users, 0, 0, 0o644)
-    tar.file("etc/group", groups, 0, 0, 0o644)
-    tar.dir("home", 0, 0, 0o755)
-    tar.dir(AGENT_HOME, uid, gid, 0o700)
-    tar.dir("run", 0, 0, 0o755)
-    tar.dir("run/iterare", 0, 0, 0o755)
-    tar.file(AGENT_START, container_file("agent-start"), 0, 0, 0o755)
+    files = [AgentFile("/etc/passwd", users, 0, 0, 0o644),
+             AgentFile("/etc/group", groups, 0, 0, 0o644),
+             AgentFile(AGENT_START, container_file("agent-start"), 0, 0, 0o755)]
     if ca is not None:
-        tar.file(CA_PATH, ca, 0, 0, 0o644)
+        files.append(AgentFile(CA_PATH, ca, 0, 0, 0o644))
+    return files
 
 
-def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
-    """The archive put into the agent's container at ``/`` before it starts.
-
-    Holds ``/etc/passwd`` and ``/etc/group`` with the agent's entry, its home directory
-    (0700) with the secret files (0600), ``/run/iterare/agent-start`` (root, 0755), the
-    secret variables as files ``/run/iterare/secrets/env/NAME`` (the agent's, 0400, in
-    root's 0555 folders), and the CA bundle (0644) when the spec names one, and on a
-    remote engine the run's files (``spec.volumes.files``: root's, 0644). Nothing is
-    written on the host.
+def agent_file_list(spec: SandboxSpec, passwd: bytes, group: bytes) -> list[AgentFile]:
+    """The files of :func:`agent_files`: the account (:func:`_account_files`), the secret
+    files in the agent's home (the agent's, 0600), the secret variables as files
+    ``/run/iterare/secrets/env/NAME`` (the agent's, 0400) and on an engine of volumes the
+    run's files (``spec.volumes.files``: root's, 0644).
 
     Raises:
         OSError: the CA bundle cannot be read.
     """
     uid, gid = spec.agent_uid, spec.agent_gid
-    tar = _Tar()
     ca = Path(spec.ca_bundle).read_bytes() if spec.ca_bundle is not None else None
-    _account(tar, passwd, group, uid, gid, ca)
-    for rel, content in sorted(spec.secret_files.items()):
-        parts = Path(rel).parts
-        for depth in range(1, len(parts)):
-            tar.dir(f"{AGENT_HOME}/{'/'.join(parts[:depth])}", uid, gid, 0o700)
-        tar.file(f"{AGENT_HOME}/{rel}", content, uid, gid, 0o600)
-    if spec.secret_env:
-        # Root's: the agent can read its variables but not add one (PATH, LD_PRELOAD)
-        # that agent-start would export into a later container of the sandbox.
-        tar.dir(SECRETS_PATH, 0, 0, 0o555)
-        tar.dir(f"{SECRETS_PATH}/env", 0, 0, 0o555)
-        for name, value in sorted(spec.secret_env.items()):
-            tar.file(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400)
-    if spec.volumes is not None:  # what an engine of volumes cannot mount (the prompt): root's
-        for path, data in sorted(spec.volumes.files.items()):
-            _root_file(tar, path, data)
+    files = _account_files(passwd, group, uid, gid, ca)
+    files += [AgentFile(f"{AGENT_HOME}/{rel}", content, uid, gid, 0o600, secret=True)
+              for rel, content in sorted(spec.secret_files.items())]
+    files += [AgentFile(f"{SECRETS_PATH}/env/{name}", value.encode(), uid, gid, 0o400,
+                        secret=True)
+              for name, value in sorted(spec.secret_env.items())]
+    if spec.volumes is not None:  # what an engine of volumes cannot mount (the prompt)
+        files += [AgentFile(path, data, 0, 0, 0o644)
+                  for path, data in sorted(spec.volumes.files.items())]
+    return files
+
+
+def _archive(files: list[AgentFile], uid: int, gid: int) -> bytes:
+    """``files`` as an archive for ``put_archive`` at ``/``, with their folders: the
+    agent's home (0700) and what is below it the agent's, the secret variables' folders
+    root's 0555 (the agent can read its variables but not add one, such as PATH or
+    LD_PRELOAD, that agent-start would export into a later container of the sandbox), the
+    others root's 0755."""
+    tar = _Tar()
+    tar.dir("home", 0, 0, 0o755)
+    tar.dir(AGENT_HOME, uid, gid, 0o700)
+    for item in files:
+        steps = item.path.strip("/").split("/")
+        for depth in range(1, len(steps)):
+            folder = "/" + "/".join(steps[:depth])
+            if folder.startswith(f"{AGENT_HOME}/"):
+                tar.dir(folder, uid, gid, 0o700)
+            elif folder == SECRETS_PATH or folder.startswith(f"{SECRETS_PATH}/"):
+                tar.dir(folder, 0, 0, 0o555)
+            else:
+                tar.dir(folder, 0, 0, 0o755)
+        tar.file(item.path, item.data, item.uid, item.gid, item.mode)
     return tar.data()
+
+
+def agent_files(spec: SandboxSpec, passwd: bytes, group: bytes) -> bytes:
+    """The archive put into the agent's container at ``/`` before it starts: the files
+    of :func:`agent_file_list` and the agent's home directory (0700). Nothing is written
+    on the host.
+
+    Raises:
+        OSError: the CA bundle cannot be read.
+    """
+    return _archive(agent_file_list(spec, passwd, group), spec.agent_uid, spec.agent_gid)
 
 
 def fresh_files(fresh: Container, agent: Container, uid: int, gid: int) -> bytes:
@@ -188,6 +227,4 @@ def fresh_files(fresh: Container, agent: Container, uid: int, gid: int) -> bytes
     """
     passwd, group = image_accounts(fresh, str(fresh.attrs.get("Image") or ""))
     ca = _read_file(agent, CA_PATH) or None
-    tar = _Tar()
-    _account(tar, passwd, group, uid, gid, ca)
-    return tar.data()
+    return _archive(_account_files(passwd, group, uid, gid, ca), uid, gid)

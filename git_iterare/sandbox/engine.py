@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,22 @@ class TLS:
 
 
 @dataclass(frozen=True)
+class SwarmTarget:
+    """Where runs go when the engine is a Docker Swarm's manager (``[swarm]`` of the
+    user's own configuration).
+
+    Attributes:
+        registry: ``HOST[:PORT]`` of the registry the swarm's nodes pull images from;
+            empty for a run found again from its record (nothing is pushed then).
+        constraints: placement constraints of the runs' services, as ``docker service
+            create --constraint`` takes them (``node.labels.agents==yes``).
+    """
+
+    registry: str
+    constraints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Engine:
     """A Docker engine endpoint.
 
@@ -77,12 +95,14 @@ class Engine:
         tls: TLS settings for ``tcp://``, or None for plain or non-TCP endpoints.
         source: what chose it, for messages: ``DOCKER_HOST``, ``DOCKER_CONTEXT``,
             ``docker.context`` (with its origin), ``currentContext`` or ``default``.
+        swarm: runs go to the swarm this engine manages, or None (they run on it).
     """
 
     name: str
     url: str
     tls: TLS | None = None
     source: str = "default"
+    swarm: SwarmTarget | None = None
 
     @property
     def label(self) -> str:
@@ -283,7 +303,7 @@ def from_docker_host(env: Mapping[str, str]) -> Engine | None:
 def select_engine(config: Config | None = None, env: Mapping[str, str] | None = None) -> Engine:
     """The engine the docker CLI would use, with ``[docker] context`` of the user's
     configuration between ``DOCKER_CONTEXT`` and ``currentContext`` (see the module
-    docstring).
+    docstring), sending runs to its swarm when ``swarm.enabled`` is on.
 
     Args:
         config: a :class:`git_iterare.config.Config` (its ``docker.context``), or None.
@@ -294,9 +314,45 @@ def select_engine(config: Config | None = None, env: Mapping[str, str] | None = 
 
     Raises:
         UserError: a named context does not exist or its metadata is unreadable; bad TLS
-            settings in the environment.
+            settings in the environment; bad ``[swarm]`` settings (:func:`swarm_target`).
     """
     env = os.environ if env is None else env
+    engine = _chosen(config, env)
+    target = swarm_target(config)
+    return engine if target is None else dataclasses.replace(engine, swarm=target)
+
+
+#: ``HOST[:PORT]`` of a registry (a name or IPv4 address; no scheme, path or tag).
+_REGISTRY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:[0-9]{1,5})?")
+
+
+def swarm_target(config: Config | None) -> SwarmTarget | None:
+    """The ``[swarm]`` settings of ``config`` (user-only keys: a repository's file
+    cannot set them), or None when ``swarm.enabled`` is off.
+
+    Raises:
+        UserError: ``swarm.enabled`` without a ``swarm.registry``, or a registry that is
+            not ``HOST[:PORT]``.
+    """
+    if config is None or not config["swarm.enabled"]:
+        return None
+    registry = str(config["swarm.registry"]).strip()
+    if not registry:
+        raise UserError("swarm.enabled is on but swarm.registry is empty: the swarm's nodes "
+                        "pull the runs' images from a registry",
+                        hint="set it: git config --global iterare.swarm.registry HOST:PORT")
+    if not _REGISTRY.fullmatch(registry):
+        from git_iterare.ui import sanitize
+
+        raise UserError(f"swarm.registry {sanitize(registry)!r} is not HOST[:PORT]",
+                        hint="name the registry as the nodes reach it, such as "
+                             "registry.lan:5000")
+    constraints = tuple(str(c).strip() for c in config["swarm.constraints"] if str(c).strip())
+    return SwarmTarget(registry, constraints)
+
+
+def _chosen(config: Config | None, env: Mapping[str, str]) -> Engine:
+    """The engine of :func:`select_engine`, before its ``[swarm]`` settings."""
     engine = from_docker_host(env)
     if engine is not None:
         return engine

@@ -9,10 +9,12 @@ kept in its record (``placement``), so every later command asks the same placeme
 * ``local`` (:mod:`.local`): the engine runs on this machine and bind-mounts the trees;
 * ``remote`` (:mod:`.remote`): the engine sees none of this machine's files; the trees
   live in its volumes, code goes in through the Engine API and the results come back
-  as objects and files.
+  as objects and files;
+* ``swarm`` (:mod:`.swarm`): the engine is a Docker Swarm's manager; the trees live in
+  its volumes as for ``remote``, and the agent, on any node, gets them from and gives
+  them back to a tree server beside them.
 
-The runner calls the placement's methods and never asks which placement it has; a new
-place for trees (a swarm's) is one more module here.
+The runner calls the placement's methods and never asks which placement it has.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ __all__ = ["KINDS", "Placement", "PlacementKind", "RunTrees", "get_placement", "
 
 
 def placement_for(engine: Engine) -> Placement:
-    """The placement of new runs on ``engine``: ``local`` when it runs on this machine
-    (:attr:`~git_iterare.sandbox.engine.Engine.on_this_host`), else ``remote``."""
+    """The placement of new runs on ``engine``: ``swarm`` when runs go to its swarm
+    (:attr:`~git_iterare.sandbox.engine.Engine.swarm`), ``local`` when it runs on this
+    machine (:attr:`~git_iterare.sandbox.engine.Engine.on_this_host`), else ``remote``."""
+    if engine.swarm is not None:
+        return get_placement("swarm")
     return get_placement("local" if engine.on_this_host else "remote")
 
 
@@ -41,6 +46,10 @@ def get_placement(kind: PlacementKind) -> Placement:
         from git_iterare.runner.placement.local import Local
 
         return Local()
+    if kind == "swarm":
+        from git_iterare.runner.placement.swarm import Swarm
+
+        return Swarm()
     from git_iterare.runner.placement.remote import Remote
 
     return Remote()
@@ -49,8 +58,9 @@ def get_placement(kind: PlacementKind) -> Placement:
 def kind_of(record: RunRecord) -> PlacementKind:
     """The placement ``record``'s run has: its ``placement`` field, or for records made
     before it existed, ``remote`` when the engine it names is not a ``unix://`` socket."""
-    if record.placement in KINDS:
-        return "remote" if record.placement == "remote" else "local"
+    for kind in KINDS:
+        if record.placement == kind:
+            return kind
     engine = (record.extra or {}).get("engine")
     url = engine.get("url") if isinstance(engine, dict) else None
     return "remote" if isinstance(url, str) and not url.startswith("unix://") else "local"

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from git_iterare.sandbox.spec import Mount, VolumeTrees
 
 #: The placements a record can name (its ``placement`` field).
-PlacementKind = Literal["local", "remote"]
-KINDS: tuple[PlacementKind, ...] = ("local", "remote")
+PlacementKind = Literal["local", "remote", "swarm"]
+KINDS: tuple[PlacementKind, ...] = ("local", "remote", "swarm")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Placement(Protocol):
 
     @property
     def kind(self) -> PlacementKind:
-        """What the record keeps (``local``, ``remote``)."""
+        """What the record keeps (``local``, ``remote``, ``swarm``)."""
         ...
 
     def check(self, repo: Repo, base: str, mounts: Sequence[Mount]) -> None:

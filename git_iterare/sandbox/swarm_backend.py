@@ -1,0 +1,583 @@
+"""The Docker Swarm backend: a run's agent is a ``replicated-job`` service on any node.
+
+A swarm has no pods: a service cannot join another container's network namespace, so
+the network sidecar of :mod:`git_iterare.sandbox.docker_backend` cannot hold the agent's.
+A sandbox on a swarm is instead, all of it labelled with its run:
+
+* ``<name>-run``, an overlay network of its own, ``internal`` (no gateway, no way out)
+  and attachable (plain containers of the manager join it);
+* the egress ``<name>-net`` on the manager: git-iterare's own image running the network
+  sidecar as an egress (``ITERARE_PROXY_PORT``: resolver, firewall, its self-check and
+  :mod:`git_iterare.sandbox.egress_proxy`), on the engine's network and on the run's as
+  ``egress``. It also hands the run's volumes to the agent's uid, as for remote engines;
+* the tree server ``<name>-trees`` on the manager: git-iterare's image as the agent's uid,
+  with no capabilities, over the run's volumes (``container/engine-checkout`` checks the
+  base out first), on the run's network alone as ``trees``
+  (:mod:`git_iterare.sandbox.tree_server`);
+* the agent's service ``<name>``: one task of the agent's image, by digest from the
+  registry the nodes pull from, as the agent's uid with no capabilities, its trees on
+  tmpfs mounts it gets from the tree server and gives back (``container/swarm-start``),
+  its files as swarm configs (root's, read-only) and its credentials as swarm secrets
+  (the agent's, 0400), the run's limits as both reservations (a full swarm queues the
+  run) and limits. It reaches the allowlist only through the egress, as a proxy's client.
+
+The client speaks to the manager's Engine API alone (API 1.41: ``replicated-job``
+services, ``endpoint_mode`` ``dnsrr`` as no routing mesh is needed). A run's handle is
+its service's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from git_iterare.errors import OperationFailed, UserError
+from git_iterare.sandbox.docker_errors import docker_errors
+from git_iterare.sandbox.dockertypes import Json, field, text
+from git_iterare.sandbox.engine_client import client
+from git_iterare.sandbox.spec import (
+    AGENT_HOME,
+    CA_PATH,
+    CACHE_PATH,
+    GITDIR_PATH,
+    LABEL_REPO,
+    LABEL_ROLE,
+    LABEL_RUN,
+    WORK_PATH,
+    ContainerInfo,
+    SandboxSpec,
+    memory_bytes,
+)
+
+#: The egress's proxy port on the run's network.
+PROXY_PORT = 3128
+#: The tree server's port on the run's network.
+TREES_PORT = 8080
+#: Where git-iterare's image has the tree server (:mod:`git_iterare.sandbox.tree_server`).
+TREE_SERVER = "/usr/local/lib/iterare/tree-server"
+#: Seconds a task that was asked to stop has to give its work back (swarm-start uploads
+#: it) before the engine kills it.
+STOP_GRACE_SECONDS = 60
+#: Task states of a task that has not started, and of one that ended (Docker's
+#: ``TaskState``, https://docs.docker.com/engine/api/v1.41/#tag/Task).
+WAITING = frozenset({"new", "allocated", "pending", "assigned", "accepted", "ready",
+                     "preparing", "starting"})
+ENDED = frozenset({"complete", "failed", "shutdown", "rejected", "orphaned", "remove"})
+#: How often a task's state is asked for, in seconds.
+POLL_SECONDS = 0.5
+
+
+def _api() -> Any:
+    """The low-level client of the manager (swarm calls are not in the typed subset of
+    :mod:`git_iterare.sandbox.dockertypes`)."""
+    return client().api
+
+
+def manager_problem() -> str | None:
+    """Why the current engine cannot take swarm runs, or None when it is a swarm's
+    manager (``Swarm.ControlAvailable`` of ``GET /info``).
+
+    Raises:
+        OperationFailed: the engine cannot be reached.
+    """
+    from git_iterare.sandbox.engine import current
+
+    with docker_errors("ask the Docker engine about its swarm"):
+        info = _api().info()
+    swarm = info.get("Swarm") if isinstance(info, dict) else None
+    state = text(swarm, "LocalNodeState") or "inactive"
+    if field(swarm, "ControlAvailable") is True:
+        return None
+    where = current().label
+    if state == "active":
+        return f"the Docker engine at {where} is a swarm worker, not a manager"
+    return f"the Docker engine at {where} is in no swarm (its swarm state: {state})"
+
+
+def publish(image: str, registry: str, progress: Callable[[str], None] = lambda line: None
+            ) -> str:
+    """Push ``image`` (a name or id on the manager) to ``registry`` and return the
+    reference the nodes pull it by, ``REGISTRY/git-iterare/run@sha256:...``.
+
+    The push goes from the manager's engine (its ``--insecure-registry`` and
+    credentials apply); layers the registry has are not sent again.
+
+    Raises:
+        OperationFailed: the engine refused or the registry cannot be reached or refused.
+    """
+    api = _api()
+    with docker_errors(f"inspect the image {image}"):
+        image_id = str(api.inspect_image(image)["Id"])
+    repository, tag = f"{registry}/git-iterare/run", image_id.split(":")[-1][:20]
+    with docker_errors(f"tag the image for {registry}"):
+        api.tag(image_id, repository, tag)
+    digest = ""
+    error = ""
+    with docker_errors(f"push the image to {registry}"):
+        for event in api.push(repository, tag, stream=True, decode=True):
+            if not isinstance(event, dict):
+                continue
+            if event.get("error"):
+                error = str(event["error"])
+            found = field(event, "aux", "Digest")
+            if isinstance(found, str) and found.startswith("sha256:"):
+                digest = found
+            if event.get("status") == "Pushing" and event.get("progress"):
+                progress(f"pushing to {registry}: {event['progress']}")
+    if error or not digest:
+        from git_iterare.ui import sanitize
+
+        raise OperationFailed(f"cannot push the run's image to the registry {registry}: "
+                              f"{sanitize(error or 'it gave no digest')}",
+                              hint="check swarm.registry and that the manager's engine "
+                                   "may push there (--insecure-registry for plain HTTP)")
+    return f"{repository}@{digest}"
+
+
+def _overlay(name: str, labels: Mapping[str, str]) -> str:
+    """Make the run's internal overlay network; return its subnet (CIDR)."""
+    api = _api()
+    with docker_errors(f"create the network {name}"):
+        made = api.create_network(name, driver="overlay", internal=True, attachable=True,
+                                  labels=dict(labels), check_duplicate=True)
+        attrs = api.inspect_network(made["Id"])
+    configs = field(attrs, "IPAM", "Config")
+    subnet = text(configs[0], "Subnet") if isinstance(configs, list) and configs else ""
+    if not subnet:
+        raise OperationFailed(f"the swarm gave the network {name} no subnet")
+    return subnet
+
+
+def _agent_env(spec: SandboxSpec) -> dict[str, str]:
+    """The agent task's environment: the spec's, the proxy, the tree server, and git's
+    trust in the worktree (the tmpfs it is on is root's)."""
+    proxy = f"http://egress:{PROXY_PORT}"
+    env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent",
+           "ITERARE_NETWORK": "egress", "ITERARE_TREES_HOST": "trees",
+           "ITERARE_TREES_PORT": str(TREES_PORT),
+           "NO_PROXY": "trees,localhost,127.0.0.1", "no_proxy": "trees,localhost,127.0.0.1",
+           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+           "GIT_CONFIG_VALUE_0": WORK_PATH}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        env[name] = proxy
+    if spec.ca_bundle is not None:
+        env.update(NODE_EXTRA_CA_CERTS=CA_PATH, GIT_SSL_CAINFO=CA_PATH, CURL_CA_BUNDLE=CA_PATH)
+    return env
+
+
+class _Objects:
+    """The swarm configs and secrets of one run, made as the agent's files."""
+
+    def __init__(self, labels: Mapping[str, str], prefix: str) -> None:
+        self.labels = dict(labels)
+        self.prefix = prefix
+        self.configs: list[Json] = []
+        self.secrets: list[Json] = []
+        self.count = 0
+
+    def add(self, path: str, data: bytes, uid: int, gid: int, mode: int, *,
+            secret: bool) -> None:
+        """One file at ``path`` in the agent's container (a secret or a config)."""
+        self.count += 1
+        name = f"{self.prefix}-{'s' if secret else 'c'}{self.count}"
+        api = _api()
+        with docker_errors(f"create the swarm {'secret' if secret else 'config'} {name}"):
+            made = (api.create_secret(name, data, labels=self.labels) if secret
+                    else api.create_config(name, data, labels=self.labels))
+        ref = {"File": {"Name": path, "UID": str(uid), "GID": str(gid), "Mode": mode},
+               ("SecretID" if secret else "ConfigID"): made["ID"],
+               ("SecretName" if secret else "ConfigName"): name}
+        (self.secrets if secret else self.configs).append(ref)
+
+
+def _agent_objects(spec: SandboxSpec, passwd: bytes, group: bytes) -> _Objects:
+    """The agent's files as swarm objects (:func:`~git_iterare.sandbox.accounts.agent_file_list`):
+    secrets for the credentials, configs for the rest."""
+    from git_iterare.sandbox.accounts import agent_file_list
+
+    made = _Objects(spec.all_labels(), spec.name)
+    for item in agent_file_list(spec, passwd, group):
+        made.add(item.path, item.data, item.uid, item.gid, item.mode, secret=item.secret)
+    return made
+
+
+def _accounts(image: str) -> tuple[bytes, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of ``image`` (on the manager: built there)."""
+    from git_iterare.sandbox.accounts import image_accounts
+
+    with docker_errors(f"read the accounts of {image}"):
+        made = client().containers.create(image, command=["true"], entrypoint=[],
+                                          network_mode="none")
+    try:
+        with docker_errors(f"read the accounts of {image}"):
+            return image_accounts(made, image)
+    finally:
+        with contextlib.suppress(Exception):
+            made.remove(force=True)
+
+
+def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> Any:
+    """Create and start the run's tree server on the manager (see the module docstring)."""
+    from git_iterare.sandbox.accounts import container_file
+    from git_iterare.sandbox.sidecar import SIDECAR_MEMORY, SIDECAR_PIDS
+
+    assert spec.volumes is not None
+    trees = spec.volumes
+    script = container_file("engine-checkout").decode("utf-8")
+    mounts = [{"Target": WORK_PATH, "Source": trees.work, "Type": "volume"},
+              {"Target": GITDIR_PATH, "Source": trees.git, "Type": "volume"},
+              {"Target": CACHE_PATH, "Source": trees.cache, "Type": "volume",
+               "ReadOnly": True}]
+    config = {
+        "Image": spec.sidecar_image, "User": f"{spec.agent_uid}:{spec.agent_gid}",
+        "Entrypoint": ["/bin/sh", "-c", script, "engine-checkout"],
+        "Cmd": ["agent", "python3", TREE_SERVER, str(TREES_PORT)],
+        "WorkingDir": WORK_PATH, "Labels": {**labels, LABEL_ROLE: "trees"},
+        "HostConfig": {"Mounts": mounts, "NetworkMode": network, "CapDrop": ["ALL"],
+                       "SecurityOpt": ["no-new-privileges:true"],
+                       "Memory": SIDECAR_MEMORY, "PidsLimit": SIDECAR_PIDS},
+        "NetworkingConfig": {"EndpointsConfig": {network: {"Aliases": ["trees"]}}},
+    }
+    api = _api()
+    name = f"{spec.name}-trees"
+    with docker_errors(f"create the tree server of {spec.name}"):
+        made = api.create_container_from_config(config, name)
+        api.start(made["Id"])
+    return made["Id"]
+
+
+def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
+                   constraints: Sequence[str]) -> Json:
+    """The agent service's ``TaskTemplate`` (Engine API 1.41)."""
+    size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
+    tmpfs = [{"Target": target, "Type": "tmpfs",
+              "TmpfsOptions": {"SizeBytes": size, "Mode": 0o1777}}
+             for target in (WORK_PATH, "/git", "/tmp", AGENT_HOME)]
+    resources: Json = {}
+    if spec.limits.cpus:
+        resources["NanoCPUs"] = int(spec.limits.cpus * 1e9)
+    if spec.limits.memory:
+        resources["MemoryBytes"] = memory_bytes(spec.limits.memory)
+    limits = dict(resources)
+    if spec.limits.pids:
+        limits["Pids"] = spec.limits.pids
+    return {
+        "ContainerSpec": {
+            "Image": image, "Command": ["/bin/sh", "/run/iterare/agent-start"],
+            "Args": list(spec.command), "User": f"{spec.agent_uid}:{spec.agent_gid}",
+            "Dir": spec.workdir, "Env": [f"{k}={v}" for k, v in _agent_env(spec).items()],
+            "Labels": {**spec.all_labels(), LABEL_ROLE: "agent"},
+            "Mounts": tmpfs, "Configs": objects.configs, "Secrets": objects.secrets,
+            "CapabilityDrop": ["ALL"], "Init": True,
+            "StopGracePeriod": STOP_GRACE_SECONDS * 10**9,
+            "Isolation": "default"},
+        "Resources": {"Limits": limits, "Reservations": resources},
+        "RestartPolicy": {"Condition": "none", "MaxAttempts": 0},
+        "Placement": {"Constraints": list(constraints)},
+        "Networks": [{"Target": f"{spec.name}-run"}],
+        "LogDriver": {"Name": "json-file", "Options": {"max-size": "50m", "max-file": "2"}},
+    }
+
+
+def _labelled(kind: str, run_id: str, repo_path: str) -> list[Json]:
+    """The run's swarm objects of ``kind`` (``services``, ``configs``, ``secrets``,
+    ``networks``) by its labels."""
+    api = _api()
+    filters = {"label": [f"{LABEL_RUN}={run_id}", f"{LABEL_REPO}={repo_path}"]}
+    found = getattr(api, kind)(filters=filters)
+    return [item for item in found or () if isinstance(item, dict)]
+
+
+class SwarmBackend:
+    """Runs sandboxes as services of the swarm the current engine manages
+    (:attr:`git_iterare.sandbox.engine.Engine.swarm`)."""
+
+    def start(self, spec: SandboxSpec, fill: Callable[[], object] | None = None) -> str:
+        """Make the run's network, egress, tree server, files and service (see the module
+        docstring); return the service's name. The service may wait in the swarm's queue
+        until a node has room for its reservations.
+
+        Raises:
+            UserError: the spec's trees are not in engine volumes.
+            OperationFailed: the engine or the registry refused, or the egress could not
+                set up the firewall (then nothing of the sandbox is left).
+        """
+        from git_iterare.sandbox.docker_backend import sidecar_environment
+        from git_iterare.sandbox.engine import current
+        from git_iterare.sandbox.sidecar import (
+            LOCKED_LINE,
+            READY_LINE,
+            READY_TIMEOUT,
+            SidecarLog,
+            create_sidecar,
+        )
+
+        target = current().swarm
+        if spec.volumes is None or target is None:
+            raise UserError("a swarm run needs its trees in the manager's volumes")
+        labels = spec.all_labels()
+        try:
+            image = publish(spec.image, target.registry)
+            network = f"{spec.name}-run"
+            subnet = _overlay(network, labels)
+            env = {**sidecar_environment(spec), "ITERARE_PROXY_PORT": str(PROXY_PORT),
+                   "ITERARE_PROXY_FROM": subnet}
+            egress = create_sidecar(spec, env, name=f"{spec.name}-net",
+                                    labels={**labels, LABEL_ROLE: "sidecar"})
+            with docker_errors(f"attach the egress of {spec.name} to {network}"):
+                _api().connect_container_to_network(egress.id, network, aliases=["egress"])
+            with docker_errors(f"start the egress of {spec.name}"):
+                egress.start()
+            if fill is not None:
+                fill()
+            log, deadline = SidecarLog(egress), time.monotonic() + READY_TIMEOUT
+            log.wait_for(LOCKED_LINE, deadline)
+            log.wait_for(READY_LINE, deadline)
+            _tree_server(spec, network, labels)
+            objects = _agent_objects(spec, *_accounts(spec.image))
+            with docker_errors(f"create the service {spec.name}"):
+                _api().create_service(
+                    _task_template(spec, image, objects, target.constraints),
+                    name=spec.name, labels={**labels, LABEL_ROLE: "agent"},
+                    mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}},
+                    endpoint_spec={"Mode": "dnsrr"})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.remove(spec.run_id, spec.repo_path)
+            raise
+        return spec.name
+
+    def _task(self, service: str) -> Json | None:
+        """The service's newest task, or None (none yet, or no such service)."""
+        import docker.errors
+
+        with docker_errors(f"ask the swarm about {service}"):
+            try:
+                tasks = _api().tasks(filters={"service": service})
+            except docker.errors.NotFound:
+                return None
+        tasks = [t for t in tasks or () if isinstance(t, dict)]
+        tasks.sort(key=lambda t: text(t, "CreatedAt"))
+        return tasks[-1] if tasks else None
+
+    def _service(self, service: str) -> Json | None:
+        import docker.errors
+
+        with docker_errors(f"ask the swarm about {service}"):
+            try:
+                found = _api().inspect_service(service)
+            except docker.errors.NotFound:
+                return None
+        return found if isinstance(found, dict) else None
+
+    def node_down(self, service: str) -> bool:
+        """Whether the node the service's task was given to is down (a dead machine: the
+        swarm then still says the task runs)."""
+        task = self._task(service)
+        node = text(task, "NodeID")
+        if not node:
+            return False
+        import docker.errors
+
+        with docker_errors("ask the swarm about its nodes"):
+            try:
+                state = text(_api().inspect_node(node), "Status", "State")
+            except docker.errors.NotFound:
+                return True
+        return state in ("down", "unknown", "disconnected")
+
+    def node_name(self, service: str) -> str:
+        """The host name of the node the service's task was given to, or ""."""
+        import docker.errors
+
+        node = text(self._task(service), "NodeID")
+        if not node:
+            return ""
+        with docker_errors("ask the swarm about its nodes"), \
+                contextlib.suppress(docker.errors.NotFound):
+            return text(_api().inspect_node(node), "Description", "Hostname")
+        return ""
+
+    def inspect(self, container: str) -> ContainerInfo | None:
+        """The run's state from its service and task: ``created`` while queued,
+        ``running``, ``exited`` with the task's exit code once it ended (or its node is
+        down); None when the service does not exist."""
+        service = self._service(container)
+        if service is None:
+            return None
+        task = self._task(container)
+        state = text(task, "Status", "State") or "new"
+        code = field(task, "Status", "ContainerStatus", "ExitCode")
+        labels = field(service, "Spec", "Labels")
+        image = text(service, "Spec", "TaskTemplate", "ContainerSpec", "Image")
+        memory = field(service, "Spec", "TaskTemplate", "Resources", "Limits", "MemoryBytes")
+        if state in WAITING:
+            shown, exit_code, started = "created", None, False
+        elif state in ENDED:
+            shown, started = "exited", True
+            exit_code = code if isinstance(code, int) else -1
+        elif self.node_down(container):
+            shown, exit_code, started = "exited", None, True
+        else:
+            shown, exit_code, started = "running", None, True
+        return ContainerInfo(
+            id=container, name=container, state=shown, exit_code=exit_code,
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict)
+            else {}, image=image, ran_seconds=None,
+            memory_bytes=memory if isinstance(memory, int) and memory > 0 else None,
+            started=started, ended_at=None)
+
+    def output(self, container: str, *, follow: bool = False) -> Iterator[bytes]:
+        """The service's output as lines (bytes, newline kept), from the swarm's service
+        logs; with ``follow`` until its task ended (a followed service log stays open
+        after that)."""
+        from git_iterare.loglimit import split_lines
+
+        with docker_errors(f"read the output of {container}"):
+            stream = _api().service_logs(container, stdout=True, stderr=True,
+                                         follow=follow, details=False)
+            if not follow:
+                yield from split_lines(iter(stream))
+                return
+            yield from split_lines(self._until_ended(container, stream))
+
+    def _until_ended(self, service: str, stream: Any) -> Iterator[bytes]:
+        """Chunks of ``stream`` until the task ended and its last output came."""
+        chunks: queue.Queue[bytes | None] = queue.Queue()
+
+        def pump() -> None:
+            with contextlib.suppress(Exception):
+                for chunk in stream:
+                    chunks.put(chunk)
+            chunks.put(None)
+
+        threading.Thread(target=pump, daemon=True, name="service-logs").start()
+        ended_at: float | None = None
+        while True:
+            try:
+                chunk = chunks.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if ended_at is None:
+                    info = self.inspect(service)
+                    if info is None or info.state == "exited":
+                        ended_at = time.monotonic()
+                elif time.monotonic() - ended_at > 2.0:  # its last lines came meanwhile
+                    break
+                continue
+            if chunk is None:
+                break
+            yield chunk
+        with contextlib.suppress(Exception):
+            stream.close()
+
+    def wait(self, container: str, timeout: float | None = None) -> int | None:
+        """The task's exit status once it ended (-1 when the swarm says none, or its node
+        is down); None when ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.inspect(container)
+            if info is None:
+                return -1
+            if info.state == "exited":
+                return info.exit_code if info.exit_code is not None else -1
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(POLL_SECONDS)
+
+    def stop(self, container: str, grace_seconds: float = 10) -> None:
+        """Ask the agent to stop: its task's ``swarm-start`` sees the tree server's stop
+        file, stops the agent (SIGTERM, SIGKILL after ``grace_seconds``) and gives its
+        work back, then ends. A task still queued is removed with its service."""
+        info = self.inspect(container)
+        if info is None or info.state == "exited":
+            return
+        if not info.started:
+            with docker_errors(f"remove the service {container}"):
+                _api().remove_service(container)
+            return
+        from git_iterare.sandbox.volumes import exec_in, find_container
+
+        trees = find_container(f"{container}-trees")
+        if trees is None:
+            raise OperationFailed(f"the tree server of {container} is gone; "
+                                  f"`git iterare cleanup` removes the run")
+        code, out = exec_in(trees, ["/bin/sh", "-c",
+                                    f"echo {max(1, round(grace_seconds))} > "
+                                    f"{GITDIR_PATH}/iterare-stop"])
+        if code != 0:
+            raise OperationFailed(f"cannot ask {container} to stop: "
+                                  f"{out.decode('utf-8', 'replace')[-200:]}")
+
+    def reclaim(self, container: str, trees: Sequence[Path], uid: int, gid: int,
+                image: str, out_dir: Path | None = None) -> list[str]:
+        """Nothing: a swarm run's trees come back through its volumes (the placement
+        fetches them inert)."""
+        return []
+
+    def again(self, container: str, *, name: str, role: str, command: Sequence[str],
+              env: Mapping[str, str], files: Mapping[str, bytes],
+              pristine: bool = False) -> str:
+        """Refused: a loop's later rounds do not run on a swarm yet.
+
+        Raises:
+            OperationFailed: always.
+        """
+        raise OperationFailed("runs with --until do not run on a swarm yet",
+                              hint="run the loop on a Docker engine (swarm.enabled = false)")
+
+    def remove(self, run_id: str, repo_path: str) -> None:
+        """Remove the run's service, then its containers on the manager (egress, tree
+        server, porters), configs, secrets and network."""
+        import docker.errors
+
+        from git_iterare.sandbox.docker_backend import DockerBackend
+
+        api = _api()
+        with docker_errors(f"remove the swarm objects of {run_id}"):
+            for service in _labelled("services", run_id, repo_path):
+                with contextlib.suppress(docker.errors.NotFound):
+                    api.remove_service(service["ID"])
+        DockerBackend().remove(run_id, repo_path)
+        with docker_errors(f"remove the swarm objects of {run_id}"):
+            for kind, drop in (("configs", api.remove_config), ("secrets", api.remove_secret)):
+                for item in _labelled(kind, run_id, repo_path):
+                    _retry(functools.partial(drop, item["ID"]))
+            for network in _labelled("networks", run_id, repo_path):
+                _retry(functools.partial(api.remove_network, network["Id"]))
+
+    def list_sandboxes(self, repo_path: str | None = None) -> list[ContainerInfo]:
+        """Every run's service (of one repository when ``repo_path`` is given)."""
+        filters = {"label": [f"{LABEL_REPO}={repo_path}"] if repo_path else [LABEL_RUN]}
+        with docker_errors("list the swarm's services"):
+            found = _api().services(filters=filters)
+        infos = []
+        for service in found or ():
+            name = text(service, "Spec", "Name")
+            info = self.inspect(name) if name else None
+            if info is not None and info.labels.get(LABEL_ROLE) == "agent":
+                infos.append(info)
+        return infos
+
+
+def _retry(call: Callable[[], object], seconds: float = 30.0) -> None:
+    """``call`` until the engine lets it through: a config, secret or network stays in
+    use a while after its service is removed (the tasks end first)."""
+    import docker.errors
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            call()
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
