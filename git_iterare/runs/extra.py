@@ -39,6 +39,14 @@ class Shipped(TypedDict, total=False):
     submodules: list[list[str]]
 
 
+class SwarmNode(TypedDict, total=False):
+    """Where a swarm run's task ran: the node's host name and swarm node id (none while
+    it is queued)."""
+
+    node: str
+    node_id: str
+
+
 class Fetched(TypedDict):
     """What came back from a remote engine at the run's end: bytes read, and how its
     worktree came (``change``: the changed and new paths, ``deleted`` of them removed;
@@ -146,7 +154,8 @@ class RunExtra(TypedDict, total=False):
     ``interactive``, ``networks``, ``workspace_mounts`` (mount points below the
     worktree), ``sidecar_image`` (git-iterare's own image id).
 
-    Where it runs: ``host`` (machine id), ``repo`` (main worktree), ``engine``.
+    Where it runs: ``host`` (machine id), ``repo`` (main worktree), ``engine``; on a
+    swarm, ``swarm`` (the node its task ran on).
 
     How it was started: ``sidecar`` (``spare``, ``own``; ``ahead`` in older records),
     ``spare``, ``shipped``, ``cached``; ``engine_cleared`` once nothing of it is left on a
@@ -175,6 +184,7 @@ class RunExtra(TypedDict, total=False):
     host: str
     repo: str
     engine: Engine
+    swarm: SwarmNode
     sidecar: str
     spare: Spare
     shipped: Shipped

@@ -348,16 +348,22 @@ def tail_events(log: bytes, agent: str | None = None) -> list[Event]:
 
 
 def engine_text(extra: Any) -> str | None:
-    """The run's Docker engine as ``show`` prints it (``URL`` or ``URL (context NAME)``),
-    from ``extra["engine"]`` (see :func:`git_iterare.runner.ownership.origin`); None when
+    """The run's Docker engine as ``show`` prints it (``URL`` or ``URL (context NAME)``,
+    for a swarm run ``swarm URL, node HOST``), from ``extra["engine"]`` and
+    ``extra["swarm"]`` (see :func:`git_iterare.runner.ownership.origin`); None when
     the record has none."""
     engine = extra.get("engine") if isinstance(extra, dict) else None
     if not isinstance(engine, dict) or not isinstance(engine.get("url"), str):
         return None
     name = engine.get("name")
+    text = str(engine["url"])
     if isinstance(name, str) and name and name != "default":
-        return f"{engine['url']} (context {name})"
-    return str(engine["url"])
+        text = f"{text} (context {name})"
+    swarm = extra.get("swarm")
+    if isinstance(swarm, dict):  # a swarm run: its manager, and the node it ran on
+        node = swarm.get("node") or swarm.get("node_id")
+        text = f"swarm {text}" + (f", node {node}" if isinstance(node, str) and node else "")
+    return text
 
 
 def _not_committed(skipped: Any, paint: Any) -> list[str]:

@@ -155,15 +155,12 @@ def _overlay(name: str, labels: Mapping[str, str]) -> str:
 
 
 def _agent_env(spec: SandboxSpec) -> dict[str, str]:
-    """The agent task's environment: the spec's, the proxy, the tree server, and git's
-    trust in the worktree (the tmpfs it is on is root's)."""
+    """The agent task's environment: the spec's, the proxy and the tree server."""
     proxy = f"http://egress:{PROXY_PORT}"
     env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent",
            "ITERARE_NETWORK": "egress", "ITERARE_TREES_HOST": "trees",
            "ITERARE_TREES_PORT": str(TREES_PORT),
-           "NO_PROXY": "trees,localhost,127.0.0.1", "no_proxy": "trees,localhost,127.0.0.1",
-           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
-           "GIT_CONFIG_VALUE_0": WORK_PATH}
+           "NO_PROXY": "trees,localhost,127.0.0.1", "no_proxy": "trees,localhost,127.0.0.1"}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env[name] = proxy
     if spec.ca_bundle is not None:
@@ -392,17 +389,19 @@ class SwarmBackend:
                 return True
         return state in ("down", "unknown", "disconnected")
 
-    def node_name(self, service: str) -> str:
-        """The host name of the node the service's task was given to, or ""."""
+    def task_node(self, service: str) -> tuple[str, str]:
+        """``(node id, host name)`` of the node the service's task was given to; empty
+        strings for what the swarm does not say (no task yet, a node gone)."""
         import docker.errors
 
         node = text(self._task(service), "NodeID")
         if not node:
-            return ""
-        with docker_errors("ask the swarm about its nodes"), \
-                contextlib.suppress(docker.errors.NotFound):
-            return text(_api().inspect_node(node), "Description", "Hostname")
-        return ""
+            return "", ""
+        with docker_errors("ask the swarm about its nodes"):
+            try:
+                return node, text(_api().inspect_node(node), "Description", "Hostname")
+            except docker.errors.NotFound:
+                return node, ""
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """The run's state from its service and task: ``created`` while queued,

@@ -66,7 +66,26 @@ class Swarm(Remote):
             as :meth:`Remote.make`.
         """
         trees = super().make(repo, record, files)
+        trees.facts["swarm"] = {}  # the node, once the swarm gave the task one
         return dataclasses.replace(trees, wrapper=swarm_start_command())
+
+    def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
+        """As :meth:`Remote.fetch` (the tree server gave the task's trees back to the
+        manager's volumes), after recording the node the task ran on (``extra.swarm``:
+        ``node``, ``node_id``).
+
+        Raises:
+            as :meth:`Remote.fetch`.
+        """
+        from git_iterare.runs.store import RunStore
+        from git_iterare.sandbox.spec import sandbox_name
+        from git_iterare.sandbox.swarm_backend import SwarmBackend
+
+        node_id, node = SwarmBackend().task_node(record.container or sandbox_name(record.id))
+        if node_id:
+            RunStore(repo).update(record.id, lambda r: r.with_extra(
+                swarm={"node": node, "node_id": node_id}), f"{record.id} ran on {node_id}")
+        return super().fetch(repo, record, workspace)
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
                    sandbox: str, head: str | None) -> None:
