@@ -18,10 +18,10 @@ import pytest
 
 BIN_DIR = Path(sys.executable).parent
 
-#: The sandbox image and the local test internet, the predecessor iterare, and the second
-#: (DinD) engine, and Podman (session fixtures).
+#: The sandbox image and the local test internet, the predecessor iterare, the second
+#: (DinD) engine, Podman, and the swarm lab (session fixtures).
 pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare", "tests.engines",
-                  "tests.podman_engine"]
+                  "tests.podman_engine", "tests.swarm"]
 
 
 @pytest.fixture(autouse=True)

@@ -250,21 +250,45 @@ def _socket_ready(name: str) -> bool:
     return result.returncode == 0 and bool(result.stdout.strip())
 
 
-def start(seed: Path, driver: str = "overlay2") -> DindEngine:
+def start(seed: Path, driver: str = "overlay2", *, prefix: str = "iterare-test-dind",
+          network: str | None = None, alias: str | None = None,
+          dockerd_args: tuple[str, ...] = ()) -> DindEngine:
     """Start a DinD container with the keys and certificates in ``seed`` (see
     :func:`make_seed`); return when sshd and dockerd answer.
+
+    Args:
+        seed: the keys and certificates (``known_hosts`` is written there for this engine).
+        driver: dockerd's storage driver.
+        prefix: the container's (and its volume's) name is ``PREFIX-<8 hex>``.
+        network: a Docker network of the local engine the container joins (instead of the
+            default bridge); its ports stay published on 127.0.0.1 as well.
+        alias: the container's name on ``network`` (and its hostname); only with ``network``.
+        dockerd_args: extra arguments for dockerd (e.g. ``("--insecure-registry",
+            "10.1.2.3:5000")``), passed as ``DIND_DOCKERD_ARGS``; none may hold whitespace.
 
     Raises:
         RuntimeError: it did not come up within :data:`START_TIMEOUT` seconds (its log is
             in the message); the container and volume are removed then.
+        ValueError: ``alias`` without ``network``, or an argument holding whitespace.
     """
-    name = f"iterare-test-dind-{uuid.uuid4().hex[:8]}"
+    if alias and not network:
+        raise ValueError("an alias needs a network")
+    if any(not arg or arg.split() != [arg] for arg in dockerd_args):
+        raise ValueError(f"dockerd arguments must be single words: {dockerd_args!r}")
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    placed: list[str] = []
+    if network:
+        placed += ["--network", network]
+    if alias:
+        placed += ["--network-alias", alias, "--hostname", alias]
+    if dockerd_args:
+        placed += ["-e", f"DIND_DOCKERD_ARGS={' '.join(dockerd_args)}"]
     began = time.monotonic()
     _run("docker", "run", "-d", "--name", name, "--label", "dev.iterare.test=dind",
          "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
          "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
          "--mount", f"type=volume,source={name},target=/var/lib/docker",
-         "-v", f"{seed}:/seed:ro", "-e", f"DIND_STORAGE_DRIVER={driver}",
+         "-v", f"{seed}:/seed:ro", "-e", f"DIND_STORAGE_DRIVER={driver}", *placed,
          "-p", "127.0.0.1::22", "-p", "127.0.0.1::2376", DIND_IMAGE)
     try:
         ssh_port, tcp_port = _port(name, "22/tcp"), _port(name, "2376/tcp")

@@ -28,12 +28,16 @@ install -m 600 /seed/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
 /usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password \
     -o HostKey=/etc/ssh/ssh_host_ed25519_key
 driver=${DIND_STORAGE_DRIVER:-overlay2}
+# Extra dockerd arguments, words separated by spaces (e.g. --insecure-registry HOST:PORT).
+extra=${DIND_DOCKERD_ARGS:-}
 # dockerd starts again when it ends (a test restarts the engine: `kill $(cat
 # /var/run/docker.pid)`, as a host reboot would stop its containers); `docker rm -f` ends all.
 while :; do
+    # shellcheck disable=SC2086  # $extra is split into words on purpose
     dockerd --host unix:///var/run/docker.sock --host tcp://0.0.0.0:2376 \
         --tlsverify --tlscacert /seed/ca.pem --tlscert /seed/server-cert.pem \
-        --tlskey /seed/server-key.pem --storage-driver "$driver" --log-level warn || true
+        --tlskey /seed/server-key.pem --storage-driver "$driver" --log-level warn \
+        $extra || true
     echo "dind: dockerd ended; starting it again" >&2
     sleep 0.5
 done
