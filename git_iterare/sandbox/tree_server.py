@@ -66,6 +66,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: Largest request head (request line and headers), in bytes.
 MAX_HEAD_BYTES = 8 * 1024
@@ -675,6 +679,25 @@ def _apply_dirs(root: str, dirs: dict[tuple[str, tuple[str, ...]], tuple[int, fl
             os.close(tree_fd)
 
 
+def _ended_header() -> type[_Header]:
+    """A :class:`tarfile.TarInfo` class of one archive's own that notes its end."""
+    return type("_Header", (_Header,), {"ended": False})
+
+
+class _Header(tarfile.TarInfo):
+    """A member header that sets ``ended`` on its class at the end-of-archive block:
+    ``tarfile`` takes a stream that stops at a member's end, or a broken header, as the
+    archive's end, which an upload that broke off must not be."""
+
+    ended = False
+
+    @classmethod
+    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
+        if len(buf) == tarfile.BLOCKSIZE and not buf.strip(b"\0"):
+            cls.ended = True
+        return super().frombuf(buf, encoding, errors)
+
+
 def receive(root: str, body: io.RawIOBase) -> int:
     """Unpack the upload ``body`` and swap it in for :data:`REPLACED` under ``root``
     (the caller serializes uploads); return the regular files and hard links written.
@@ -694,14 +717,17 @@ def receive(root: str, body: io.RawIOBase) -> int:
                 os.mkdir(os.path.join(path, scratch[tree], sub), 0o700)
             fds[tree] = os.open(os.path.join(path, scratch[tree], "new"), _DIR_FLAGS)
         unpacking = Unpacking(fds)
+        header = _ended_header()
         try:
-            with tarfile.open(fileobj=body, mode="r|") as tar:
+            with tarfile.open(fileobj=body, mode="r|", tarinfo=header) as tar:
                 for count, info in enumerate(tar):
                     if count >= MAX_MEMBERS:
                         raise HttpError(400, f"more than {MAX_MEMBERS} members")
                     unpacking.member(tar, info)
         except tarfile.TarError as err:
             raise HttpError(400, f"not a tar: {shown(str(err))}") from None
+        if not header.ended:
+            raise HttpError(400, "the tar has no end-of-archive block (it broke off)")
         for tree in REPLACED:
             if any(os.path.basename(e) == scratch[tree] for e in os.listdir(fds[tree])):
                 raise Refused(scratch[tree], "a name the server uses")
