@@ -202,7 +202,7 @@ HOSTILE = {
     "not a tar": lambda out: b"GIF89a" + bytes(2000),
     # An upload whose tar broke off at a member's end (tar killed midway): no end block.
     "broken off": lambda out: _tar(_member("workspace/a", b"x" * 600),
-                                   _member("git/run/HEAD", b"x"))[:2048],
+                                   _member("git/run/HEAD", b"x"))[:1536],
     "broken header": lambda out: (lambda t: t[:1536] + b"\x01" * 512 + bytes(1024))(
         _tar(_member("workspace/a", b"x" * 600), _member("git/run/HEAD", b"x"))),
 }
