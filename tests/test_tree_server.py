@@ -1,0 +1,298 @@
+"""The tree server (git_iterare/sandbox/tree_server.py) as its own process on loopback, with
+a folder of the test's as its root: trees out, results in, and hostile uploads refused with
+nothing changed (no Docker: the swarm task's side is tested in test_swarm_start_e2e.py)."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from git_iterare.sandbox import tree_server as ts
+
+SERVER = Path(ts.__file__)
+LIMIT = 256 * 1024
+
+
+@dataclass
+class Server:
+    root: Path
+    port: int
+    log: list[str]
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                chunked: bool = False, headers: dict[str, str] | None = None
+                ) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            if chunked and body is not None:
+                pieces = (body[i:i + 7000] for i in range(0, len(body), 7000))
+                conn.request(method, path, body=pieces, encode_chunked=True,
+                             headers={"Transfer-Encoding": "chunked", **(headers or {})})
+            else:
+                conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def logged(self, *parts: str) -> list[dict[str, object]]:
+        """The log's JSON lines, once one holds all of ``parts`` (it is written after the
+        answer) or after 5 s."""
+        deadline = time.monotonic() + 5
+        while not any(all(p in line for p in parts) for line in self.log):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return [json.loads(line) for line in self.log if line.startswith("{")]
+
+
+def _trees(root: Path) -> None:
+    work, run, cache = root / "workspace", root / "git/run", root / "git/cache"
+    for folder in (work / "src", run / "refs/heads", cache / "objects/ab"):
+        folder.mkdir(parents=True)
+    (work / "README").write_text("base\n")
+    (work / "src/run.sh").write_text("#!/bin/sh\n")
+    (work / "src/run.sh").chmod(0o755)
+    (work / "link").symlink_to("/etc/passwd")
+    (work / ".git").write_text("gitdir: /git/run\n")
+    os.mkfifo(work / "fifo")
+    (run / "HEAD").write_text("ref: refs/heads/iterare/x\n")
+    (cache / "objects/ab/cdef").write_bytes(b"\x00object")
+    (cache / "objects/ab/cdef").chmod(0o444)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    root = tmp_path / "root"
+    _trees(root)
+    env = dict(os.environ, ITERARE_TREES_ROOT=str(root), ITERARE_MAX_RESULT_BYTES=str(LIMIT))
+    proc = subprocess.Popen([sys.executable, str(SERVER), "0", "127.0.0.1"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("iterare-trees: listening on "), first
+    log: list[str] = []
+    reader = threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, "")),  # type: ignore[union-attr]
+                              daemon=True)
+    reader.start()
+    try:
+        yield Server(root, int(first.rsplit(" ", 1)[1]), log)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return out.getvalue()
+
+
+def _member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, mode: int = 0o644,
+            link: str = "") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname, info.mtime = kind, mode, link, 1_700_000_000
+    return info, data
+
+
+def _state(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every path under ``root`` -> (mode, content or link target)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            st = path.lstat()
+            data = (os.readlink(path).encode() if path.is_symlink() else
+                    path.read_bytes() if stat.S_ISREG(st.st_mode) else b"")
+            out[str(path.relative_to(root))] = (st.st_mode, data)
+    return out
+
+
+def test_ready_and_trees_out(server: Server) -> None:
+    assert server.request("GET", "/ready") == (200, b"ready\n")
+    status, body = server.request("GET", "/trees")
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        readme = tar.extractfile("workspace/README")
+        assert readme is not None and readme.read() == b"base\n"
+    assert "workspace" not in members and "git" not in members  # the agent's mount points
+    assert {"workspace/src/run.sh", "git/run", "git/run/HEAD",
+            "git/cache/objects/ab/cdef"} <= set(members)
+    assert "workspace/fifo" not in members
+    assert members["workspace/link"].issym()
+    assert members["workspace/link"].linkname == "/etc/passwd"
+    assert stat.S_IMODE(members["workspace/src/run.sh"].mode) == 0o755
+    assert stat.S_IMODE(members["git/cache/objects/ab/cdef"].mode) == 0o444
+    assert {(m.uid, m.gid) for m in members.values()} == {(os.getuid(), os.getgid())}
+    assert {"trees": "GET /trees", "status": 200, "members": 13} in server.logged("/trees")
+
+
+def test_an_upload_replaces_both_trees(server: Server) -> None:
+    cache = _state(server.root / "git/cache")
+    upload = _tar(_member("workspace", kind=tarfile.DIRTYPE, mode=0o755),
+                  _member("workspace/new.txt", b"new\n"),
+                  _member("workspace/bin", kind=tarfile.DIRTYPE, mode=0o555),
+                  _member("workspace/bin/tool", b"#!/bin/sh\n", mode=0o755),
+                  _member("workspace/bin/same", kind=tarfile.LNKTYPE, link="workspace/bin/tool"),
+                  _member("workspace/up", kind=tarfile.SYMTYPE, link="../outside"),
+                  _member("git/run/HEAD", b"ref: refs/heads/iterare/y\n"))
+    for chunked in (False, True):
+        status, body = server.request("PUT", "/result", upload, chunked=chunked)
+        assert status == 200, body
+        assert json.loads(body) == {"bytes": len(upload), "files": 4}
+    work = server.root / "workspace"
+    assert sorted(p.name for p in work.iterdir()) == ["bin", "new.txt", "up"]
+    assert (work / "bin/same").stat().st_ino == (work / "bin/tool").stat().st_ino
+    assert stat.S_IMODE((work / "bin").stat().st_mode) == 0o555
+    assert stat.S_IMODE((work / "bin/tool").stat().st_mode) == 0o755
+    assert (work / "new.txt").stat().st_mtime == 1_700_000_000
+    assert os.readlink(work / "up") == "../outside"
+    assert os.listdir(server.root / "git/run") == ["HEAD"]
+    assert _state(server.root / "git/cache") == cache
+    # What was uploaded is what goes out next.
+    status, out = server.request("GET", "/trees")
+    with tarfile.open(fileobj=io.BytesIO(out), mode="r:") as tar:
+        names = set(tar.getnames())
+    assert {"workspace/new.txt", "workspace/bin/tool", "git/run/HEAD"} <= names
+    assert "workspace/README" not in names
+
+
+def _outside(tmp_path: Path) -> Path:
+    target = tmp_path / "outside"
+    target.mkdir()
+    return target
+
+
+HOSTILE = {
+    "dotdot": lambda out: _tar(_member("workspace/ok", b"x"),
+                               _member("workspace/../../outside/f", b"x")),
+    "absolute": lambda out: _tar(_member("workspace/ok", b"x"), _member(f"{out}/f", b"x")),
+    "symlink parent": lambda out: _tar(_member("workspace/l", kind=tarfile.SYMTYPE, link=str(out)),
+                                       _member("workspace/l/f", b"x")),
+    "file parent": lambda out: _tar(_member("workspace/f", b"x"), _member("workspace/f/g", b"x")),
+    "wrong top": lambda out: _tar(_member("workspace/ok", b"x"), _member("git/cache/objects/x")),
+    "other top": lambda out: _tar(_member("etc/passwd", b"x")),
+    "git as a file": lambda out: _tar(_member("git", b"x")),
+    "hard link outside": lambda out: _tar(_member("workspace/h", kind=tarfile.LNKTYPE,
+                                                  link="/etc/passwd")),
+    "hard link to no member": lambda out: _tar(_member("workspace/h", kind=tarfile.LNKTYPE,
+                                                       link="workspace/README")),
+    "hard link across trees": lambda out: _tar(_member("git/run/HEAD", b"x"),
+                                               _member("workspace/h", kind=tarfile.LNKTYPE,
+                                                       link="git/run/HEAD")),
+    "file over a folder": lambda out: _tar(_member("workspace/d", kind=tarfile.DIRTYPE),
+                                           _member("workspace/d", b"x")),
+    "not a tar": lambda out: b"GIF89a" + bytes(2000),
+    # An upload whose tar broke off at a member's end (tar killed midway): no end block.
+    "broken off": lambda out: _tar(_member("workspace/a", b"x" * 600),
+                                   _member("git/run/HEAD", b"x"))[:1536],
+    "broken header": lambda out: (lambda t: t[:1536] + b"\x01" * 512 + bytes(1024))(
+        _tar(_member("workspace/a", b"x" * 600), _member("git/run/HEAD", b"x"))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_uploads_change_nothing(server: Server, tmp_path: Path, case: str) -> None:
+    outside = _outside(tmp_path)
+    before = _state(server.root)
+    status, body = server.request("PUT", "/result", HOSTILE[case](outside))
+    assert status == 400, body
+    assert body.startswith(b"iterare-trees: ") and body.count(b"\n") == 1
+    assert _state(server.root) == before
+    assert list(outside.iterdir()) == []
+
+
+def test_uploads_over_the_limit_change_nothing(server: Server) -> None:
+    before = _state(server.root)
+    big = _tar(_member("workspace/big", bytes(LIMIT)))
+    assert server.request("PUT", "/result", big)[0] == 413  # by its Content-Length
+    assert server.request("PUT", "/result", big, chunked=True)[0] == 413  # as it comes
+    assert _state(server.root) == before
+    assert server.request("PUT", "/result", b"x" * 10)[0] == 400
+    assert _state(server.root) == before
+
+
+def test_special_members_are_left_out_and_set_id_bits_dropped(server: Server) -> None:
+    upload = _tar(_member("workspace/null", kind=tarfile.CHRTYPE),
+                  _member("workspace/disk", kind=tarfile.BLKTYPE),
+                  _member("workspace/pipe", kind=tarfile.FIFOTYPE),
+                  _member("workspace/suid", b"#!/bin/sh\n", mode=0o6755),
+                  _member("workspace/shared", kind=tarfile.DIRTYPE, mode=0o3775),
+                  _member("git/run/HEAD", b"x"))
+    status, body = server.request("PUT", "/result", upload)
+    assert status == 200, body
+    work = server.root / "workspace"
+    assert sorted(p.name for p in work.iterdir()) == ["shared", "suid"]
+    assert stat.S_IMODE((work / "suid").stat().st_mode) == 0o755
+    assert stat.S_IMODE((work / "shared").stat().st_mode) == 0o1775
+
+
+def test_concurrent_uploads_are_served_one_at_a_time(server: Server) -> None:
+    def upload(n: int) -> bytes:
+        return _tar(*(_member(f"workspace/f{i}", str(n).encode() * 200) for i in range(80)),
+                    _member("git/run/who", str(n).encode()))
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda n=n: results.append(
+        server.request("PUT", "/result", upload(n), chunked=True)[0])) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [200] * 6
+    who = (server.root / "git/run/who").read_text()
+    work = server.root / "workspace"
+    assert {(work / f"f{i}").read_text() for i in range(80)} == {who * 200}
+    assert sorted(os.listdir(work)) == sorted(f"f{i}" for i in range(80))
+
+
+def test_bad_requests(server: Server) -> None:
+    assert server.request("GET", "/nothing")[0] == 404
+    assert server.request("POST", "/result", b"")[0] == 405
+    assert server.request("GET", "/ready", headers={"X-Long": "a" * 9000})[0] == 400
+    lines = server.logged("400")
+    assert {line["status"] for line in lines} >= {404, 405, 400}
+
+
+def test_a_committed_upload_is_finished_after_a_crash(tmp_path: Path) -> None:
+    root = tmp_path
+    _trees(root)
+    # What a server stopped midway through swapping leaves: the worktree's scratch folder
+    # committed, its old contents half moved out.
+    work, run = root / "workspace", root / "git/run"
+    for tree, scratch, new in ((work, ".iterare-put-w", "done"), (run, ".iterare-put-r", "HEAD")):
+        (tree / scratch / "new").mkdir(parents=True)
+        (tree / scratch / "old").mkdir()
+        (tree / scratch / "new" / new).write_text("new\n")
+    (work / ".iterare-put-w/commit").write_text(".iterare-put-r\n")
+    (work / "README").rename(work / ".iterare-put-w/old/README")
+    (run / ".iterare-put-stale").mkdir()  # an upload that never committed
+    ts.recover(str(root))
+    assert sorted(os.listdir(work)) == ["done"]
+    assert sorted(os.listdir(run)) == ["HEAD"] and (run / "HEAD").read_text() == "new\n"
+
+
+def test_an_uncommitted_upload_is_dropped_after_a_crash(tmp_path: Path) -> None:
+    _trees(tmp_path)
+    before = _state(tmp_path)
+    (tmp_path / "workspace/.iterare-put-w/new").mkdir(parents=True)
+    (tmp_path / "workspace/.iterare-put-w/new/half").write_text("x")
+    ts.recover(str(tmp_path))
+    assert _state(tmp_path) == before
