@@ -107,10 +107,12 @@ class Engine:
     @property
     def label(self) -> str:
         """How messages name it: the endpoint, with the context's name when there is one
-        (``tcp://box:2376 (context box)``)."""
-        if self.name == DEFAULT_CONTEXT:
-            return self.url
-        return f"{self.url} (context {self.name})"
+        (``tcp://box:2376 (context box)``), and for new runs to a swarm its registry
+        (``tcp://box:2376, a swarm manager (registry reg:5000)``)."""
+        text = self.url if self.name == DEFAULT_CONTEXT else f"{self.url} (context {self.name})"
+        if self.swarm is not None and self.swarm.registry:
+            text += f", a swarm manager (registry {self.swarm.registry})"
+        return text
 
     @property
     def on_this_host(self) -> bool:

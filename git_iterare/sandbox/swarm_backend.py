@@ -94,7 +94,9 @@ def manager_problem() -> str | None:
     state = text(swarm, "LocalNodeState") or "inactive"
     if field(swarm, "ControlAvailable") is True:
         return None
-    where = current().label
+    import dataclasses
+
+    where = dataclasses.replace(current(), swarm=None).label
     if state == "active":
         return f"the Docker engine at {where} is a swarm worker, not a manager"
     return f"the Docker engine at {where} is in no swarm (its swarm state: {state})"
