@@ -66,7 +66,8 @@ def _root_file(tar: _Tar, path: str, data: bytes) -> None:
 
 
 def container_file(name: str) -> bytes:
-    """A file of ``container/`` as shipped in the package (``agent-start``, ``sidecar``)."""
+    """A file of ``container/`` as shipped in the package (``agent-start``, ``sidecar``,
+    ``swarm-start``)."""
     return (resources.files("git_iterare") / "data" / "container" / name).read_bytes()
 
 

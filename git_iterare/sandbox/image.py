@@ -258,7 +258,8 @@ def context_files(agents: Sequence[str] = (),
                   installs: Mapping[str, AgentInstall] | None = None) -> dict[str, bytes]:
     """The sandbox image's build files by name: ``Dockerfile`` (with the stages of
     ``agents``, see :func:`dockerfile`), ``sidecar``, ``egress-proxy``
-    (:mod:`git_iterare.sandbox.egress_proxy`) and ``install-<agent>.sh`` for each of
+    (:mod:`git_iterare.sandbox.egress_proxy`), ``tree-server``
+    (:mod:`git_iterare.sandbox.tree_server`) and ``install-<agent>.sh`` for each of
     ``agents``.
 
     Raises:
@@ -266,9 +267,11 @@ def context_files(agents: Sequence[str] = (),
         ValueError: as :func:`dockerfile`.
     """
     root = resources.files("git_iterare") / "data" / "container"
-    proxy = resources.files("git_iterare") / "sandbox" / "egress_proxy.py"
+    code = resources.files("git_iterare") / "sandbox"
     files = {"Dockerfile": dockerfile((root / "Dockerfile").read_bytes(), agents),
-             "sidecar": (root / "sidecar").read_bytes(), "egress-proxy": proxy.read_bytes()}
+             "sidecar": (root / "sidecar").read_bytes(),
+             "egress-proxy": (code / "egress_proxy.py").read_bytes(),
+             "tree-server": (code / "tree_server.py").read_bytes()}
     for name in agents:
         files[f"install-{name}.sh"] = (installs or {})[name].script.encode()
     return files
