@@ -63,7 +63,7 @@ CORE_KEYS: dict[str, Key] = {
             "context; read only from your own configuration, never the repository's."),
         Key("swarm.enabled", "bool", False,
             "Send runs to the Docker Swarm whose manager the selected engine is (each run a "
-            "replicated-job service); read only from your own configuration."),
+            "service of one task); read only from your own configuration."),
         Key("swarm.registry", "str", "",
             "Registry (HOST[:PORT]) the swarm's nodes pull the runs' images from, by digest; "
             "needed with swarm.enabled; read only from your own configuration."),

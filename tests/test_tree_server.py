@@ -138,6 +138,8 @@ def test_ready_and_trees_out(server: Server) -> None:
     assert "workspace/fifo" not in members
     assert members["workspace/link"].issym()
     assert members["workspace/link"].linkname == "/etc/passwd"
+    assert members["git/run"].isdir() and members["workspace/src"].isdir()
+    assert members["git/run/HEAD"].isreg()
     assert stat.S_IMODE(members["workspace/src/run.sh"].mode) == 0o755
     assert stat.S_IMODE(members["git/cache/objects/ab/cdef"].mode) == 0o444
     assert {(m.uid, m.gid) for m in members.values()} == {(os.getuid(), os.getgid())}

@@ -1,4 +1,4 @@
-"""The Docker Swarm backend: a run's agent is a ``replicated-job`` service on any node.
+"""The Docker Swarm backend: a run's agent is a one-task service on any node.
 
 A swarm has no pods: a service cannot join another container's network namespace, so
 the network sidecar of :mod:`git_iterare.sandbox.docker_backend` cannot hold the agent's.
@@ -14,15 +14,21 @@ A sandbox on a swarm is instead, all of it labelled with its run:
   with no capabilities, over the run's volumes (``container/engine-checkout`` checks the
   base out first), on the run's network alone as ``trees``
   (:mod:`git_iterare.sandbox.tree_server`);
-* the agent's service ``<name>``: one task of the agent's image, by digest from the
+* the agent's service ``<name>``: one replica that is never restarted (a
+  ``replicated-job`` would do the same, but Docker 20.10 leaves an ended job's container
+  and volumes on its node after the service is removed, where a replicated service's go
+  with it), one task of the agent's image, by digest from the
   registry the nodes pull from, as the agent's uid with no capabilities, its trees on
   tmpfs mounts it gets from the tree server and gives back (``container/swarm-start``),
   its files as swarm configs (root's, read-only) and its credentials as swarm secrets
   (the agent's, 0400), the run's limits as both reservations (a full swarm queues the
   run) and limits. It reaches the allowlist only through the egress, as a proxy's client.
 
-The client speaks to the manager's Engine API alone (API 1.41: ``replicated-job``
-services, ``endpoint_mode`` ``dnsrr`` as no routing mesh is needed). A run's handle is
+The client speaks to the manager's Engine API alone (API 1.41; ``endpoint_mode``
+``dnsrr``, as no routing mesh is needed). The egress and the tree server join the run's
+network as plain containers of the manager, so the manager's availability must not be
+``drain`` (a drained node takes no network attachments); keep runs off it with
+``swarm.constraints`` such as ``node.role==worker``. A run's handle is
 its service's name.
 """
 
@@ -148,12 +154,17 @@ def _overlay(name: str, labels: Mapping[str, str]) -> str:
     with docker_errors(f"create the network {name}"):
         made = api.create_network(name, driver="overlay", internal=True, attachable=True,
                                   labels=dict(labels), check_duplicate=True)
-        attrs = api.inspect_network(made["Id"])
-    configs = field(attrs, "IPAM", "Config")
-    subnet = text(configs[0], "Subnet") if isinstance(configs, list) and configs else ""
-    if not subnet:
-        raise OperationFailed(f"the swarm gave the network {name} no subnet")
-    return subnet
+    # The manager may allocate the subnet a moment after it answered the creation.
+    deadline = time.monotonic() + 20
+    while True:
+        with docker_errors(f"inspect the network {name}"):
+            configs = field(api.inspect_network(made["Id"]), "IPAM", "Config")
+        subnet = text(configs[0], "Subnet") if isinstance(configs, list) and configs else ""
+        if subnet:
+            return subnet
+        if time.monotonic() > deadline:
+            raise OperationFailed(f"the swarm gave the network {name} no subnet")
+        time.sleep(POLL_SECONDS)
 
 
 def _agent_env(spec: SandboxSpec) -> dict[str, str]:
@@ -255,9 +266,16 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
                    constraints: Sequence[str]) -> Json:
     """The agent service's ``TaskTemplate`` (Engine API 1.41)."""
     size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
-    tmpfs = [{"Target": target, "Type": "tmpfs",
-              "TmpfsOptions": {"SizeBytes": size, "Mode": 0o1777}}
-             for target in (WORK_PATH, "/git", "/tmp", AGENT_HOME)]
+    ids = f"uid={spec.agent_uid},gid={spec.agent_gid}"
+    # Swarm (20.10) ignores a tmpfs mount's mode: the trees are tmpfs volumes of the local
+    # driver instead, made by the node for the task, the agent's, 0700 (/tmp 1777).
+    tmpfs = [{"Target": target, "Type": "volume", "VolumeOptions": {
+                "Labels": spec.all_labels(),
+                "DriverConfig": {"Name": "local", "Options": {
+                    "type": "tmpfs", "device": "tmpfs",
+                    "o": f"size={size},{ids},mode={mode},nosuid,nodev"}}}}
+             for target, mode in ((WORK_PATH, "0700"), ("/git", "0700"), ("/tmp", "1777"),
+                                  (AGENT_HOME, "0700"))]
     resources: Json = {}
     if spec.limits.cpus:
         resources["NanoCPUs"] = int(spec.limits.cpus * 1e9)
@@ -344,7 +362,7 @@ class SwarmBackend:
                 _api().create_service(
                     _task_template(spec, image, objects, target.constraints),
                     name=spec.name, labels={**labels, LABEL_ROLE: "agent"},
-                    mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}},
+                    mode={"Replicated": {"Replicas": 1}},
                     endpoint_spec={"Mode": "dnsrr"})
         except BaseException:
             with contextlib.suppress(Exception):

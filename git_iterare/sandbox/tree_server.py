@@ -324,6 +324,8 @@ def answer(conn: socket.socket, status: int, body: bytes,
 
 def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
     info.mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
     info.mtime = int(st.st_mtime)
     info.uid, info.gid = os.getuid(), os.getgid()
