@@ -136,6 +136,8 @@ def test_ready_and_trees_out(server: Server) -> None:
     assert {"workspace/src/run.sh", "git/run", "git/run/HEAD",
             "git/cache/objects/ab/cdef"} <= set(members)
     assert "workspace/fifo" not in members
+    assert members["git/run"].isdir() and members["workspace/src"].isdir()
+    assert members["workspace/src/run.sh"].isreg()
     assert members["workspace/link"].issym()
     assert members["workspace/link"].linkname == "/etc/passwd"
     assert stat.S_IMODE(members["workspace/src/run.sh"].mode) == 0o755

@@ -66,10 +66,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 #: Largest request head (request line and headers), in bytes.
 MAX_HEAD_BYTES = 8 * 1024
@@ -88,6 +84,9 @@ MAX_MEMBERS = 2_000_000
 MAX_NAME_BYTES = 4096
 #: Bytes copied at a time.
 CHUNK = 64 * 1024
+#: Last bytes of an upload kept to find its end-of-archive block (``tarfile`` reads at most
+#: a :data:`CHUNK` and a record ahead).
+TAIL_BYTES = 4 * CHUNK
 #: Longest piece of the agent's text in a log line or an answer.
 MAX_SHOWN = 200
 
@@ -328,6 +327,8 @@ def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
     info.mtime = int(st.st_mtime)
     info.uid, info.gid = os.getuid(), os.getgid()
     info.uname = info.gname = ""
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
     return info
 
 
@@ -679,23 +680,33 @@ def _apply_dirs(root: str, dirs: dict[tuple[str, tuple[str, ...]], tuple[int, fl
             os.close(tree_fd)
 
 
-def _ended_header() -> type[_Header]:
-    """A :class:`tarfile.TarInfo` class of one archive's own that notes its end."""
-    return type("_Header", (_Header,), {"ended": False})
+class _Tail(io.RawIOBase):
+    """A body that keeps its last :data:`TAIL_BYTES`, to tell whether a tar in it ended
+    with an end-of-archive block: ``tarfile`` takes a stream that stops at a member's end,
+    or a broken header, for the archive's end, which an upload that broke off must not
+    be (and Debian's 3.11 ``tarfile`` has no hook for it)."""
 
+    def __init__(self, body: io.RawIOBase) -> None:
+        self.body = body
+        self.tail = bytearray()
+        self.total = 0
 
-class _Header(tarfile.TarInfo):
-    """A member header that sets ``ended`` on its class at the end-of-archive block:
-    ``tarfile`` takes a stream that stops at a member's end, or a broken header, as the
-    archive's end, which an upload that broke off must not be."""
+    def readable(self) -> bool:
+        return True
 
-    ended = False
+    def read(self, n: int = -1) -> bytes:
+        data = self.body.read(n) or b""
+        self.total += len(data)
+        self.tail += data
+        del self.tail[:-TAIL_BYTES]
+        return data
 
-    @classmethod
-    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
-        if len(buf) == tarfile.BLOCKSIZE and not buf.strip(b"\0"):
-            cls.ended = True
-        return super().frombuf(buf, encoding, errors)
+    def zeros_at(self, offset: int) -> bool:
+        """Whether the 512 bytes at ``offset`` (of the stream) were read and are zeros."""
+        start = self.total - len(self.tail)
+        if offset < start or offset + tarfile.BLOCKSIZE > self.total:
+            return False
+        return not self.tail[offset - start:offset - start + tarfile.BLOCKSIZE].strip(b"\0")
 
 
 def receive(root: str, body: io.RawIOBase) -> int:
@@ -717,16 +728,17 @@ def receive(root: str, body: io.RawIOBase) -> int:
                 os.mkdir(os.path.join(path, scratch[tree], sub), 0o700)
             fds[tree] = os.open(os.path.join(path, scratch[tree], "new"), _DIR_FLAGS)
         unpacking = Unpacking(fds)
-        header = _ended_header()
+        stream = _Tail(body)
         try:
-            with tarfile.open(fileobj=body, mode="r|", tarinfo=header) as tar:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
                 for count, info in enumerate(tar):
                     if count >= MAX_MEMBERS:
                         raise HttpError(400, f"more than {MAX_MEMBERS} members")
                     unpacking.member(tar, info)
+                end = tar.offset
         except tarfile.TarError as err:
             raise HttpError(400, f"not a tar: {shown(str(err))}") from None
-        if not header.ended:
+        if not stream.zeros_at(end):
             raise HttpError(400, "the tar has no end-of-archive block (it broke off)")
         for tree in REPLACED:
             if any(os.path.basename(e) == scratch[tree] for e in os.listdir(fds[tree])):
