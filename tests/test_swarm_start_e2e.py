@@ -50,7 +50,8 @@ git fsck --no-dangling 2>&1
 """
 
 
-def _docker(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _docker(*args: str, check: bool = True, timeout: float = 300
+            ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["docker", *args], capture_output=True, text=True,
                             timeout=timeout, check=False)
     if check and result.returncode != 0:
