@@ -8,10 +8,12 @@ import http.client
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,11 +26,17 @@ from git_iterare.sandbox import tree_server as ts
 
 SERVER = Path(ts.__file__)
 LIMIT = 256 * 1024
+#: The server runs as it does in git-iterare's image: Debian's python3 when this machine
+#: has it, not as root (an agent's uid, which no account has, when the tests run as root).
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+UID = 1900000 if os.geteuid() == 0 else os.geteuid()
+GID = 1900000 if os.geteuid() == 0 else os.getegid()
 
 
 @dataclass
 class Server:
     root: Path
+    outside: Path
     port: int
     log: list[str]
 
@@ -75,12 +83,18 @@ def _trees(root: Path) -> None:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    root = tmp_path / "root"
+def server() -> Iterator[Server]:
+    # Not under pytest's tmp_path, which only root may enter when the tests run as root.
+    base = Path(tempfile.mkdtemp(prefix="itr-trees-"))
+    root, outside = base / "root", base / "outside"
     _trees(root)
+    outside.mkdir()
+    for path in (base, *base.rglob("*")):
+        os.lchown(path, UID, GID)
     env = dict(os.environ, ITERARE_TREES_ROOT=str(root), ITERARE_MAX_RESULT_BYTES=str(LIMIT))
-    proc = subprocess.Popen([sys.executable, str(SERVER), "0", "127.0.0.1"], env=env,
-                            stderr=subprocess.PIPE, text=True)
+    user = {"user": UID, "group": GID, "extra_groups": []} if os.geteuid() == 0 else {}
+    proc = subprocess.Popen([PYTHON, str(SERVER), "0", "127.0.0.1"], env=env,
+                            stderr=subprocess.PIPE, text=True, **user)
     assert proc.stderr is not None
     first = proc.stderr.readline()
     assert first.startswith("iterare-trees: listening on "), first
@@ -89,10 +103,11 @@ def server(tmp_path: Path) -> Iterator[Server]:
                               daemon=True)
     reader.start()
     try:
-        yield Server(root, int(first.rsplit(" ", 1)[1]), log)
+        yield Server(root, outside, int(first.rsplit(" ", 1)[1]), log)
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(base)
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
@@ -142,7 +157,7 @@ def test_ready_and_trees_out(server: Server) -> None:
     assert members["workspace/link"].linkname == "/etc/passwd"
     assert stat.S_IMODE(members["workspace/src/run.sh"].mode) == 0o755
     assert stat.S_IMODE(members["git/cache/objects/ab/cdef"].mode) == 0o444
-    assert {(m.uid, m.gid) for m in members.values()} == {(os.getuid(), os.getgid())}
+    assert {(m.uid, m.gid) for m in members.values()} == {(UID, GID)}
     assert {"trees": "GET /trees", "status": 200, "members": 13} in server.logged("/trees")
 
 
@@ -152,13 +167,15 @@ def test_an_upload_replaces_both_trees(server: Server) -> None:
                   _member("workspace/new.txt", b"new\n"),
                   _member("workspace/bin", kind=tarfile.DIRTYPE, mode=0o555),
                   _member("workspace/bin/tool", b"#!/bin/sh\n", mode=0o755),
+                  _member("workspace/bin/locked", kind=tarfile.DIRTYPE, mode=0o000),
+                  _member("workspace/bin/locked/in", b"x"),
                   _member("workspace/bin/same", kind=tarfile.LNKTYPE, link="workspace/bin/tool"),
                   _member("workspace/up", kind=tarfile.SYMTYPE, link="../outside"),
                   _member("git/run/HEAD", b"ref: refs/heads/iterare/y\n"))
     for chunked in (False, True):
         status, body = server.request("PUT", "/result", upload, chunked=chunked)
         assert status == 200, body
-        assert json.loads(body) == {"bytes": len(upload), "files": 4}
+        assert json.loads(body) == {"bytes": len(upload), "files": 5}
     work = server.root / "workspace"
     assert sorted(p.name for p in work.iterdir()) == ["bin", "new.txt", "up"]
     assert (work / "bin/same").stat().st_ino == (work / "bin/tool").stat().st_ino
@@ -174,12 +191,6 @@ def test_an_upload_replaces_both_trees(server: Server) -> None:
         names = set(tar.getnames())
     assert {"workspace/new.txt", "workspace/bin/tool", "git/run/HEAD"} <= names
     assert "workspace/README" not in names
-
-
-def _outside(tmp_path: Path) -> Path:
-    target = tmp_path / "outside"
-    target.mkdir()
-    return target
 
 
 HOSTILE = {
@@ -211,8 +222,8 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_uploads_change_nothing(server: Server, tmp_path: Path, case: str) -> None:
-    outside = _outside(tmp_path)
+def test_hostile_uploads_change_nothing(server: Server, case: str) -> None:
+    outside = server.outside
     before = _state(server.root)
     status, body = server.request("PUT", "/result", HOSTILE[case](outside))
     assert status == 400, body

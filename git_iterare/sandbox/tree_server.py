@@ -57,6 +57,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -605,12 +606,21 @@ def _make_writable(path: str) -> None:
 def _remove(path: str) -> None:
     """Remove ``path`` and all under it, whatever its folders' modes (missing: nothing)."""
     try:
-        _make_writable(path)
+        shutil.rmtree(path)
     except FileNotFoundError:
         return
-    import shutil
+    except PermissionError:
+        # A folder of the agent's without write or search permission (rare: fix them all).
+        _make_writable(path)
+        shutil.rmtree(path)
 
-    shutil.rmtree(path)
+
+def _renamable(path: str) -> None:
+    """Give a folder at ``path`` its owner's write permission, which moving it to another
+    folder needs (its ``..`` changes)."""
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IWUSR:
+        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
 
 
 def _swap(tree: str, scratch: str) -> None:
@@ -621,7 +631,7 @@ def _swap(tree: str, scratch: str) -> None:
     if not os.path.exists(moved):
         for entry in os.listdir(tree):
             if entry != scratch:
-                _make_writable(os.path.join(tree, entry))
+                _renamable(os.path.join(tree, entry))
                 os.rename(os.path.join(tree, entry), os.path.join(base, "old", entry))
         os.close(os.open(moved, _NEW_FLAGS, 0o600))
     new = os.path.join(base, "new")
