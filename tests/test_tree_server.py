@@ -92,14 +92,17 @@ def server() -> Iterator[Server]:
     for path in (base, *base.rglob("*")):
         os.lchown(path, UID, GID)
     env = dict(os.environ, ITERARE_TREES_ROOT=str(root), ITERARE_MAX_RESULT_BYTES=str(LIMIT))
-    user = {"user": UID, "group": GID, "extra_groups": []} if os.geteuid() == 0 else {}
+    root_runs = os.geteuid() == 0
     proc = subprocess.Popen([PYTHON, str(SERVER), "0", "127.0.0.1"], env=env,
-                            stderr=subprocess.PIPE, text=True, **user)
-    assert proc.stderr is not None
-    first = proc.stderr.readline()
+                            stderr=subprocess.PIPE, text=True,
+                            user=UID if root_runs else None, group=GID if root_runs else None,
+                            extra_groups=[] if root_runs else None)
+    errors = proc.stderr
+    assert errors is not None
+    first = errors.readline()
     assert first.startswith("iterare-trees: listening on "), first
     log: list[str] = []
-    reader = threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, "")),  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: log.extend(iter(errors.readline, "")),
                               daemon=True)
     reader.start()
     try:
