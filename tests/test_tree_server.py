@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -312,3 +313,39 @@ def test_an_uncommitted_upload_is_dropped_after_a_crash(tmp_path: Path) -> None:
     (tmp_path / "workspace/.iterare-put-w/new/half").write_text("x")
     ts.recover(str(tmp_path))
     assert _state(tmp_path) == before
+
+
+def _raw(port: int, data: bytes) -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.sendall(data)
+    return conn
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    out = b""
+    while chunk := conn.recv(65536):
+        out += chunk
+    conn.close()
+    return out
+
+
+def test_expect_100_continue_and_too_many_connections(server: Server) -> None:
+    upload = _tar(_member("workspace/a", b"a"), _member("git/run/HEAD", b"x"))
+    conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nHost: trees\r\nExpect: 100-continue\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(upload))
+    assert conn.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    conn.sendall(upload)
+    assert _read_all(conn).startswith(b"HTTP/1.1 200 OK\r\n")
+    # Idle connections hold every slot: the next one is turned away at once.
+    idle = [_raw(server.port, b"GET /rea") for _ in range(ts.MAX_CONNECTIONS)]
+    time.sleep(0.3)
+    try:
+        assert _read_all(_raw(server.port, b"GET /ready HTTP/1.1\r\n\r\n")).startswith(
+            b"HTTP/1.1 503 ")
+    finally:
+        for conn in idle:
+            conn.close()
+    deadline = time.monotonic() + 5
+    while server.request("GET", "/ready")[0] != 200:  # the slots come back
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

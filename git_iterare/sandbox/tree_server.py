@@ -863,11 +863,12 @@ class TreeServer:
         while True:
             conn, _ = listener.accept()
             if not self.slots.acquire(blocking=False):
-                try:
+                with contextlib.suppress(OSError):
                     conn.settimeout(1.0)
                     answer(conn, 503, b"iterare-trees: too many connections\n")
-                except OSError:
-                    pass
+                    conn.shutdown(socket.SHUT_WR)
+                    # What the client sent already, so that closing sends no reset.
+                    conn.recv(MAX_HEAD_BYTES, socket.MSG_DONTWAIT)
                 conn.close()
                 continue
             threading.Thread(target=self._run, args=(conn,), daemon=True).start()
