@@ -349,3 +349,17 @@ def test_expect_100_continue_and_too_many_connections(server: Server) -> None:
     while server.request("GET", "/ready")[0] != 200:  # the slots come back
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_bad_chunks_change_nothing(server: Server) -> None:
+    before = _state(server.root)
+    upload = _tar(_member("workspace/a", b"a"), _member("git/run/HEAD", b"x"))
+    for size in (b"-1", b"0x10", b"1_0", b"", b"g"):
+        conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + size + b"\r\n" + upload + b"\r\n0\r\n\r\n")
+        assert _read_all(conn).startswith(b"HTTP/1.1 400 "), size
+    assert _state(server.root) == before
+    conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"%x\r\n" % len(upload) + upload + b"\r\n0\r\n\r\n")
+    assert _read_all(conn).startswith(b"HTTP/1.1 200 ")
+    assert (server.root / "workspace/a").read_text() == "a"

@@ -233,10 +233,9 @@ class Body(io.RawIOBase):
 
     def _next_chunk(self) -> None:
         size = self._line().split(b";", 1)[0].strip()
-        try:
-            self.left = int(size, 16)
-        except ValueError:
-            raise HttpError(400, "bad chunk size") from None
+        if not 0 < len(size) <= 16 or size.strip(b"0123456789abcdefABCDEF"):
+            raise HttpError(400, "bad chunk size")
+        self.left = int(size, 16)
         if self.left == 0:
             while self._line():  # trailer fields, then the empty line
                 pass
