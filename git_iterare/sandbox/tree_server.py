@@ -28,9 +28,10 @@ HTTP/1.1, one request a connection (every answer says ``Connection: close``):
   trees or both new ones (the swap is finished when the server next starts or serves).
   The body is the agent's and hostile: absolute names, ``..``, names outside the two
   tops, members under a symlink or a file, hard links to what is not an earlier regular
-  file of the same tree, and a member replacing a directory get ``400``; more than
-  ``ITERARE_MAX_RESULT_BYTES`` bytes of body gets ``413``; in both cases nothing
-  changes. Devices, fifos and other special members are left out; set-uid, set-gid and
+  file of the same tree, a member replacing a directory, and a tar without its
+  end-of-archive block (one cut short, which ``tarfile`` takes for whole) get ``400``;
+  more than ``ITERARE_MAX_RESULT_BYTES`` bytes of body gets ``413``; in both cases
+  nothing changes. Devices, fifos and other special members are left out; set-uid, set-gid and
   sticky bits of files and set-uid and set-gid bits of directories are dropped. Uploads
   are served one at a time, so the last complete one wins. Answer: ``200`` and
   ``{"bytes": N, "files": M}`` (body bytes read, regular files and hard links written).
