@@ -516,12 +516,14 @@ class Unpacking:
         files: regular files (tree, parts) written, for hard links.
         dirs: (tree, parts, mode, mtime) of the folders, applied after the swap.
         written: regular files and hard links written.
+        parent: the folder kept open (:meth:`_parent`): its (tree, parts) and descriptor.
     """
 
     trees: dict[str, int]
     files: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     dirs: dict[tuple[str, tuple[str, ...]], tuple[int, float]] = field(default_factory=dict)
     written: int = 0
+    parent: tuple[tuple[str, tuple[str, ...]], int] | None = None
 
     def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         """Write one member (special ones are left out).
@@ -538,29 +540,44 @@ class Unpacking:
         if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
             return
         key = (tree, parts)
-        fd = _open_parent(self.trees[tree], parts, info.name)
-        try:
-            leaf = parts[-1]
-            exists = _clear(fd, leaf, info.name, info.isdir())
-            self.files.discard(key)
-            if info.isdir():
-                if not exists:
-                    os.mkdir(leaf, 0o700, dir_fd=fd)
-                mode = info.mode & 0o1777
-                self.dirs[key] = (mode, info.mtime)
-            elif info.issym():
-                os.symlink(info.linkname, leaf, dir_fd=fd)
-                os.utime(leaf, (info.mtime, info.mtime), dir_fd=fd, follow_symlinks=False)
-            elif info.islnk():
-                self._link(info, tree, leaf, fd)
-                self.files.add(key)
-                self.written += 1
-            else:
-                self._file(tar, info, leaf, fd)
-                self.files.add(key)
-                self.written += 1
-        finally:
-            os.close(fd)
+        fd = self._parent(tree, parts, info.name)
+        leaf = parts[-1]
+        exists = _clear(fd, leaf, info.name, info.isdir())
+        self.files.discard(key)
+        if info.isdir():
+            if not exists:
+                os.mkdir(leaf, 0o700, dir_fd=fd)
+            mode = info.mode & 0o1777
+            self.dirs[key] = (mode, info.mtime)
+        elif info.issym():
+            os.symlink(info.linkname, leaf, dir_fd=fd)
+            os.utime(leaf, (info.mtime, info.mtime), dir_fd=fd, follow_symlinks=False)
+        elif info.islnk():
+            self._link(info, tree, leaf, fd)
+            self.files.add(key)
+            self.written += 1
+        else:
+            self._file(tar, info, leaf, fd)
+            self.files.add(key)
+            self.written += 1
+
+    def _parent(self, tree: str, parts: tuple[str, ...], name: str) -> int:
+        """The folder of ``parts`` in ``tree`` (:func:`_open_parent`), kept open while
+        members come from one folder (a tar lists a folder's files together). A folder
+        made here is never replaced (see :func:`_clear`), so a kept one is still the
+        folder at that path."""
+        key = (tree, parts[:-1])
+        if self.parent is None or self.parent[0] != key:
+            fd = _open_parent(self.trees[tree], parts, name)
+            self.close()
+            self.parent = (key, fd)
+        return self.parent[1]
+
+    def close(self) -> None:
+        """Close the folder kept open."""
+        if self.parent is not None:
+            os.close(self.parent[1])
+            self.parent = None
 
     def _file(self, tar: tarfile.TarFile, info: tarfile.TarInfo, leaf: str, dir_fd: int) -> None:
         source = tar.extractfile(info)
@@ -730,6 +747,7 @@ def receive(root: str, body: io.RawIOBase) -> int:
     """
     scratch: dict[str, str] = {}
     fds: dict[str, int] = {}
+    unpacking: Unpacking | None = None
     try:
         for tree in REPLACED:
             path = os.path.join(root, tree)
@@ -754,11 +772,14 @@ def receive(root: str, body: io.RawIOBase) -> int:
             if any(os.path.basename(e) == scratch[tree] for e in os.listdir(fds[tree])):
                 raise Refused(scratch[tree], "a name the server uses")
     except BaseException:
+        if unpacking is not None:
+            unpacking.close()
         for fd in fds.values():
             os.close(fd)
         for tree, name in scratch.items():
             _remove(os.path.join(root, tree, name))
         raise
+    unpacking.close()
     for fd in fds.values():
         os.close(fd)
     work = os.path.join(root, "workspace", scratch["workspace"])
