@@ -284,8 +284,12 @@ def test_bad_requests(server: Server) -> None:
     assert server.request("GET", "/nothing")[0] == 404
     assert server.request("POST", "/result", b"")[0] == 405
     assert server.request("GET", "/ready", headers={"X-Long": "a" * 9000})[0] == 400
-    lines = server.logged("400")
+    answer = _read_all(_raw(server.port, b"GET /\x1b[31m\xff" + b"x" * 500 + b" HTTP/1.1\r\n\r\n"))
+    assert answer.startswith(b"HTTP/1.1 404 ")
+    lines = server.logged("x1b")
     assert {line["status"] for line in lines} >= {404, 405, 400}
+    logged = [str(line["trees"]) for line in lines if "x1b" in str(line["trees"])]
+    assert logged == ["GET /\\x1b[31m\\xff" + "x" * 193 + "..."]
 
 
 def test_a_committed_upload_is_finished_after_a_crash(tmp_path: Path) -> None:
@@ -363,3 +367,19 @@ def test_bad_chunks_change_nothing(server: Server) -> None:
                 + b"%x\r\n" % len(upload) + upload + b"\r\n0\r\n\r\n")
     assert _read_all(conn).startswith(b"HTTP/1.1 200 ")
     assert (server.root / "workspace/a").read_text() == "a"
+
+
+def test_names_that_are_not_utf8_go_out_and_come_back(server: Server) -> None:
+    name = os.fsdecode(b"caf\xe9 \xff.txt")
+    (server.root / "workspace" / name).write_text("x")
+    status, body = server.request("GET", "/trees")
+    assert status == 200
+    upload = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar, \
+            tarfile.open(fileobj=upload, mode="w", format=tarfile.GNU_FORMAT) as out:
+        for info in tar:
+            if info.name.startswith(("workspace/", "git/run")):
+                out.addfile(info, tar.extractfile(info) if info.isreg() else None)
+    (server.root / "workspace" / name).unlink()
+    assert server.request("PUT", "/result", upload.getvalue())[0] == 200
+    assert os.fsencode(name) in os.listdir(os.fsencode(server.root / "workspace"))
