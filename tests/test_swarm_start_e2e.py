@@ -184,8 +184,10 @@ def test_a_failing_command_s_status_comes_out_and_its_work_still_lands(run: Run)
 
 def test_a_stopped_task_uploads_snapshots_and_its_last_work(run: Run) -> None:
     name = f"itr-trees-agent-{run.stamp}"
-    # The command notes TERM, then ends with 7 after a while (as an agent saving its state).
-    command = ("echo started > term.txt; trap 'echo got-term >> term.txt; sleep 1; exit 7' TERM; "
+    # The command notes TERM, then ends with 7 after a while (as an agent saving its state);
+    # only the last upload, after it ended, can hold its last line.
+    command = ("echo started > term.txt; "
+               "trap 'echo got-term >> term.txt; sleep 1; echo last >> term.txt; exit 7' TERM; "
                "while :; do sleep 0.2; done")
     try:
         run.agent(name, command, {"ITERARE_SNAPSHOT_SECONDS": "1"}, detach=True)
@@ -196,6 +198,6 @@ def test_a_stopped_task_uploads_snapshots_and_its_last_work(run: Run) -> None:
         _docker("stop", "-t", "30", name)
         status = _docker("wait", name).stdout.strip()
         assert status == "7", _docker("logs", name, check=False).stderr
-        assert run.in_trees("cat /workspace/term.txt") == "started\ngot-term\n"
+        assert run.in_trees("cat /workspace/term.txt") == "started\ngot-term\nlast\n"
     finally:
         _docker("rm", "-f", "-v", name, check=False)
