@@ -8,10 +8,13 @@ import http.client
 import io
 import json
 import os
+import shutil
+import socket
 import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,11 +27,17 @@ from git_iterare.sandbox import tree_server as ts
 
 SERVER = Path(ts.__file__)
 LIMIT = 256 * 1024
+#: The server runs as it does in git-iterare's image: Debian's python3 when this machine
+#: has it, not as root (an agent's uid, which no account has, when the tests run as root).
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+UID = 1900000 if os.geteuid() == 0 else os.geteuid()
+GID = 1900000 if os.geteuid() == 0 else os.getegid()
 
 
 @dataclass
 class Server:
     root: Path
+    outside: Path
     port: int
     log: list[str]
 
@@ -75,24 +84,34 @@ def _trees(root: Path) -> None:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    root = tmp_path / "root"
+def server() -> Iterator[Server]:
+    # Not under pytest's tmp_path, which only root may enter when the tests run as root.
+    base = Path(tempfile.mkdtemp(prefix="itr-trees-"))
+    root, outside = base / "root", base / "outside"
     _trees(root)
+    outside.mkdir()
+    for path in (base, *base.rglob("*")):
+        os.lchown(path, UID, GID)
     env = dict(os.environ, ITERARE_TREES_ROOT=str(root), ITERARE_MAX_RESULT_BYTES=str(LIMIT))
-    proc = subprocess.Popen([sys.executable, str(SERVER), "0", "127.0.0.1"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    first = proc.stderr.readline()
+    root_runs = os.geteuid() == 0
+    proc = subprocess.Popen([PYTHON, str(SERVER), "0", "127.0.0.1"], env=env,
+                            stderr=subprocess.PIPE, text=True,
+                            user=UID if root_runs else None, group=GID if root_runs else None,
+                            extra_groups=[] if root_runs else None)
+    errors = proc.stderr
+    assert errors is not None
+    first = errors.readline()
     assert first.startswith("iterare-trees: listening on "), first
     log: list[str] = []
-    reader = threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, "")),  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: log.extend(iter(errors.readline, "")),
                               daemon=True)
     reader.start()
     try:
-        yield Server(root, int(first.rsplit(" ", 1)[1]), log)
+        yield Server(root, outside, int(first.rsplit(" ", 1)[1]), log)
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(base)
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
@@ -136,13 +155,15 @@ def test_ready_and_trees_out(server: Server) -> None:
     assert {"workspace/src/run.sh", "git/run", "git/run/HEAD",
             "git/cache/objects/ab/cdef"} <= set(members)
     assert "workspace/fifo" not in members
+    assert members["git/run"].isdir() and members["workspace/src"].isdir()
+    assert members["workspace/src/run.sh"].isreg()
     assert members["workspace/link"].issym()
     assert members["workspace/link"].linkname == "/etc/passwd"
     assert members["git/run"].isdir() and members["workspace/src"].isdir()
     assert members["git/run/HEAD"].isreg()
     assert stat.S_IMODE(members["workspace/src/run.sh"].mode) == 0o755
     assert stat.S_IMODE(members["git/cache/objects/ab/cdef"].mode) == 0o444
-    assert {(m.uid, m.gid) for m in members.values()} == {(os.getuid(), os.getgid())}
+    assert {(m.uid, m.gid) for m in members.values()} == {(UID, GID)}
     assert {"trees": "GET /trees", "status": 200, "members": 13} in server.logged("/trees")
 
 
@@ -152,13 +173,15 @@ def test_an_upload_replaces_both_trees(server: Server) -> None:
                   _member("workspace/new.txt", b"new\n"),
                   _member("workspace/bin", kind=tarfile.DIRTYPE, mode=0o555),
                   _member("workspace/bin/tool", b"#!/bin/sh\n", mode=0o755),
+                  _member("workspace/bin/locked", kind=tarfile.DIRTYPE, mode=0o000),
+                  _member("workspace/bin/locked/in", b"x"),
                   _member("workspace/bin/same", kind=tarfile.LNKTYPE, link="workspace/bin/tool"),
                   _member("workspace/up", kind=tarfile.SYMTYPE, link="../outside"),
                   _member("git/run/HEAD", b"ref: refs/heads/iterare/y\n"))
     for chunked in (False, True):
         status, body = server.request("PUT", "/result", upload, chunked=chunked)
         assert status == 200, body
-        assert json.loads(body) == {"bytes": len(upload), "files": 4}
+        assert json.loads(body) == {"bytes": len(upload), "files": 5}
     work = server.root / "workspace"
     assert sorted(p.name for p in work.iterdir()) == ["bin", "new.txt", "up"]
     assert (work / "bin/same").stat().st_ino == (work / "bin/tool").stat().st_ino
@@ -174,12 +197,6 @@ def test_an_upload_replaces_both_trees(server: Server) -> None:
         names = set(tar.getnames())
     assert {"workspace/new.txt", "workspace/bin/tool", "git/run/HEAD"} <= names
     assert "workspace/README" not in names
-
-
-def _outside(tmp_path: Path) -> Path:
-    target = tmp_path / "outside"
-    target.mkdir()
-    return target
 
 
 HOSTILE = {
@@ -211,8 +228,8 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_uploads_change_nothing(server: Server, tmp_path: Path, case: str) -> None:
-    outside = _outside(tmp_path)
+def test_hostile_uploads_change_nothing(server: Server, case: str) -> None:
+    outside = server.outside
     before = _state(server.root)
     status, body = server.request("PUT", "/result", HOSTILE[case](outside))
     assert status == 400, body
@@ -269,8 +286,12 @@ def test_bad_requests(server: Server) -> None:
     assert server.request("GET", "/nothing")[0] == 404
     assert server.request("POST", "/result", b"")[0] == 405
     assert server.request("GET", "/ready", headers={"X-Long": "a" * 9000})[0] == 400
-    lines = server.logged("400")
+    answer = _read_all(_raw(server.port, b"GET /\x1b[31m\xff" + b"x" * 500 + b" HTTP/1.1\r\n\r\n"))
+    assert answer.startswith(b"HTTP/1.1 404 ")
+    lines = server.logged("x1b")
     assert {line["status"] for line in lines} >= {404, 405, 400}
+    logged = [str(line["trees"]) for line in lines if "x1b" in str(line["trees"])]
+    assert logged == ["GET /\\x1b[31m\\xff" + "x" * 193 + "..."]
 
 
 def test_a_committed_upload_is_finished_after_a_crash(tmp_path: Path) -> None:
@@ -298,3 +319,69 @@ def test_an_uncommitted_upload_is_dropped_after_a_crash(tmp_path: Path) -> None:
     (tmp_path / "workspace/.iterare-put-w/new/half").write_text("x")
     ts.recover(str(tmp_path))
     assert _state(tmp_path) == before
+
+
+def _raw(port: int, data: bytes) -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.sendall(data)
+    return conn
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    out = b""
+    while chunk := conn.recv(65536):
+        out += chunk
+    conn.close()
+    return out
+
+
+def test_expect_100_continue_and_too_many_connections(server: Server) -> None:
+    upload = _tar(_member("workspace/a", b"a"), _member("git/run/HEAD", b"x"))
+    conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nHost: trees\r\nExpect: 100-continue\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(upload))
+    assert conn.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    conn.sendall(upload)
+    assert _read_all(conn).startswith(b"HTTP/1.1 200 OK\r\n")
+    # Idle connections hold every slot: the next one is turned away at once.
+    idle = [_raw(server.port, b"GET /rea") for _ in range(ts.MAX_CONNECTIONS)]
+    time.sleep(0.3)
+    try:
+        assert _read_all(_raw(server.port, b"GET /ready HTTP/1.1\r\n\r\n")).startswith(
+            b"HTTP/1.1 503 ")
+    finally:
+        for conn in idle:
+            conn.close()
+    deadline = time.monotonic() + 5
+    while server.request("GET", "/ready")[0] != 200:  # the slots come back
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_bad_chunks_change_nothing(server: Server) -> None:
+    before = _state(server.root)
+    upload = _tar(_member("workspace/a", b"a"), _member("git/run/HEAD", b"x"))
+    for size in (b"-1", b"0x10", b"1_0", b"", b"g"):
+        conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + size + b"\r\n" + upload + b"\r\n0\r\n\r\n")
+        assert _read_all(conn).startswith(b"HTTP/1.1 400 "), size
+    assert _state(server.root) == before
+    conn = _raw(server.port, b"PUT /result HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"%x\r\n" % len(upload) + upload + b"\r\n0\r\n\r\n")
+    assert _read_all(conn).startswith(b"HTTP/1.1 200 ")
+    assert (server.root / "workspace/a").read_text() == "a"
+
+
+def test_names_that_are_not_utf8_go_out_and_come_back(server: Server) -> None:
+    name = os.fsdecode(b"caf\xe9 \xff.txt")
+    (server.root / "workspace" / name).write_text("x")
+    status, body = server.request("GET", "/trees")
+    assert status == 200
+    upload = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar, \
+            tarfile.open(fileobj=upload, mode="w", format=tarfile.GNU_FORMAT) as out:
+        for info in tar:
+            if info.name.startswith(("workspace/", "git/run")):
+                out.addfile(info, tar.extractfile(info) if info.isreg() else None)
+    (server.root / "workspace" / name).unlink()
+    assert server.request("PUT", "/result", upload.getvalue())[0] == 200
+    assert os.fsencode(name) in os.listdir(os.fsencode(server.root / "workspace"))

@@ -28,9 +28,10 @@ HTTP/1.1, one request a connection (every answer says ``Connection: close``):
   trees or both new ones (the swap is finished when the server next starts or serves).
   The body is the agent's and hostile: absolute names, ``..``, names outside the two
   tops, members under a symlink or a file, hard links to what is not an earlier regular
-  file of the same tree, and a member replacing a directory get ``400``; more than
-  ``ITERARE_MAX_RESULT_BYTES`` bytes of body gets ``413``; in both cases nothing
-  changes. Devices, fifos and other special members are left out; set-uid, set-gid and
+  file of the same tree, a member replacing a directory, and a tar without its
+  end-of-archive block (one cut short, which ``tarfile`` takes for whole) get ``400``;
+  more than ``ITERARE_MAX_RESULT_BYTES`` bytes of body gets ``413``; in both cases
+  nothing changes. Devices, fifos and other special members are left out; set-uid, set-gid and
   sticky bits of files and set-uid and set-gid bits of directories are dropped. Uploads
   are served one at a time, so the last complete one wins. Answer: ``200`` and
   ``{"bytes": N, "files": M}`` (body bytes read, regular files and hard links written).
@@ -57,6 +58,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -66,10 +68,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 #: Largest request head (request line and headers), in bytes.
 MAX_HEAD_BYTES = 8 * 1024
@@ -88,6 +86,9 @@ MAX_MEMBERS = 2_000_000
 MAX_NAME_BYTES = 4096
 #: Bytes copied at a time.
 CHUNK = 64 * 1024
+#: Last bytes of an upload kept to find its end-of-archive block (``tarfile`` reads at most
+#: a :data:`CHUNK` and a record ahead).
+TAIL_BYTES = 4 * CHUNK
 #: Longest piece of the agent's text in a log line or an answer.
 MAX_SHOWN = 200
 
@@ -233,10 +234,9 @@ class Body(io.RawIOBase):
 
     def _next_chunk(self) -> None:
         size = self._line().split(b";", 1)[0].strip()
-        try:
-            self.left = int(size, 16)
-        except ValueError:
-            raise HttpError(400, "bad chunk size") from None
+        if not 0 < len(size) <= 16 or size.strip(b"0123456789abcdefABCDEF"):
+            raise HttpError(400, "bad chunk size")
+        self.left = int(size, 16)
         if self.left == 0:
             while self._line():  # trailer fields, then the empty line
                 pass
@@ -330,6 +330,8 @@ def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
     info.mtime = int(st.st_mtime)
     info.uid, info.gid = os.getuid(), os.getgid()
     info.uname = info.gname = ""
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
     return info
 
 
@@ -516,12 +518,14 @@ class Unpacking:
         files: regular files (tree, parts) written, for hard links.
         dirs: (tree, parts, mode, mtime) of the folders, applied after the swap.
         written: regular files and hard links written.
+        parent: the folder kept open (:meth:`_parent`): its (tree, parts) and descriptor.
     """
 
     trees: dict[str, int]
     files: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     dirs: dict[tuple[str, tuple[str, ...]], tuple[int, float]] = field(default_factory=dict)
     written: int = 0
+    parent: tuple[tuple[str, tuple[str, ...]], int] | None = None
 
     def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         """Write one member (special ones are left out).
@@ -538,29 +542,44 @@ class Unpacking:
         if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
             return
         key = (tree, parts)
-        fd = _open_parent(self.trees[tree], parts, info.name)
-        try:
-            leaf = parts[-1]
-            exists = _clear(fd, leaf, info.name, info.isdir())
-            self.files.discard(key)
-            if info.isdir():
-                if not exists:
-                    os.mkdir(leaf, 0o700, dir_fd=fd)
-                mode = info.mode & 0o1777
-                self.dirs[key] = (mode, info.mtime)
-            elif info.issym():
-                os.symlink(info.linkname, leaf, dir_fd=fd)
-                os.utime(leaf, (info.mtime, info.mtime), dir_fd=fd, follow_symlinks=False)
-            elif info.islnk():
-                self._link(info, tree, leaf, fd)
-                self.files.add(key)
-                self.written += 1
-            else:
-                self._file(tar, info, leaf, fd)
-                self.files.add(key)
-                self.written += 1
-        finally:
-            os.close(fd)
+        fd = self._parent(tree, parts, info.name)
+        leaf = parts[-1]
+        exists = _clear(fd, leaf, info.name, info.isdir())
+        self.files.discard(key)
+        if info.isdir():
+            if not exists:
+                os.mkdir(leaf, 0o700, dir_fd=fd)
+            mode = info.mode & 0o1777
+            self.dirs[key] = (mode, info.mtime)
+        elif info.issym():
+            os.symlink(info.linkname, leaf, dir_fd=fd)
+            os.utime(leaf, (info.mtime, info.mtime), dir_fd=fd, follow_symlinks=False)
+        elif info.islnk():
+            self._link(info, tree, leaf, fd)
+            self.files.add(key)
+            self.written += 1
+        else:
+            self._file(tar, info, leaf, fd)
+            self.files.add(key)
+            self.written += 1
+
+    def _parent(self, tree: str, parts: tuple[str, ...], name: str) -> int:
+        """The folder of ``parts`` in ``tree`` (:func:`_open_parent`), kept open while
+        members come from one folder (a tar lists a folder's files together). A folder
+        made here is never replaced (see :func:`_clear`), so a kept one is still the
+        folder at that path."""
+        key = (tree, parts[:-1])
+        if self.parent is None or self.parent[0] != key:
+            fd = _open_parent(self.trees[tree], parts, name)
+            self.close()
+            self.parent = (key, fd)
+        return self.parent[1]
+
+    def close(self) -> None:
+        """Close the folder kept open."""
+        if self.parent is not None:
+            os.close(self.parent[1])
+            self.parent = None
 
     def _file(self, tar: tarfile.TarFile, info: tarfile.TarInfo, leaf: str, dir_fd: int) -> None:
         source = tar.extractfile(info)
@@ -606,12 +625,21 @@ def _make_writable(path: str) -> None:
 def _remove(path: str) -> None:
     """Remove ``path`` and all under it, whatever its folders' modes (missing: nothing)."""
     try:
-        _make_writable(path)
+        shutil.rmtree(path)
     except FileNotFoundError:
         return
-    import shutil
+    except PermissionError:
+        # A folder of the agent's without write or search permission (rare: fix them all).
+        _make_writable(path)
+        shutil.rmtree(path)
 
-    shutil.rmtree(path)
+
+def _renamable(path: str) -> None:
+    """Give a folder at ``path`` its owner's write permission, which moving it to another
+    folder needs (its ``..`` changes)."""
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IWUSR:
+        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
 
 
 def _swap(tree: str, scratch: str) -> None:
@@ -622,7 +650,7 @@ def _swap(tree: str, scratch: str) -> None:
     if not os.path.exists(moved):
         for entry in os.listdir(tree):
             if entry != scratch:
-                _make_writable(os.path.join(tree, entry))
+                _renamable(os.path.join(tree, entry))
                 os.rename(os.path.join(tree, entry), os.path.join(base, "old", entry))
         os.close(os.open(moved, _NEW_FLAGS, 0o600))
     new = os.path.join(base, "new")
@@ -681,23 +709,33 @@ def _apply_dirs(root: str, dirs: dict[tuple[str, tuple[str, ...]], tuple[int, fl
             os.close(tree_fd)
 
 
-def _ended_header() -> type[_Header]:
-    """A :class:`tarfile.TarInfo` class of one archive's own that notes its end."""
-    return type("_Header", (_Header,), {"ended": False})
+class _Tail(io.RawIOBase):
+    """A body that keeps its last :data:`TAIL_BYTES`, to tell whether a tar in it ended
+    with an end-of-archive block: ``tarfile`` takes a stream that stops at a member's end,
+    or a broken header, for the archive's end, which an upload that broke off must not
+    be (and Debian's 3.11 ``tarfile`` has no hook for it)."""
 
+    def __init__(self, body: io.RawIOBase) -> None:
+        self.body = body
+        self.tail = bytearray()
+        self.total = 0
 
-class _Header(tarfile.TarInfo):
-    """A member header that sets ``ended`` on its class at the end-of-archive block:
-    ``tarfile`` takes a stream that stops at a member's end, or a broken header, as the
-    archive's end, which an upload that broke off must not be."""
+    def readable(self) -> bool:
+        return True
 
-    ended = False
+    def read(self, n: int = -1) -> bytes:
+        data = self.body.read(n) or b""
+        self.total += len(data)
+        self.tail += data
+        del self.tail[:-TAIL_BYTES]
+        return data
 
-    @classmethod
-    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
-        if len(buf) == tarfile.BLOCKSIZE and not buf.strip(b"\0"):
-            cls.ended = True
-        return super().frombuf(buf, encoding, errors)
+    def zeros_at(self, offset: int) -> bool:
+        """Whether the 512 bytes at ``offset`` (of the stream) were read and are zeros."""
+        start = self.total - len(self.tail)
+        if offset < start or offset + tarfile.BLOCKSIZE > self.total:
+            return False
+        return not self.tail[offset - start:offset - start + tarfile.BLOCKSIZE].strip(b"\0")
 
 
 def receive(root: str, body: io.RawIOBase) -> int:
@@ -711,6 +749,7 @@ def receive(root: str, body: io.RawIOBase) -> int:
     """
     scratch: dict[str, str] = {}
     fds: dict[str, int] = {}
+    unpacking: Unpacking | None = None
     try:
         for tree in REPLACED:
             path = os.path.join(root, tree)
@@ -719,26 +758,30 @@ def receive(root: str, body: io.RawIOBase) -> int:
                 os.mkdir(os.path.join(path, scratch[tree], sub), 0o700)
             fds[tree] = os.open(os.path.join(path, scratch[tree], "new"), _DIR_FLAGS)
         unpacking = Unpacking(fds)
-        header = _ended_header()
+        stream = _Tail(body)
         try:
-            with tarfile.open(fileobj=body, mode="r|", tarinfo=header) as tar:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
                 for count, info in enumerate(tar):
                     if count >= MAX_MEMBERS:
                         raise HttpError(400, f"more than {MAX_MEMBERS} members")
                     unpacking.member(tar, info)
+                end = tar.offset
         except tarfile.TarError as err:
             raise HttpError(400, f"not a tar: {shown(str(err))}") from None
-        if not header.ended:
+        if not stream.zeros_at(end):
             raise HttpError(400, "the tar has no end-of-archive block (it broke off)")
         for tree in REPLACED:
             if any(os.path.basename(e) == scratch[tree] for e in os.listdir(fds[tree])):
                 raise Refused(scratch[tree], "a name the server uses")
     except BaseException:
+        if unpacking is not None:
+            unpacking.close()
         for fd in fds.values():
             os.close(fd)
         for tree, name in scratch.items():
             _remove(os.path.join(root, tree, name))
         raise
+    unpacking.close()
     for fd in fds.values():
         os.close(fd)
     work = os.path.join(root, "workspace", scratch["workspace"])
@@ -843,11 +886,12 @@ class TreeServer:
         while True:
             conn, _ = listener.accept()
             if not self.slots.acquire(blocking=False):
-                try:
+                with contextlib.suppress(OSError):
                     conn.settimeout(1.0)
                     answer(conn, 503, b"iterare-trees: too many connections\n")
-                except OSError:
-                    pass
+                    conn.shutdown(socket.SHUT_WR)
+                    # What the client sent already, so that closing sends no reset.
+                    conn.recv(MAX_HEAD_BYTES, socket.MSG_DONTWAIT)
                 conn.close()
                 continue
             threading.Thread(target=self._run, args=(conn,), daemon=True).start()
