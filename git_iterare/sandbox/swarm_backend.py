@@ -67,6 +67,9 @@ PROXY_PORT = 3128
 TREES_PORT = 8080
 #: Where git-iterare's image has the tree server (:mod:`git_iterare.sandbox.tree_server`).
 TREE_SERVER = "/usr/local/lib/iterare/tree-server"
+#: In the tree server's container: ``git iterare stop`` writes the agent's grace seconds
+#: there (:func:`git_iterare.sandbox.tree_server.stop_answer`).
+STOP_FILE = "/tmp/iterare-stop"
 #: Seconds a task that was asked to stop has to give its work back (swarm-start uploads
 #: it) before the engine kills it.
 STOP_GRACE_SECONDS = 60
@@ -267,15 +270,18 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
     """The agent service's ``TaskTemplate`` (Engine API 1.41)."""
     size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
     ids = f"uid={spec.agent_uid},gid={spec.agent_gid}"
-    # Swarm (20.10) ignores a tmpfs mount's mode: the trees are tmpfs volumes of the local
-    # driver instead, made by the node for the task, the agent's, 0700 (/tmp 1777).
-    tmpfs = [{"Target": target, "Type": "volume", "VolumeOptions": {
-                "Labels": spec.all_labels(),
-                "DriverConfig": {"Name": "local", "Options": {
-                    "type": "tmpfs", "device": "tmpfs",
-                    "o": f"size={size},{ids},mode={mode},nosuid,nodev"}}}}
-             for target, mode in ((WORK_PATH, "0700"), ("/git", "0700"), ("/tmp", "1777"),
-                                  (AGENT_HOME, "0700"))]
+    # The trees must allow programs to run: tmpfs volumes of the node's local driver,
+    # the agent's and 0700 (a tmpfs mount is noexec, and swarm 20.10 sets no owner). The
+    # node keeps such a volume's (empty) entry after the task's container went; the
+    # agent's home and /tmp are plain tmpfs mounts (0777: Go's mode has no 0o1000 bit).
+    mounts: list[Json] = [
+        {"Target": target, "Type": "volume", "VolumeOptions": {"DriverConfig": {
+            "Name": "local", "Options": {"type": "tmpfs", "device": "tmpfs",
+                                         "o": f"size={size},{ids},mode=0700,nosuid,nodev"}}}}
+        for target in (WORK_PATH, "/git")]
+    mounts += [{"Target": target, "Type": "tmpfs",
+                "TmpfsOptions": {"SizeBytes": size, "Mode": 0o777}}
+               for target in ("/tmp", AGENT_HOME)]
     resources: Json = {}
     if spec.limits.cpus:
         resources["NanoCPUs"] = int(spec.limits.cpus * 1e9)
@@ -290,7 +296,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
             "Args": list(spec.command), "User": f"{spec.agent_uid}:{spec.agent_gid}",
             "Dir": spec.workdir, "Env": [f"{k}={v}" for k, v in _agent_env(spec).items()],
             "Labels": {**spec.all_labels(), LABEL_ROLE: "agent"},
-            "Mounts": tmpfs, "Configs": objects.configs, "Secrets": objects.secrets,
+            "Mounts": mounts, "Configs": objects.configs, "Secrets": objects.secrets,
             "CapabilityDrop": ["ALL"], "Init": True,
             "StopGracePeriod": STOP_GRACE_SECONDS * 10**9,
             "Isolation": "default"},
@@ -511,8 +517,9 @@ class SwarmBackend:
 
     def stop(self, container: str, grace_seconds: float = 10) -> None:
         """Ask the agent to stop: its task's ``swarm-start`` sees the tree server's stop
-        file, stops the agent (SIGTERM, SIGKILL after ``grace_seconds``) and gives its
-        work back, then ends. A task still queued is removed with its service."""
+        file (it asks ``GET /stop`` every 2 s), stops the agent (SIGTERM, SIGKILL after
+        ``grace_seconds``) and gives its work back, then ends. A task still queued is
+        removed with its service."""
         info = self.inspect(container)
         if info is None or info.state == "exited":
             return
@@ -526,9 +533,8 @@ class SwarmBackend:
         if trees is None:
             raise OperationFailed(f"the tree server of {container} is gone; "
                                   f"`git iterare cleanup` removes the run")
-        code, out = exec_in(trees, ["/bin/sh", "-c",
-                                    f"echo {max(1, round(grace_seconds))} > "
-                                    f"{GITDIR_PATH}/iterare-stop"])
+        grace = min(3600, max(1, round(grace_seconds)))
+        code, out = exec_in(trees, ["/bin/sh", "-c", f"echo {grace} > {STOP_FILE}"])
         if code != 0:
             raise OperationFailed(f"cannot ask {container} to stop: "
                                   f"{out.decode('utf-8', 'replace')[-200:]}")

@@ -14,6 +14,11 @@ when it ends.
 HTTP/1.1, one request a connection (every answer says ``Connection: close``):
 
 * ``GET /ready``: ``200`` and ``ready``.
+* ``GET /stop``: ``200`` and ``go``, or ``stop GRACE`` once the file ``ITERARE_STOP_FILE``
+  (``/tmp/iterare-stop``, in the server's own container: the agent's uploads cannot make
+  it) holds the seconds ``GRACE`` the agent has to end (``git iterare stop`` writes it
+  through the engine). ``container/swarm-start`` asks every few seconds; those answers
+  are not logged.
 * ``GET /trees``: ``200`` and an uncompressed tar (GNU format, chunked transfer coding) of
   ``workspace/...``, ``git/run`` and ``git/run/...``, ``git/cache`` and ``git/cache/...``
   (the tops ``workspace`` and ``git`` themselves are left out: they are the agent's mount
@@ -77,6 +82,8 @@ HEAD_TIMEOUT = 10.0
 IO_TIMEOUT = 60.0
 #: Most connections served at once.
 MAX_CONNECTIONS = 8
+#: Where ``git iterare stop`` asks the agent to stop, unless ``ITERARE_STOP_FILE`` says.
+DEFAULT_STOP_FILE = "/tmp/iterare-stop"
 #: Upload limit when ``ITERARE_MAX_RESULT_BYTES`` is not set (the fetch limit of
 #: :mod:`git_iterare.limits`).
 DEFAULT_MAX_RESULT_BYTES = 4096 * 1024**2
@@ -324,8 +331,6 @@ def answer(conn: socket.socket, status: int, body: bytes,
 
 def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
-    if stat.S_ISDIR(st.st_mode):
-        info.type = tarfile.DIRTYPE
     info.mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
     info.mtime = int(st.st_mtime)
     info.uid, info.gid = os.getuid(), os.getgid()
@@ -803,10 +808,13 @@ class TreeServer:
         root: the trees' root.
         max_bytes: the upload limit.
         log: called with one JSON line a request.
+        stop_file: the file whose presence says the agent is to stop (``GET /stop``).
     """
 
     def __init__(self, root: str, max_bytes: int,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 stop_file: str = DEFAULT_STOP_FILE) -> None:
+        self.stop_file, self.stopping = stop_file, False
         self.root, self.max_bytes = root, max_bytes
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.lock = threading.Lock()
@@ -841,11 +849,16 @@ class TreeServer:
             return
         note["request"] = f"{shown(request.method)} {shown(request.path)}"
         route = (request.method, request.path)
-        if request.path not in ("/ready", "/trees", "/result"):
+        if request.path not in ("/ready", "/stop", "/trees", "/result"):
             raise HttpError(404, "no such path")
         if route == ("GET", "/ready"):
             answer(conn, 200, b"ready\n")
             note["status"] = 200
+        elif route == ("GET", "/stop"):
+            answer(conn, 200, stop_answer(self.stop_file))
+            if note.pop("request", None) and not self.stopping:
+                note.clear()  # polled every few seconds: only the first stop is logged
+            self.stopping = self.stopping or os.path.exists(self.stop_file)
         elif route == ("GET", "/trees"):
             self._get(conn, note)
         elif route == ("PUT", "/result"):
@@ -903,6 +916,20 @@ class TreeServer:
             self.slots.release()
 
 
+def stop_answer(stop_file: str) -> bytes:
+    """The body of ``GET /stop``: ``go``, or ``stop GRACE`` (whole seconds, 1 to 3600;
+    10 when the file holds no such number)."""
+    try:
+        with open(stop_file, "rb") as handle:
+            said = handle.read(32).strip()
+    except FileNotFoundError:
+        return b"go\n"
+    except OSError:
+        said = b""
+    grace = int(said) if said.isdigit() and 1 <= int(said) <= 3600 else 10
+    return f"stop {grace}\n".encode()
+
+
 def _limit(text: str | None) -> int:
     if text is None or text == "":
         return DEFAULT_MAX_RESULT_BYTES
@@ -924,7 +951,8 @@ def main(argv: Sequence[str]) -> int:
         print("iterare-trees: usage: tree_server.py PORT [HOST]", file=sys.stderr)
         return 2
     root = os.environ.get("ITERARE_TREES_ROOT") or "/"
-    server = TreeServer(root, limit)
+    server = TreeServer(root, limit,
+                        stop_file=os.environ.get("ITERARE_STOP_FILE") or DEFAULT_STOP_FILE)
     recover(root)
     listener = socket.create_server((argv[2] if len(argv) == 3 else "0.0.0.0", port),
                                     backlog=16, reuse_port=False)
