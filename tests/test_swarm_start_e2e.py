@@ -82,13 +82,14 @@ class Run:
         return result.stdout
 
     def agent(self, name: str, command: str, env: dict[str, str], detach: bool = False,
-              owner: str = "") -> subprocess.CompletedProcess[str]:
+              owner: str = "", extra: tuple[str, ...] = ()
+              ) -> subprocess.CompletedProcess[str]:
         """Run swarm-start with ``sh -c command`` in an agent's container called ``name``.
 
         Its /workspace is a tmpfs through the local volume driver (as a swarm service can
         mount one), owned by ``owner`` (``uid=N``) or root's with mode 1777: a plain tmpfs
         mount there would take the mode of the image's /workspace (0755, runc), which the
-        agent cannot write.
+        agent cannot write. ``extra``: more ``docker run`` options.
         """
         envs = {"HTTPS_PROXY": "http://proxy.invalid:3128", "HTTP_PROXY":
                 "http://proxy.invalid:3128", **env}
@@ -99,7 +100,7 @@ class Run:
                        "volume-opt=type=tmpfs,volume-opt=device=tmpfs,volume-nocopy=true"
                        + (f",volume-opt=o={owner}" if owner else ""),
                        "--tmpfs", "/git:mode=1777",
-                       *(a for k, v in envs.items() for a in ("-e", f"{k}={v}")),
+                       *(a for k, v in envs.items() for a in ("-e", f"{k}={v}")), *extra,
                        "--entrypoint", "sh", self.image,
                        "-c", SWARM_START.read_text(), "swarm-start", "sh", "-c", command,
                        check=False, timeout=240)
@@ -154,13 +155,21 @@ echo uncommitted > left.txt
 """
 
 
-@pytest.mark.parametrize(("client", "owner"), [("curl", ""), ("python3", "uid=1900000")])
+#: The image has no wget: this machine's GNU wget (Debian's, as the image) is lent to it.
+WGET = "/usr/bin/wget"
+CLIENTS = [("curl", ""), ("python3", "uid=1900000")] + (
+    [("wget", "uid=1900000")] if Path(WGET).exists() else [])
+
+
+@pytest.mark.parametrize(("client", "owner"), CLIENTS)
 def test_the_agent_s_commit_and_files_reach_the_server_s_volumes(run: Run, client: str,
                                                                   owner: str) -> None:
     name = f"itr-trees-agent-{run.stamp}"
+    extra = ("-v", f"{WGET}:/usr/local/bin/wget:ro") if client == "wget" else ()
     try:
         result = run.agent(name, AGENT_WORK, {"ITERARE_TREES_CLIENT": client,
-                                              "ITERARE_SNAPSHOT_SECONDS": "0"}, owner=owner)
+                                              "ITERARE_SNAPSHOT_SECONDS": "0"}, owner=owner,
+                           extra=extra)
         assert result.returncode == 0, result.stderr[-3000:]
         out = run.in_trees("cd /workspace && git log --format=%s && git status --short && "
                            "cat left.txt && git cat-file -p HEAD:new.txt && "

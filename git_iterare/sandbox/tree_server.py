@@ -96,6 +96,9 @@ CHUNK = 64 * 1024
 #: Last bytes of an upload kept to find its end-of-archive block (``tarfile`` reads at most
 #: a :data:`CHUNK` and a record ahead).
 TAIL_BYTES = 4 * CHUNK
+#: What is read after an answer at most, before closing (see :func:`_linger`).
+LINGER_BYTES = 1024 * 1024
+LINGER_SECONDS = 2.0
 #: Longest piece of the agent's text in a log line or an answer.
 MAX_SHOWN = 200
 
@@ -800,6 +803,24 @@ def receive(root: str, body: io.RawIOBase) -> int:
 
 # --- Server ----------------------------------------------------------------------------
 
+def _linger(conn: socket.socket) -> None:
+    """Close ``conn`` after the answer: stop sending, then read what the client still
+    sends (at most :data:`LINGER_BYTES`, :data:`LINGER_SECONDS`) until it closes, so that
+    closing with its data unread sends no reset, which could drop the answer before the
+    client reads it."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER_SECONDS
+        seen = 0
+        while seen < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            data = conn.recv(CHUNK)
+            if not data:
+                break
+            seen += len(data)
+    conn.close()
+
+
 class TreeServer:
     """The server's state: its root, upload limit, one lock for the trees (GETs and PUTs
     are served one at a time) and the connection slots.
@@ -838,9 +859,7 @@ class TreeServer:
             note.pop("sent", None)
             if "request" in note or "status" in note:
                 self.log(json.dumps({"trees": note.pop("request", "?"), **note}))
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_WR)
-            conn.close()
+            _linger(conn)
 
     def _handle(self, conn: socket.socket, note: dict[str, object]) -> None:
         try:
