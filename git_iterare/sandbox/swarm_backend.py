@@ -88,9 +88,11 @@ def _api() -> Any:
     return client().api
 
 
-def manager_problem() -> str | None:
-    """Why the current engine cannot take swarm runs, or None when it is a swarm's
-    manager (``Swarm.ControlAvailable`` of ``GET /info``).
+def manager_problem() -> tuple[str, str] | None:
+    """Why the current engine cannot take swarm runs and what to do (a hint), or None
+    when it is a swarm's manager (``Swarm.ControlAvailable`` of ``GET /info``) that is
+    not drained (a drained node takes no network attachments, and the egress and tree
+    server need one).
 
     Raises:
         OperationFailed: the engine cannot be reached.
@@ -101,14 +103,23 @@ def manager_problem() -> str | None:
         info = _api().info()
     swarm = info.get("Swarm") if isinstance(info, dict) else None
     state = text(swarm, "LocalNodeState") or "inactive"
-    if field(swarm, "ControlAvailable") is True:
-        return None
     import dataclasses
 
     where = dataclasses.replace(current(), swarm=None).label
+    if field(swarm, "ControlAvailable") is True:
+        node = text(swarm, "NodeID")
+        with docker_errors("ask the swarm about its manager"):
+            availability = text(_api().inspect_node(node), "Spec", "Availability")
+        if availability == "drain":
+            return (f"the swarm manager at {where} is drained, and each run's egress and "
+                    "tree server run on it",
+                    "make it active (docker node update --availability active), and keep "
+                    'runs on the workers with swarm.constraints = ["node.role==worker"]')
+        return None
+    hint = "select the manager's engine (DOCKER_HOST, --context), or set swarm.enabled = false"
     if state == "active":
-        return f"the Docker engine at {where} is a swarm worker, not a manager"
-    return f"the Docker engine at {where} is in no swarm (its swarm state: {state})"
+        return f"the Docker engine at {where} is a swarm worker, not a manager", hint
+    return f"the Docker engine at {where} is in no swarm (its swarm state: {state})", hint
 
 
 def publish(image: str, registry: str, progress: Callable[[str], None] = lambda line: None

@@ -54,9 +54,7 @@ class Swarm(Remote):
 
         problem = manager_problem()
         if problem is not None:
-            raise UserError(f"swarm.enabled is on but {problem}",
-                            hint="select the manager's engine (DOCKER_HOST, --context), "
-                                 "or set swarm.enabled = false")
+            raise UserError(f"swarm.enabled is on but {problem[0]}", hint=problem[1])
 
     def make(self, repo: Repo, record: RunRecord, files: dict[str, bytes]) -> RunTrees:
         """As :meth:`Remote.make`; the agent's task gets its trees through
