@@ -70,6 +70,9 @@ CORE_KEYS: dict[str, Key] = {
         Key("swarm.constraints", "list", [],
             "Placement constraints of the runs' services (node.labels.agents==yes); read "
             "only from your own configuration."),
+        Key("swarm.snapshot_seconds", "int", 60,
+            "How often a swarm run's task gives its work so far back, in seconds (what a "
+            "node that dies keeps of it); 0: only when it ends."),
         Key("docker.base_image", "str", "node:20-bookworm-slim",
             "Debian bookworm based image `git iterare image build` starts from."),
         Key("docker.agents", "list", ["claude"],

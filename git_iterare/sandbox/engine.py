@@ -77,10 +77,13 @@ class SwarmTarget:
             empty for a run found again from its record (nothing is pushed then).
         constraints: placement constraints of the runs' services, as ``docker service
             create --constraint`` takes them (``node.labels.agents==yes``).
+        snapshot_seconds: how often a run's task gives its work back while it runs (0:
+            only when it ends).
     """
 
     registry: str
     constraints: tuple[str, ...] = ()
+    snapshot_seconds: int = 60
 
 
 @dataclass(frozen=True)
@@ -333,8 +336,8 @@ def swarm_target(config: Config | None) -> SwarmTarget | None:
     cannot set them), or None when ``swarm.enabled`` is off.
 
     Raises:
-        UserError: ``swarm.enabled`` without a ``swarm.registry``, or a registry that is
-            not ``HOST[:PORT]``.
+        UserError: ``swarm.enabled`` without a ``swarm.registry``, a registry that is
+            not ``HOST[:PORT]``, or ``swarm.snapshot_seconds`` out of range.
     """
     if config is None or not config["swarm.enabled"]:
         return None
@@ -350,7 +353,11 @@ def swarm_target(config: Config | None) -> SwarmTarget | None:
                         hint="name the registry as the nodes reach it, such as "
                              "registry.lan:5000")
     constraints = tuple(str(c).strip() for c in config["swarm.constraints"] if str(c).strip())
-    return SwarmTarget(registry, constraints)
+    seconds = int(config["swarm.snapshot_seconds"])
+    if not 0 <= seconds <= 86400:
+        raise UserError(f"swarm.snapshot_seconds must be 0 (only at the end) to 86400, not "
+                        f"{seconds}", hint="fix it with `git iterare config`")
+    return SwarmTarget(registry, constraints, seconds)
 
 
 def _chosen(config: Config | None, env: Mapping[str, str]) -> Engine:

@@ -46,6 +46,7 @@ from typing import Any
 from git_iterare.errors import OperationFailed, UserError
 from git_iterare.sandbox.docker_errors import docker_errors
 from git_iterare.sandbox.dockertypes import Json, field, text
+from git_iterare.sandbox.engine import SwarmTarget
 from git_iterare.sandbox.engine_client import client
 from git_iterare.sandbox.spec import (
     AGENT_HOME,
@@ -181,12 +182,14 @@ def _overlay(name: str, labels: Mapping[str, str]) -> str:
         time.sleep(POLL_SECONDS)
 
 
-def _agent_env(spec: SandboxSpec) -> dict[str, str]:
-    """The agent task's environment: the spec's, the proxy and the tree server."""
+def _agent_env(spec: SandboxSpec, snapshot_seconds: int) -> dict[str, str]:
+    """The agent task's environment: the spec's, the proxy, the tree server and how
+    often ``swarm-start`` gives the work back."""
     proxy = f"http://egress:{PROXY_PORT}"
     env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent",
            "ITERARE_NETWORK": "egress", "ITERARE_TREES_HOST": "trees",
            "ITERARE_TREES_PORT": str(TREES_PORT),
+           "ITERARE_SNAPSHOT_SECONDS": str(snapshot_seconds),
            "NO_PROXY": "trees,localhost,127.0.0.1", "no_proxy": "trees,localhost,127.0.0.1"}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env[name] = proxy
@@ -277,7 +280,7 @@ def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> 
 
 
 def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
-                   constraints: Sequence[str]) -> Json:
+                   target: SwarmTarget) -> Json:
     """The agent service's ``TaskTemplate`` (Engine API 1.41)."""
     size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
     ids = f"uid={spec.agent_uid},gid={spec.agent_gid}"
@@ -305,7 +308,8 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
         "ContainerSpec": {
             "Image": image, "Command": ["/bin/sh", "/run/iterare/agent-start"],
             "Args": list(spec.command), "User": f"{spec.agent_uid}:{spec.agent_gid}",
-            "Dir": spec.workdir, "Env": [f"{k}={v}" for k, v in _agent_env(spec).items()],
+            "Dir": spec.workdir,
+            "Env": [f"{k}={v}" for k, v in _agent_env(spec, target.snapshot_seconds).items()],
             "Labels": {**spec.all_labels(), LABEL_ROLE: "agent"},
             "Mounts": mounts, "Configs": objects.configs, "Secrets": objects.secrets,
             "CapabilityDrop": ["ALL"], "Init": True,
@@ -313,7 +317,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
             "Isolation": "default"},
         "Resources": {"Limits": limits, "Reservations": resources},
         "RestartPolicy": {"Condition": "none", "MaxAttempts": 0},
-        "Placement": {"Constraints": list(constraints)},
+        "Placement": {"Constraints": list(target.constraints)},
         "Networks": [{"Target": f"{spec.name}-run"}],
         "LogDriver": {"Name": "json-file", "Options": {"max-size": "50m", "max-file": "2"}},
     }
@@ -377,7 +381,7 @@ class SwarmBackend:
             objects = _agent_objects(spec, *_accounts(spec.image))
             with docker_errors(f"create the service {spec.name}"):
                 _api().create_service(
-                    _task_template(spec, image, objects, target.constraints),
+                    _task_template(spec, image, objects, target),
                     name=spec.name, labels={**labels, LABEL_ROLE: "agent"},
                     mode={"Replicated": {"Replicas": 1}},
                     endpoint_spec={"Mode": "dnsrr"})
