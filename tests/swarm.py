@@ -220,7 +220,8 @@ class SwarmLab:
     def leftovers(self) -> list[str]:
         """What tests left behind, one readable line each: the swarm's services, secrets and
         configs, and on every live node its containers, volumes and networks other than
-        :data:`DEFAULT_NETWORKS`. Empty when all is clean."""
+        :data:`DEFAULT_NETWORKS`. Empty when all is clean. The manager's records of tasks
+        are not listed: those of removed replicated jobs stay for good (see :meth:`sweep`)."""
         api = self.manager.client().api
         found = [f"service {s['Spec']['Name']}" for s in api.services()]
         found += [f"secret {s['Spec']['Name']}" for s in api.secrets()]
@@ -235,6 +236,22 @@ class SwarmLab:
             found += [f"{where}: network {n['Name']}" for n in node.networks()
                       if n["Name"] not in DEFAULT_NETWORKS]
         return found
+
+    def sweep(self) -> list[str]:
+        """Remove, on every live node, the containers of services the swarm no longer has;
+        return their names. Needed between tests: Debian's 20.10 keeps a removed
+        replicated-job's task, and its exited container on the node, for good
+        (moby/moby#42789, #44312), and only the node's own API removes that container."""
+        services = {s["ID"] for s in self.manager.client().api.services()}
+        swept: list[str] = []
+        for engine in self.nodes:
+            node = engine.client().api
+            for container in node.containers(all=True):
+                owner = container["Labels"].get("com.docker.swarm.service.id")
+                if owner and owner not in services:
+                    node.remove_container(container["Id"], force=True)
+                    swept.append(container["Names"][0].lstrip("/"))
+        return swept
 
     def remove(self) -> None:
         """Remove every container and volume of the lab, and its network."""
