@@ -114,6 +114,8 @@ class SwarmLab:
         dead: nodes ended by :meth:`kill_node` (their containers stay until the session ends).
         node_ids: each node's swarm node id, by container name.
         startup_seconds: the fixture's start-up, from the first build to all nodes ready.
+        phases: the seconds of each part of the start-up (``images``, ``nodes``, ``swarm``:
+            builds and seed, the nodes started in parallel, init, joins and drain).
     """
 
     manager: DindEngine
@@ -125,6 +127,7 @@ class SwarmLab:
     dead: list[DindEngine] = field(default_factory=list)
     node_ids: dict[str, str] = field(default_factory=dict)
     startup_seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[DindEngine]:
@@ -302,6 +305,7 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
     """
     began = time.monotonic()
     _parallel(lambda: engines.make_seed(seed), engines.build_image, build_registry_image)
+    built = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     network = f"iterare-swarmlab-{tag}"
     registry_container = f"iterare-swarmlab-registry-{tag}"
@@ -319,6 +323,7 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
             return made
 
         manager, *rest = _parallel(*[node] * (1 + workers))
+        up = time.monotonic()
         here = _address(manager.container, network)
         manager.client().swarm.init(advertise_addr=here, listen_addr=f"{here}:2377")
         lab = SwarmLab(manager=manager, workers=[], registry=registry, network=network,
@@ -334,7 +339,9 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
         _docker("rm", "-f", registry_container, check=False)
         _docker("network", "rm", network, check=False)
         raise
-    lab.startup_seconds = time.monotonic() - began
+    now = time.monotonic()
+    lab.startup_seconds = now - began
+    lab.phases = {"images": built - began, "nodes": up - built, "swarm": now - up}
     return lab
 
 
@@ -346,7 +353,8 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmLab]:
     seed.rmdir()  # make_seed makes it
     lab = start_lab(seed)
     print(f"\nswarm lab: manager + {len(lab.workers)} workers, registry {lab.registry}, "
-          f"up in {lab.startup_seconds:.1f} s")
+          f"up in {lab.startup_seconds:.1f} s ("
+          + ", ".join(f"{k} {v:.1f} s" for k, v in lab.phases.items()) + ")")
     try:
         yield lab
     finally:
