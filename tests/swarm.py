@@ -114,6 +114,8 @@ class SwarmLab:
         dead: nodes ended by :meth:`kill_node` (their containers stay until the session ends).
         node_ids: each node's swarm node id, by container name.
         startup_seconds: the fixture's start-up, from the first build to all nodes ready.
+        phases: the seconds of each part of the start-up (``images``, ``nodes``, ``swarm``:
+            builds and seed, the nodes started in parallel, init, joins and drain).
     """
 
     manager: DindEngine
@@ -125,6 +127,7 @@ class SwarmLab:
     dead: list[DindEngine] = field(default_factory=list)
     node_ids: dict[str, str] = field(default_factory=dict)
     startup_seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[DindEngine]:
@@ -220,7 +223,8 @@ class SwarmLab:
     def leftovers(self) -> list[str]:
         """What tests left behind, one readable line each: the swarm's services, secrets and
         configs, and on every live node its containers, volumes and networks other than
-        :data:`DEFAULT_NETWORKS`. Empty when all is clean."""
+        :data:`DEFAULT_NETWORKS`. Empty when all is clean. The manager's records of tasks
+        are not listed: those of removed replicated jobs stay for good (see :meth:`sweep`)."""
         api = self.manager.client().api
         found = [f"service {s['Spec']['Name']}" for s in api.services()]
         found += [f"secret {s['Spec']['Name']}" for s in api.secrets()]
@@ -235,6 +239,22 @@ class SwarmLab:
             found += [f"{where}: network {n['Name']}" for n in node.networks()
                       if n["Name"] not in DEFAULT_NETWORKS]
         return found
+
+    def sweep(self) -> list[str]:
+        """Remove, on every live node, the containers of services the swarm no longer has;
+        return their names. Needed between tests: Debian's 20.10 keeps a removed
+        replicated-job's task, and its exited container on the node, for good
+        (moby/moby#42789, #44312), and only the node's own API removes that container."""
+        services = {s["ID"] for s in self.manager.client().api.services()}
+        swept: list[str] = []
+        for engine in self.nodes:
+            node = engine.client().api
+            for container in node.containers(all=True):
+                owner = container["Labels"].get("com.docker.swarm.service.id")
+                if owner and owner not in services:
+                    node.remove_container(container["Id"], force=True)
+                    swept.append(container["Names"][0].lstrip("/"))
+        return swept
 
     def remove(self) -> None:
         """Remove every container and volume of the lab, and its network."""
@@ -285,6 +305,7 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
     """
     began = time.monotonic()
     _parallel(lambda: engines.make_seed(seed), engines.build_image, build_registry_image)
+    built = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     network = f"iterare-swarmlab-{tag}"
     registry_container = f"iterare-swarmlab-registry-{tag}"
@@ -302,6 +323,7 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
             return made
 
         manager, *rest = _parallel(*[node] * (1 + workers))
+        up = time.monotonic()
         here = _address(manager.container, network)
         manager.client().swarm.init(advertise_addr=here, listen_addr=f"{here}:2377")
         lab = SwarmLab(manager=manager, workers=[], registry=registry, network=network,
@@ -317,7 +339,9 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
         _docker("rm", "-f", registry_container, check=False)
         _docker("network", "rm", network, check=False)
         raise
-    lab.startup_seconds = time.monotonic() - began
+    now = time.monotonic()
+    lab.startup_seconds = now - began
+    lab.phases = {"images": built - began, "nodes": up - built, "swarm": now - up}
     return lab
 
 
@@ -329,7 +353,8 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmLab]:
     seed.rmdir()  # make_seed makes it
     lab = start_lab(seed)
     print(f"\nswarm lab: manager + {len(lab.workers)} workers, registry {lab.registry}, "
-          f"up in {lab.startup_seconds:.1f} s")
+          f"up in {lab.startup_seconds:.1f} s ("
+          + ", ".join(f"{k} {v:.1f} s" for k, v in lab.phases.items()) + ")")
     try:
         yield lab
     finally:
