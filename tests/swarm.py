@@ -10,7 +10,9 @@ removed at the end:
   ``ITERARE_TEST_BASE_IMAGE``; Docker's cache makes rebuilding quick;
 * the registry serves plain HTTP on port 5000 of its address on the lab network; every node's
   dockerd has it as an ``--insecure-registry``;
-* the manager is drained (availability ``drain``), so services land on the workers;
+* the manager stays active (a drained node takes no network attachments, which a run's
+  egress and tree server need there); services keep to the workers with the constraint
+  :data:`WORKERS_ONLY`;
 * the kernel here has no IPVS and no ESP: services need ``endpoint_mode = dnsrr`` (no routing
   mesh, no published ports) and overlays cannot be encrypted.
 
@@ -42,12 +44,14 @@ HERE = Path(__file__).parent
 REGISTRY_DIR = HERE / "registry"
 REGISTRY_IMAGE = os.environ.get("ITERARE_TEST_REGISTRY_IMAGE", "iterare-test-registry:latest")
 
-#: Workers the session's swarm starts with (the manager is drained and runs nothing).
+#: Workers the session's swarm starts with.
 WORKERS = 2
 #: The Engine API version the swarm tests speak (Debian's docker.io 20.10).
 API_VERSION = "1.41"
 #: Longest wait for a node to join, be seen ``ready`` or ``down``, in seconds.
 NODE_TIMEOUT = 90
+#: The placement constraint that keeps a service off the manager.
+WORKERS_ONLY = ("node.role==worker",)
 #: Networks every node has of its own (not leftovers of a test).
 DEFAULT_NETWORKS = frozenset({"bridge", "host", "none", "ingress", "docker_gwbridge"})
 
@@ -105,7 +109,7 @@ class SwarmLab:
     """A running swarm (see the module docstring).
 
     Attributes:
-        manager: the (drained) manager node; its ``client()`` talks to the swarm's API.
+        manager: the manager node; its ``client()`` talks to the swarm's API.
         workers: the worker nodes still alive, in the order they joined.
         registry: ``HOST:PORT`` of the registry as the nodes reach it (plain HTTP).
         network: the lab's Docker network (of the local engine) the nodes and registry share.
@@ -115,7 +119,7 @@ class SwarmLab:
         node_ids: each node's swarm node id, by container name.
         startup_seconds: the fixture's start-up, from the first build to all nodes ready.
         phases: the seconds of each part of the start-up (``images``, ``nodes``, ``swarm``:
-            builds and seed, the nodes started in parallel, init, joins and drain).
+            builds and seed, the nodes started in parallel, init and joins).
     """
 
     manager: DindEngine
@@ -331,8 +335,6 @@ def start_lab(seed: Path, workers: int = WORKERS) -> SwarmLab:
                        node_ids={manager.container: _own_node_id(manager)})
         _parallel(*[functools.partial(lab.join, worker) for worker in rest])
         lab.workers = list(rest)
-        node_of_manager = manager.client().nodes.get(lab.node_id(manager))
-        node_of_manager.update({**node_of_manager.attrs["Spec"], "Availability": "drain"})
     except BaseException:
         for engine in started:
             engines.stop(engine.container)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.swarm import API_VERSION, SwarmLab
+from tests.swarm import API_VERSION, WORKERS_ONLY, SwarmLab
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -82,14 +82,16 @@ def _name(what: str) -> str:
     return f"swarmlab-{what}-{uuid.uuid4().hex[:6]}"
 
 
-def test_lab_is_a_drained_manager_and_ready_workers(swarm: SwarmLab, image: str) -> None:
+def test_lab_is_an_active_manager_and_ready_workers(swarm: SwarmLab, image: str) -> None:
     client = swarm.manager.client()
     assert client.version()["ApiVersion"] == API_VERSION
     nodes = {n.id: n.attrs for n in client.nodes.list()}
     assert len(nodes) == 1 + len(swarm.workers) >= 3
     manager = nodes[swarm.node_id(swarm.manager)]
     assert manager["Spec"]["Role"] == "manager"
-    assert manager["Spec"]["Availability"] == "drain"
+    # Active: a drained node takes no network attachments, and a run's egress and tree
+    # server join its network there (runs keep to the workers by a constraint).
+    assert manager["Spec"]["Availability"] == "active"
     for worker in swarm.workers:
         attrs = nodes[swarm.node_id(worker)]
         assert (attrs["Spec"]["Role"], attrs["Status"]["State"]) == ("worker", "ready")
@@ -109,6 +111,7 @@ def _job(client: Any, image: str, command: list[str], **kwargs: Any) -> Any:
     never restarted, DNS round robin (no IPVS here); ``kwargs`` go to ``services.create``."""
     from docker.types import EndpointSpec, RestartPolicy, ServiceMode
 
+    kwargs.setdefault("constraints", list(WORKERS_ONLY))
     return client.services.create(
         image, command=command, name=kwargs.pop("name", _name("job")),
         mode=ServiceMode("replicated-job", replicas=1, concurrency=1),
