@@ -129,10 +129,7 @@ class DindEngine:
         Raises:
             RuntimeError: it did not answer within :data:`START_TIMEOUT` seconds.
         """
-        # The local engine holds the DinD container, whatever the test set DOCKER_* to.
-        local = {k: v for k, v in os.environ.items()
-                 if k not in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
-                              "DOCKER_CERT_PATH", "DOCKER_TLS")}
+        local = local_env()
 
         def pid() -> str:
             return subprocess.run(["docker", "exec", self.container, "cat",
@@ -173,7 +170,17 @@ class DindEngine:
         return str(inner.images.get(name).id)
 
 
+def local_env() -> dict[str, str]:
+    """The environment for ``docker`` commands on the local engine, which holds the DinD
+    containers, whatever a test set ``DOCKER_*`` to (a test of runs on a DinD engine)."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
+                         "DOCKER_CERT_PATH", "DOCKER_TLS")}
+
+
 def _run(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``argv`` (checked, output captured), on the local engine unless ``env`` says."""
+    kwargs.setdefault("env", local_env())
     return subprocess.run(list(argv), capture_output=True, text=True, check=True, **kwargs)
 
 
@@ -246,7 +253,8 @@ def _docker_ready(seed: Path, url: str) -> bool:
 def _socket_ready(name: str) -> bool:
     result = subprocess.run(["docker", "exec", name, "docker", "-H", "unix:///var/run/docker.sock",
                              "version", "--format", "{{.Server.Version}}"],
-                            capture_output=True, text=True, check=False, timeout=20)
+                            capture_output=True, text=True, check=False, timeout=20,
+                            env=local_env())
     return result.returncode == 0 and bool(result.stdout.strip())
 
 
@@ -300,7 +308,8 @@ def start(seed: Path, driver: str = "overlay2", *, prefix: str = "iterare-test-d
             state = _run("docker", "inspect", "-f", "{{.State.Running}}", name).stdout.strip()
             if state != "true" or time.monotonic() > deadline:
                 log = subprocess.run(["docker", "logs", "--tail", "30", name],
-                                     capture_output=True, text=True, check=False)
+                                     capture_output=True, text=True, check=False,
+                                     env=local_env())
                 raise RuntimeError(f"DinD engine {name} did not start ({driver}): "
                                    f"{log.stdout[-2000:]}{log.stderr[-2000:]}")
             time.sleep(0.3)
@@ -342,8 +351,10 @@ def remove_leftovers(inner: Any, repo: Path) -> None:
 
 def stop(name: str) -> None:
     """Remove the DinD container ``name`` and its volume."""
-    subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
-    subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True, check=False)
+    subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False,
+                   env=local_env())
+    subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True, check=False,
+                   env=local_env())
 
 
 @pytest.fixture(scope="session")

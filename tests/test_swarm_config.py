@@ -105,3 +105,20 @@ def test_a_run_keeps_the_backend_of_its_placement(home: Path) -> None:
             assert kind_of(swarm_run) == "swarm"
             assert engine_of(swarm_run).swarm is not None
             assert engine_of(remote_run).swarm is None
+
+
+def test_list_and_show_name_the_swarm_and_node() -> None:
+    from git_iterare.runs.render import engine_text, status_text
+
+    queued = _record("swarm")
+    queued = RunRecord(id=queued.id, name="r", status="running", placement="swarm",
+                       extra={**queued.extra, "swarm": {}})
+    assert status_text(queued) == "queued"
+    assert engine_text(queued.extra) == "swarm tcp://manager.lan:2376"
+    placed = RunRecord(id=queued.id, name="r", status="succeeded", placement="swarm",
+                       extra={**queued.extra, "swarm": {"node": "node-2", "node_id": "x1"}})
+    assert status_text(placed) == "succeeded on node-2"
+    assert engine_text(placed.extra) == "swarm tcp://manager.lan:2376, node node-2"
+    remote = _record("remote")
+    assert status_text(remote) == "running"
+    assert engine_text(remote.extra) == "tcp://manager.lan:2376"

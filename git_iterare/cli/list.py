@@ -41,8 +41,8 @@ def command(all_: bool, statuses: tuple[str, ...], max_count: int | None, fmt: s
         from git_iterare.runner.finish import reconcile
 
         try:
-            if reconcile(repo):
-                entries = index.load_entries(repo.common_dir)
+            reconcile(repo)  # finished runs, and where live ones are, are in the records
+            entries = index.load_entries(repo.common_dir)
         except IterareError as exc:
             ui.warn(f"active runs could not be checked: {exc.render()}")
     wanted = set(statuses)

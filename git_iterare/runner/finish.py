@@ -757,7 +757,8 @@ def note_entry(record: RunRecord, status: str) -> dict[str, object]:
 
 
 def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[RunRecord]:
-    """Finish every active run whose sandbox ended or vanished; stop overdue ones.
+    """Finish every active run whose sandbox ended or vanished; stop overdue ones; note
+    where the others are (:meth:`~git_iterare.runner.placement.Placement.note_where`).
 
     Args:
         repo: the repository.
@@ -790,6 +791,11 @@ def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[Ru
         after = finish(repo, record.id)
         if after.status not in ACTIVE:
             finished.append(after)
+        elif after.container:
+            from git_iterare.runner.placement import placement_of
+
+            with using(engine_of(after)):
+                placement_of(after).note_where(repo, after)
     return finished
 
 

@@ -164,6 +164,22 @@ def aligned(columns: Sequence[tuple[str, bool]], rows: Sequence[list[str]],
     return [fmt(headers, None)] + [fmt(r, s) for r, s in zip(rows, statuses, strict=True)]
 
 
+def status_text(rec: RunRecord) -> str:
+    """``list``'s status cell: the status with :func:`loop_text`, and for a swarm run
+    the node its task runs or ran on (`` on node-2``), or ``queued`` while it waits for
+    one (``extra.swarm`` without a node)."""
+    from git_iterare.runs.status import ACTIVE
+
+    text = rec.status + loop_text(rec)
+    swarm = rec.extra.get("swarm")
+    if not isinstance(swarm, dict):
+        return text
+    node = swarm.get("node") or swarm.get("node_id")
+    if isinstance(node, str) and node:
+        return f"{text} on {node}"
+    return "queued" if rec.status in ACTIVE else text
+
+
 def loop_text(rec: RunRecord) -> str:
     """What ``list`` adds to a loop's status: `` round 3/5`` while it runs, `` (stalled)``
     once it ended (its reason), nothing for a run of one round."""
@@ -226,7 +242,7 @@ def list_table(entries: Sequence[Entry], now: _dt.datetime, paint: Any) -> str:
             rows.append([entry.run_id, CORRUPT, "-", "-", "-", "-", "-", entry.problem or ""])
             statuses.append(CORRUPT)
             continue
-        rows.append([rec.id, rec.status + loop_text(rec), rec.agent or "-",
+        rows.append([rec.id, status_text(rec), rec.agent or "-",
                      human_span(age_seconds(rec, now)),
                      human_span(duration_seconds(rec, now)), spend_text(rec),
                      rec.branch or "-", changes_text(rec.changes)])

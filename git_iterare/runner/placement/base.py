@@ -149,6 +149,16 @@ class Placement(Protocol):
         """
         ...
 
+    def note_where(self, repo: Repo, record: RunRecord) -> None:
+        """Record where a live run's sandbox is now when the placement learns it only
+        after the start (a swarm's task gets a node once the swarm has room for it), so
+        ``list`` and ``show`` can say; nothing when there is nothing new.
+
+        Raises:
+            OperationFailed: the engine cannot be reached.
+        """
+        ...
+
     def live_tree(self, repo: Repo, record: RunRecord) -> str | None:
         """The tree (hex id, written to the object store) of a live run's worktree as it
         is now, for ``diff``; None when this placement cannot show one while it runs.

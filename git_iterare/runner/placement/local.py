@@ -170,6 +170,9 @@ class Local:
         """Nothing of a local run stays on the engine but its containers."""
         return False
 
+    def note_where(self, repo: Repo, record: RunRecord) -> None:
+        """Nothing: the run's engine is all there is to know, recorded at its start."""
+
     def live_tree(self, repo: Repo, record: RunRecord) -> str | None:
         """None: a live local run's diff waits for its end (its worktree is the agent's)."""
         return None

@@ -295,6 +295,9 @@ class Remote:
         remove_volumes_and_users(record_volumes(record))
         return True
 
+    def note_where(self, repo: Repo, record: RunRecord) -> None:
+        """Nothing: the run's engine is all there is to know, recorded at its start."""
+
     def live_tree(self, repo: Repo, record: RunRecord) -> str | None:
         """The tree of the live run's worktree as it is now: fetched into a scratch
         folder and snapshot as its end would commit it (the host's copy is left as it

@@ -67,22 +67,34 @@ class Swarm(Remote):
         trees.facts["swarm"] = {}  # the node, once the swarm gave the task one
         return dataclasses.replace(trees, wrapper=swarm_start_command())
 
-    def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
-        """As :meth:`Remote.fetch` (the tree server gave the task's trees back to the
-        manager's volumes), after recording the node the task ran on (``extra.swarm``:
-        ``node``, ``node_id``).
+    def note_where(self, repo: Repo, record: RunRecord) -> None:
+        """Record the node the swarm gave the run's task (``extra.swarm``: ``node``,
+        ``node_id``) once it has one and the record does not say it yet.
 
         Raises:
-            as :meth:`Remote.fetch`.
+            OperationFailed: the manager cannot be reached.
         """
         from git_iterare.runs.store import RunStore
         from git_iterare.sandbox.spec import sandbox_name
         from git_iterare.sandbox.swarm_backend import SwarmBackend
 
+        known = record.extra.get("swarm")
+        if isinstance(known, dict) and known.get("node_id"):
+            return
         node_id, node = SwarmBackend().task_node(record.container or sandbox_name(record.id))
         if node_id:
             RunStore(repo).update(record.id, lambda r: r.with_extra(
-                swarm={"node": node, "node_id": node_id}), f"{record.id} ran on {node_id}")
+                swarm={"node": node, "node_id": node_id}), f"{record.id} runs on {node_id}")
+
+    def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
+        """As :meth:`Remote.fetch` (the tree server gave the task's trees back to the
+        manager's volumes), after recording the node the task ran on
+        (:meth:`note_where`).
+
+        Raises:
+            as :meth:`Remote.fetch`.
+        """
+        self.note_where(repo, record)
         return super().fetch(repo, record, workspace)
 
     def give_again(self, repo: Repo, record: RunRecord, workspace: RunWorkspace,
