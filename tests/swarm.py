@@ -183,6 +183,8 @@ class SwarmLab:
         """End ``engine`` for good, as a machine that dies: its container is killed at once
         (SIGKILL: dockerd, containerd and every task with it; its address is gone from the
         network). It leaves :attr:`workers` for :attr:`dead`; the manager cannot be killed.
+        The manager marks it ``down`` about 11-14 s later and keeps it in its node list; a
+        task it ran stays ``running`` there (measured in tests/test_swarm_facts_e2e.py).
 
         Raises:
             ValueError: ``engine`` is the manager or not a live node of this lab.
