@@ -171,3 +171,26 @@ def test_an_engine_that_is_no_manager_is_one_line(on_swarm: Path, swarm: SwarmLa
         "worker, not a manager (select the manager's engine (DOCKER_HOST, --context), or "
         "set swarm.enabled = false)"]
     assert "hello" not in iterare("list", cwd=on_swarm).stdout
+
+
+def test_a_run_no_node_can_take_waits_queued_with_the_reason_and_stop_ends_it(
+        on_swarm: Path, swarm: SwarmLab) -> None:
+    project = on_swarm
+    config = Path(os.environ["HOME"]) / ".config" / "iterare" / "config.toml"
+    config.write_text(config.read_text().replace('"node.role==worker"',
+                                                 '"node.labels.nowhere==yes"'))
+    prompt(project, "hello", "echo never > never.txt\n")
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "hello", cwd=project)
+    started = iterare("execute", "hello", cwd=project)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    _wait_for("the swarm's reason", lambda: "queued: no suitable node" in iterare(
+        "show", rid, cwd=project).stdout)
+    listed = iterare("list", cwd=project).stdout
+    assert any(line.split()[:2] == [rid, "queued"] for line in listed.splitlines()), listed
+    stopped = iterare("stop", rid, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert record(project, rid)["status"] == "stopped"
+    assert git("cat-file", "-e", f"iterare/{rid}:never.txt", cwd=project,
+               check=False).returncode != 0

@@ -41,10 +41,13 @@ class Shipped(TypedDict, total=False):
 
 class SwarmNode(TypedDict, total=False):
     """Where a swarm run's task ran: the node's host name and swarm node id (none while
-    it is queued)."""
+    it is queued); while queued, the swarm's reason (``waiting``); the swarm's reason for
+    refusing the task (``error``: an image the node cannot pull)."""
 
     node: str
     node_id: str
+    waiting: str
+    error: str
 
 
 class Fetched(TypedDict):

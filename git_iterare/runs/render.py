@@ -379,6 +379,10 @@ def engine_text(extra: Any) -> str | None:
     if isinstance(swarm, dict):  # a swarm run: its manager, and the node it ran on
         node = swarm.get("node") or swarm.get("node_id")
         text = f"swarm {text}" + (f", node {node}" if isinstance(node, str) and node else "")
+        for key, said in (("waiting", "queued"), ("error", "refused")):
+            reason = swarm.get(key)
+            if isinstance(reason, str) and reason:
+                text += f", {said}: {reason}"
     return text
 
 

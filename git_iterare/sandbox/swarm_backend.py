@@ -35,11 +35,13 @@ its service's name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,23 @@ ENDED = frozenset({"complete", "failed", "shutdown", "rejected", "orphaned", "re
 POLL_SECONDS = 0.5
 
 
+@dataclass(frozen=True)
+class TaskPlace:
+    """Where a run's task is (:meth:`SwarmBackend.task_place`).
+
+    Attributes:
+        node_id: the swarm node id of the node it was given, or "".
+        node: that node's host name, or "".
+        state: its task state (``pending``, ``running``, ``complete``...), or "".
+        error: the swarm's reason for its state (``Status.Err``), or "".
+    """
+
+    node_id: str = ""
+    node: str = ""
+    state: str = ""
+    error: str = ""
+
+
 def _api() -> Any:
     """The low-level client of the manager (swarm calls are not in the typed subset of
     :mod:`git_iterare.sandbox.dockertypes`)."""
@@ -104,8 +123,6 @@ def manager_problem() -> tuple[str, str] | None:
         info = _api().info()
     swarm = info.get("Swarm") if isinstance(info, dict) else None
     state = text(swarm, "LocalNodeState") or "inactive"
-    import dataclasses
-
     where = dataclasses.replace(current(), swarm=None).label
     if field(swarm, "ControlAvailable") is True:
         node = text(swarm, "NodeID")
@@ -430,19 +447,27 @@ class SwarmBackend:
                 return True
         return state in ("down", "unknown", "disconnected")
 
-    def task_node(self, service: str) -> tuple[str, str]:
-        """``(node id, host name)`` of the node the service's task was given to; empty
-        strings for what the swarm does not say (no task yet, a node gone)."""
+    def task_place(self, service: str) -> TaskPlace:
+        """Where the service's task is: its node (none while it waits for one), its state
+        and the swarm's reason (``no suitable node (...)`` while queued, a pull error).
+
+        Raises:
+            OperationFailed: the manager cannot be reached.
+        """
         import docker.errors
 
-        node = text(self._task(service), "NodeID")
+        task = self._task(service)
+        place = TaskPlace(state=text(task, "Status", "State"),
+                          error=text(task, "Status", "Err")[:300])
+        node = text(task, "NodeID")
         if not node:
-            return "", ""
+            return place
         with docker_errors("ask the swarm about its nodes"):
             try:
-                return node, text(_api().inspect_node(node), "Description", "Hostname")
+                name = text(_api().inspect_node(node), "Description", "Hostname")
             except docker.errors.NotFound:
-                return node, ""
+                name = ""
+        return dataclasses.replace(place, node_id=node, node=name)
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """The run's state from its service and task: ``created`` while queued,
@@ -457,7 +482,10 @@ class SwarmBackend:
         labels = field(service, "Spec", "Labels")
         image = text(service, "Spec", "TaskTemplate", "ContainerSpec", "Image")
         memory = field(service, "Spec", "TaskTemplate", "Resources", "Limits", "MemoryBytes")
-        if state in WAITING:
+        replicas = field(service, "Spec", "Mode", "Replicated", "Replicas")
+        if replicas == 0 and state not in ENDED:  # stopped while queued
+            shown, exit_code, started = "exited", -1, False
+        elif state in WAITING:
             shown, exit_code, started = "created", None, False
         elif state in ENDED:
             shown, started = "exited", True
@@ -533,14 +561,20 @@ class SwarmBackend:
     def stop(self, container: str, grace_seconds: float = 10) -> None:
         """Ask the agent to stop: its task's ``swarm-start`` sees the tree server's stop
         file (it asks ``GET /stop`` every 2 s), stops the agent (SIGTERM, SIGKILL after
-        ``grace_seconds``) and gives its work back, then ends. A task still queued is
-        removed with its service."""
+        ``grace_seconds``) and gives its work back, then ends. A service whose task is still
+        queued is scaled to none."""
         info = self.inspect(container)
         if info is None or info.state == "exited":
             return
-        if not info.started:
-            with docker_errors(f"remove the service {container}"):
-                _api().remove_service(container)
+        if not info.started:  # still queued: no task is wanted any more
+            from docker.types import ServiceMode
+
+            service = self._service(container)
+            version = field(service, "Version", "Index")
+            with docker_errors(f"stop the service {container}"):
+                _api().update_service(container, version=version,
+                                      mode=ServiceMode("replicated", replicas=0),
+                                      fetch_current_spec=True)
             return
         from git_iterare.sandbox.volumes import exec_in, find_container
 

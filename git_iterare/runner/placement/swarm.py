@@ -68,23 +68,30 @@ class Swarm(Remote):
         return dataclasses.replace(trees, wrapper=swarm_start_command())
 
     def note_where(self, repo: Repo, record: RunRecord) -> None:
-        """Record the node the swarm gave the run's task (``extra.swarm``: ``node``,
-        ``node_id``) once it has one and the record does not say it yet.
+        """Record where the run's task is (``extra.swarm``): the node the swarm gave it
+        (``node``, ``node_id``), or while it waits for one the swarm's reason
+        (``waiting``); a task the swarm refused (an image the node cannot pull) keeps its
+        reason as ``error``. Nothing is written when that is what the record says.
 
         Raises:
             OperationFailed: the manager cannot be reached.
         """
+        from git_iterare.runs.extra import SwarmNode
         from git_iterare.runs.store import RunStore
         from git_iterare.sandbox.spec import sandbox_name
-        from git_iterare.sandbox.swarm_backend import SwarmBackend
+        from git_iterare.sandbox.swarm_backend import WAITING, SwarmBackend
 
-        known = record.extra.get("swarm")
-        if isinstance(known, dict) and known.get("node_id"):
-            return
-        node_id, node = SwarmBackend().task_node(record.container or sandbox_name(record.id))
-        if node_id:
-            RunStore(repo).update(record.id, lambda r: r.with_extra(
-                swarm={"node": node, "node_id": node_id}), f"{record.id} runs on {node_id}")
+        place = SwarmBackend().task_place(record.container or sandbox_name(record.id))
+        noted: SwarmNode = {}
+        if place.node_id:
+            noted = {"node": place.node, "node_id": place.node_id}
+        elif place.state in WAITING and place.error:
+            noted = {"waiting": place.error}
+        if place.state in ("rejected", "failed") and place.error:
+            noted["error"] = place.error
+        if noted and noted != record.extra.get("swarm"):
+            RunStore(repo).update(record.id, lambda r: r.with_extra(swarm=noted),
+                                  f"{record.id} on the swarm: {place.state}")
 
     def fetch(self, repo: Repo, record: RunRecord, workspace: RunWorkspace) -> list[str]:
         """As :meth:`Remote.fetch` (the tree server gave the task's trees back to the
