@@ -67,6 +67,8 @@ git commit -qm "Add hello"
 echo "left for the autocommit" > more.txt
 cat base.txt
 head -c 9 /run/iterare/prompt.md; echo
+stat -c "secret %a %u" /run/iterare/secrets/env/SWARM_TOKEN
+[ "$SWARM_TOKEN" = "tok-$(id -u)" ] && echo "token ok"
 echo finished
 """
 
@@ -77,15 +79,17 @@ def test_shell_agent_end_to_end_on_the_swarm(on_swarm: Path, swarm: SwarmLab) ->
     prompt(project, "hello", SHELL_TASK)
     git("add", ".", cwd=project)
     git("commit", "-qm", "prompt", cwd=project)
-    started = iterare("execute", "hello", "--follow", cwd=project)
+    uid = agent_ids()[0]
+    started = iterare("execute", "hello", "--follow", "-e", "SWARM_TOKEN", cwd=project,
+                      env={"SWARM_TOKEN": f"tok-{uid}"})
     assert started.returncode == 0, started.stdout + started.stderr
     rid = run_id(started.stdout)
-    assert "from the base\necho \"hel\nfinished\n" in started.stdout, started.stdout
+    assert (f"from the base\necho \"hel\nsecret 400 {uid}\ntoken ok\nfinished\n"
+            in started.stdout), started.stdout
     assert started.stderr.splitlines()[-1] == f"run {rid} succeeded", started.stderr
     rec = record(project, rid)
     assert (rec["status"], rec["exit_code"], rec["placement"]) == ("succeeded", 0, "swarm")
     hello = git("show", f"iterare/{rid}:hello.txt", cwd=project).stdout
-    uid = agent_ids()[0]
     assert hello.startswith(f"hello from agent {uid} on "), hello
     assert git("show", f"iterare/{rid}:more.txt", cwd=project).stdout == (
         "left for the autocommit\n")
@@ -94,6 +98,19 @@ def test_shell_agent_end_to_end_on_the_swarm(on_swarm: Path, swarm: SwarmLab) ->
     assert rec["extra"]["swarm"]["node_id"] in workers, rec["extra"]
     shown = iterare("show", rid, cwd=project)
     assert f"swarm {swarm.manager.tcp_url}" in shown.stdout, shown.stdout
+    first = rec["extra"]["shipped"]
+    assert first["objects"] > 0 and first["pack_bytes"] > 0, first
+    # The swarm keeps the repository's object cache: a second run ships its change.
+    (project / "small.txt").write_text("small change\n")
+    git("add", "small.txt", cwd=project)
+    git("commit", "-qm", "small", cwd=project)
+    prompt(project, "noop", "cat small.txt\n")
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "noop", cwd=project)
+    again = iterare("execute", "noop", "--follow", cwd=project)
+    assert again.returncode == 0 and "small change" in again.stdout, again.stderr
+    second = record(project, run_id(again.stdout))["extra"]["shipped"]
+    assert second["objects"] <= 8 and second["pack_bytes"] < 4000, second
     merged = iterare("merge", rid, cwd=project)
     assert merged.returncode == 0, merged.stderr
     assert (project / "more.txt").read_text() == "left for the autocommit\n"

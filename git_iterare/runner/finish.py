@@ -788,15 +788,31 @@ def reconcile(repo: Repo, records: Iterable[RunRecord] | None = None) -> list[Ru
                     sandbox.stop(info.id)
         elif record.container and record.extra.get("max_budget_usd"):
             _check_budget(repo, record)
-        after = finish(repo, record.id)
+        after = observe(repo, record.id)
         if after.status not in ACTIVE:
             finished.append(after)
-        elif after.container:
-            from git_iterare.runner.placement import placement_of
-
-            with using(engine_of(after)):
-                placement_of(after).note_where(repo, after)
     return finished
+
+
+def observe(repo: Repo, run_id: str) -> RunRecord:
+    """:func:`finish` the run if its sandbox ended; else note where it is now
+    (:meth:`~git_iterare.runner.placement.Placement.note_where`: a swarm's queue or
+    node). Returns the record as it is then.
+
+    Raises:
+        as :func:`finish`.
+    """
+    from git_iterare.runner.placement import placement_of
+    from git_iterare.runs.status import ACTIVE
+    from git_iterare.runs.store import RunStore
+    from git_iterare.sandbox.engine import using
+
+    after = finish(repo, run_id)
+    if after.status in ACTIVE and after.container:
+        with using(engine_of(after)):
+            placement_of(after).note_where(repo, after)
+        after = RunStore(repo).get(run_id)
+    return after
 
 
 def finish_later(repo: Repo, run_id: str, *, wait: bool = False, defer_to_stop: bool = False

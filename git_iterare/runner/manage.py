@@ -31,7 +31,8 @@ def _store(repo: Repo) -> RunStore:
 
 
 def settle(repo: Repo, record: RunRecord, *, tolerant: bool = False) -> RunRecord:
-    """The run's record after finishing it if its sandbox ended unobserved.
+    """The run's record after finishing it if its sandbox ended unobserved (else with
+    where it is now: :func:`~git_iterare.runner.finish.observe`).
 
     Args:
         tolerant: when the Docker engine cannot be asked, warn and return the record as
@@ -41,10 +42,10 @@ def settle(repo: Repo, record: RunRecord, *, tolerant: bool = False) -> RunRecor
 
     if record.status not in ACTIVE:
         return record
-    from git_iterare.runner.finish import finish
+    from git_iterare.runner.finish import observe
 
     try:
-        return finish(repo, record.id)
+        return observe(repo, record.id)
     except IterareError as exc:
         if not tolerant:
             raise
