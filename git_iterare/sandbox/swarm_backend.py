@@ -359,7 +359,8 @@ class SwarmBackend:
         until a node has room for its reservations.
 
         Raises:
-            UserError: the spec's trees are not in engine volumes.
+            UserError: a terminal session (``spec.tty``, ``spec.stdin``), or the spec's
+                trees are not in engine volumes.
             OperationFailed: the engine or the registry refused, or the egress could not
                 set up the firewall (then nothing of the sandbox is left).
         """
@@ -374,6 +375,10 @@ class SwarmBackend:
         )
 
         target = current().swarm
+        if spec.tty or spec.stdin:
+            raise UserError("interactive sessions do not run on a swarm (a service has no "
+                            "terminal to attach to)",
+                            hint="use a Docker engine for them: git iterare --no-swarm ...")
         if spec.volumes is None or target is None:
             raise UserError("a swarm run needs its trees in the manager's volumes")
         labels = spec.all_labels()
