@@ -42,7 +42,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +50,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import OperationFailed
+from git_iterare.git import statcache
 from git_iterare.timings import phase
 
 SCRATCH_CONFIG = """\
@@ -146,7 +147,9 @@ def _special_kind(mode: int) -> str:
     return "not a regular file, symlink or directory"
 
 
-def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
+def scan_worktree(worktree: Path, *, bounded: bool = True,
+                  known: Mapping[str, statcache.Key] | None = None, sizes: bool = True
+                  ) -> TreeScan:
     """Walk ``worktree`` (iteratively, symlinks not followed) for what git must not take.
 
     Finds nested repositories (a directory below the top holding ``.git`` or
@@ -155,7 +158,18 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
     FIFOs, sockets and devices, files larger than
     :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, directories deeper than
     :data:`~git_iterare.limits.MAX_TREE_DEPTH` and paths longer than
-    :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read.
+    :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read;
+    the kind of an entry comes from its directory (``d_type``), so only regular files
+    are looked at, for their size.
+
+    Args:
+        worktree: the top of the tree.
+        bounded: refuse a tree with too many excluded paths (see Raises).
+        known: keys (:func:`git_iterare.git.statcache.key_of`) of files whose size is
+            known and cannot have changed since, by relative path
+            (:func:`git_iterare.git.statcache.untouched`): not looked at.
+        sizes: False: no regular file is looked at and none is skipped for its size (for
+            a caller that wants the nested repositories only).
 
     Raises:
         OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
@@ -167,6 +181,7 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
     nested: list[str] = []
     skipped: list[Skipped] = []
     excluded = 0
+    known = known or {}
 
     def skip(rel: str, reason: str, exclude: bool) -> None:
         nonlocal excluded
@@ -196,28 +211,41 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
                 continue
             rel = f"{rel_here}/{entry.name}" if rel_here else entry.name
             try:
-                mode = entry.stat(follow_symlinks=False)
+                link = entry.is_symlink()
+                folder = not link and entry.is_dir(follow_symlinks=False)
+                regular = not link and not folder and entry.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            refused = refused_name(os.fsencode(entry.name),
-                                   symlink=stat.S_ISLNK(mode.st_mode),
+            refused = refused_name(os.fsencode(entry.name), symlink=link,
                                    below_gitmodules=in_modules)
             if refused:  # git add would fail as a whole
                 skip(rel, f"{REFUSED_REASON}: {refused}", True)
             elif len(os.fsencode(rel)) > max_path:
                 skip(rel, f"path longer than MAX_PATH_BYTES ({max_path} bytes)", True)
-            elif stat.S_ISDIR(mode.st_mode):
+            elif folder:
                 if depth + 1 > lim.MAX_TREE_DEPTH:
                     skip(rel, f"deeper than MAX_TREE_DEPTH ({lim.MAX_TREE_DEPTH})", True)
                 else:
                     stack.append((entry.path, rel, depth + 1,
                                   in_modules or gitmodules_dir(os.fsencode(entry.name))))
-            elif stat.S_ISREG(mode.st_mode):
-                if mode.st_size > lim.MAX_OBJECT_BYTES:
+            elif regular:
+                if not sizes:
+                    continue
+                key = known.get(rel)
+                try:
+                    size = key[2] if key is not None else entry.stat(
+                        follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                if size > lim.MAX_OBJECT_BYTES:
                     skip(rel, f"larger than MAX_OBJECT_BYTES ({lim.MAX_OBJECT_BYTES} bytes)",
                          True)
-            elif not stat.S_ISLNK(mode.st_mode):
-                skip(rel, _special_kind(mode.st_mode), False)
+            elif not link:
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                skip(rel, _special_kind(mode), False)
     return TreeScan(tuple(sorted(nested)), tuple(sorted(skipped, key=lambda s: s.path)))
 
 
@@ -257,7 +285,7 @@ def find_nested_repos(worktree: Path) -> list[str]:
         over the limits, which make the automatic commit refuse the worktree, do not
         stop the search).
     """
-    return list(scan_worktree(worktree, bounded=False).nested)
+    return list(scan_worktree(worktree, bounded=False, sizes=False).nested)
 
 
 def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:
