@@ -382,10 +382,15 @@ class SafeGit:
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)
 
-    def _tracked(self) -> list[bytes]:
-        """The index's paths, sorted by their bytes."""
-        listed = self.git("ls-files", "-z", "--cached", text=False).stdout.split(b"\0")
-        return sorted(p for p in listed if p)
+    def _staged(self) -> dict[bytes, tuple[bytes, bytes]]:
+        """The index's entries: path -> (mode, blob id), as ``ls-files -s`` spells them."""
+        found: dict[bytes, tuple[bytes, bytes]] = {}
+        for line in self.git("ls-files", "-s", "-z", text=False).stdout.split(b"\0"):
+            info, _, path = line.partition(b"\t")
+            if path:
+                mode, sha, _ = info.split(b" ", 2)
+                found[path] = (mode, sha)
+        return found
 
     def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
                  drop_blobs: Collection[str] = (),
@@ -415,11 +420,16 @@ class SafeGit:
             ExternalError: git failed.
         """
         self.git("read-tree", parent_tree)
-        tracked = self._tracked()
-        if unchanged:
+        staged = self._staged()
+        tracked = sorted(staged)
+        # Those the parent holds as they are need no entry of their own (most of them, when
+        # the agent made no commit: its base is the parent).
+        differing = [(mode, sha, path) for mode, sha, path in unchanged
+                     if staged.get(os.fsencode(path)) != (mode.encode(), sha.encode())]
+        if differing:
             self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
                 f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
-                for mode, sha, path in unchanged))
+                for mode, sha, path in differing))
         # git add -A trusts entries marked assume-unchanged: the files still as checked
         # out, and the tracked paths at or below a skipped one, which so keep the parent's
         # version (left out of the commit means not changed by it, never deleted by it).
