@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,9 +83,9 @@ def test_finish_walks_the_worktree_once_and_keeps_its_bound(
     walks: list[Path] = []
     real = safegit.scan_worktree
 
-    def counted(worktree: Path, *, bounded: bool = True) -> safegit.TreeScan:
+    def counted(worktree: Path, **options: Any) -> safegit.TreeScan:
         walks.append(worktree)
-        return real(worktree, bounded=bounded)
+        return real(worktree, **options)
 
     monkeypatch.setattr(safegit, "scan_worktree", counted)
     (ws.worktree / "new.txt").write_text("new\n")

@@ -273,3 +273,68 @@ def test_files_given_back_after_the_check_are_still_trusted(tmp_path: Path,
     assert [Path(p).relative_to(top).as_posix() for p in counted] == changed
     assert fast == checkout.unchanged_entries(top, entries)
     assert len(fast) == len(entries) - 1
+
+
+def test_untouched_files_are_not_looked_at_again(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once :func:`statcache.untouched` kept a file, neither the commit's check of the
+    checked-out files nor the walk for what git must not take looks at it again (no
+    ``lstat``); the changed file and the new one still are."""
+    from git_iterare.git import safegit
+
+    top = tmp_path / "tree"
+    top.mkdir()
+    entries = make_tree(top, 12)
+    recorded, kept = tmp_path / "rec.stat", tmp_path / "rec.untouched"
+    statcache.record(top, (e.path for e in entries), recorded)
+    stamp = hand_over(top, tmp_path / "out")
+    changed = same_size_same_mtime(top)
+    (top / "d0/new").write_bytes(b"new\n")
+    statcache.untouched(top, recorded, stamp, kept)
+    keys = statcache.load(kept)
+    assert changed[0] not in keys and len(keys) == len(entries) - 1
+    looked: list[str] = []
+    real_lstat = os.lstat
+
+    def spy(path: str | os.PathLike[str], *args: object, **kwargs: object
+            ) -> os.stat_result:
+        looked.append(os.fspath(path))
+        return real_lstat(path)
+
+    monkeypatch.setattr(os, "lstat", spy)
+    fast = checkout.unchanged_entries(top, entries, untouched=keys)
+    assert set(looked) == {f"{top}/{changed[0]}"}  # (hashing it looks again)
+    monkeypatch.setattr(os, "lstat", real_lstat)
+    assert fast == checkout.unchanged_entries(top, entries)
+    # The walk sizes only the regular files it has no key of: the changed one, the new
+    # one. A key's size is what it goes by (here one over the limit, as a test of that).
+    from git_iterare import limits
+
+    monkeypatch.setattr(limits, "MAX_OBJECT_BYTES", 100)
+    big = dict(keys)
+    first = next(p for p in big if p.startswith("d1/"))
+    big[first] = (*big[first][:2], 101, *big[first][3:])
+    scan = safegit.scan_worktree(top, known=big)
+    assert [s.path for s in scan.skipped] == [first]
+    assert [s.path for s in safegit.scan_worktree(top).skipped] == []
+
+
+def test_the_walk_for_nested_repositories_alone_sizes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sizes=False`` (the landing's walk): the nested repositories all the same, no
+    file skipped for its size, and special files still named."""
+    from git_iterare import limits
+    from git_iterare.git import safegit
+
+    top = tmp_path / "tree"
+    (top / "a" / "inner" / ".git").mkdir(parents=True)
+    (top / "a" / "big").write_bytes(b"x" * 200)
+    (top / "b" / ".git.disabled-by-iterare").mkdir(parents=True)
+    os.mkfifo(top / "fifo")
+    monkeypatch.setattr(limits, "MAX_OBJECT_BYTES", 100)
+    whole = safegit.scan_worktree(top)
+    alone = safegit.scan_worktree(top, sizes=False)
+    assert whole.nested == alone.nested == ("a/inner", "b")
+    assert [s.path for s in whole.skipped] == ["a/big", "fifo"]
+    assert [(s.path, s.reason) for s in alone.skipped] == [("fifo", "a FIFO")]
+    assert safegit.find_nested_repos(top) == ["a/inner", "b"]

@@ -370,8 +370,10 @@ def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
                       ) -> list[tuple[str, str, str]]:
     """``(mode, blob, path)`` of the entries under ``prefix`` whose file still holds the
     bytes checked out, with the same kind and executable bit (paths made relative to
-    ``prefix``). A file ``untouched`` names (by its entry's path) and that is still that
-    file (:func:`git_iterare.git.statcache.still_same`) is not read; any other is hashed."""
+    ``prefix``). A file ``untouched`` names (by its entry's path; see
+    :func:`git_iterare.git.statcache.untouched`) is neither read nor looked at again: its
+    kind and mode are the key's, taken once the agent had ended, and what came after (the
+    trees given back) changes no file's bytes. Any other is hashed."""
     untouched = untouched or {}
     found = []
     top = os.fspath(worktree)
@@ -379,20 +381,28 @@ def unchanged_entries(worktree: Path, entries: Sequence[Entry], prefix: str = ""
         if not e.path.startswith(prefix) or e.raw == "-":
             continue
         rel = e.path[len(prefix):]
+        key = untouched.get(e.path)
+        if key is not None:
+            if _same_kind(e.mode, key[4]):
+                found.append((e.mode, e.blob, rel))
+            continue
         path = f"{top}/{rel}"
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if e.mode == "120000":
-            same_kind = stat.S_ISLNK(st.st_mode)
-        else:
-            same_kind = stat.S_ISREG(st.st_mode) and (
-                bool(st.st_mode & 0o100) == (e.mode == "100755"))
-        if same_kind and (statcache.still_same(st, untouched.get(e.path))
-                          or raw_id(Path(path)) == e.raw):
+        if _same_kind(e.mode, st.st_mode) and raw_id(Path(path)) == e.raw:
             found.append((e.mode, e.blob, rel))
     return found
+
+
+def _same_kind(mode: str, st_mode: int) -> bool:
+    """Whether a file of mode ``st_mode`` (``st_mode`` of ``lstat``) is what an index entry
+    of ``mode`` (``100644``, ``100755``, ``120000``) checks out: a symlink, or a regular
+    file with the entry's executable bit (the owner's)."""
+    if mode == "120000":
+        return stat.S_ISLNK(st_mode)
+    return stat.S_ISREG(st_mode) and bool(st_mode & 0o100) == (mode == "100755")
 
 
 @dataclass(frozen=True)
@@ -475,7 +485,7 @@ def plan_snapshot(common_dir: Path, worktree: Path, base: str, map_path: Path, r
     # Nested repositories (a .git the agent made, in a submodule folder or elsewhere) are
     # disabled before any git looks below the top.
     with phase("scan-worktree"):
-        scan = safegit.scan_worktree(worktree, bounded=False)
+        scan = safegit.scan_worktree(worktree, bounded=False, known=kept)
     safegit.disable_nested_repos(worktree, scan.nested)
     gitlinks: list[tuple[str, str]] = []
     skipped: list[safegit.Skipped] = []

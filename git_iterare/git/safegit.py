@@ -42,7 +42,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +50,7 @@ from typing import Any
 
 from git_iterare import proc
 from git_iterare.errors import OperationFailed
+from git_iterare.git import statcache
 from git_iterare.timings import phase
 
 SCRATCH_CONFIG = """\
@@ -146,7 +147,9 @@ def _special_kind(mode: int) -> str:
     return "not a regular file, symlink or directory"
 
 
-def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
+def scan_worktree(worktree: Path, *, bounded: bool = True,
+                  known: Mapping[str, statcache.Key] | None = None, sizes: bool = True
+                  ) -> TreeScan:
     """Walk ``worktree`` (iteratively, symlinks not followed) for what git must not take.
 
     Finds nested repositories (a directory below the top holding ``.git`` or
@@ -155,7 +158,18 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
     FIFOs, sockets and devices, files larger than
     :data:`~git_iterare.limits.MAX_OBJECT_BYTES`, directories deeper than
     :data:`~git_iterare.limits.MAX_TREE_DEPTH` and paths longer than
-    :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read.
+    :data:`~git_iterare.limits.MAX_PATH_BYTES` (not entered). Nothing is opened or read;
+    the kind of an entry comes from its directory (``d_type``), so only regular files
+    are looked at, for their size.
+
+    Args:
+        worktree: the top of the tree.
+        bounded: refuse a tree with too many excluded paths (see Raises).
+        known: keys (:func:`git_iterare.git.statcache.key_of`) of files whose size is
+            known and cannot have changed since, by relative path
+            (:func:`git_iterare.git.statcache.untouched`): not looked at.
+        sizes: False: no regular file is looked at and none is skipped for its size (for
+            a caller that wants the nested repositories only).
 
     Raises:
         OperationFailed: more than :data:`~git_iterare.limits.MAX_EXCLUDED_PATHS` paths
@@ -167,6 +181,7 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
     nested: list[str] = []
     skipped: list[Skipped] = []
     excluded = 0
+    known = known or {}
 
     def skip(rel: str, reason: str, exclude: bool) -> None:
         nonlocal excluded
@@ -196,28 +211,41 @@ def scan_worktree(worktree: Path, *, bounded: bool = True) -> TreeScan:
                 continue
             rel = f"{rel_here}/{entry.name}" if rel_here else entry.name
             try:
-                mode = entry.stat(follow_symlinks=False)
+                link = entry.is_symlink()
+                folder = not link and entry.is_dir(follow_symlinks=False)
+                regular = not link and not folder and entry.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            refused = refused_name(os.fsencode(entry.name),
-                                   symlink=stat.S_ISLNK(mode.st_mode),
+            refused = refused_name(os.fsencode(entry.name), symlink=link,
                                    below_gitmodules=in_modules)
             if refused:  # git add would fail as a whole
                 skip(rel, f"{REFUSED_REASON}: {refused}", True)
             elif len(os.fsencode(rel)) > max_path:
                 skip(rel, f"path longer than MAX_PATH_BYTES ({max_path} bytes)", True)
-            elif stat.S_ISDIR(mode.st_mode):
+            elif folder:
                 if depth + 1 > lim.MAX_TREE_DEPTH:
                     skip(rel, f"deeper than MAX_TREE_DEPTH ({lim.MAX_TREE_DEPTH})", True)
                 else:
                     stack.append((entry.path, rel, depth + 1,
                                   in_modules or gitmodules_dir(os.fsencode(entry.name))))
-            elif stat.S_ISREG(mode.st_mode):
-                if mode.st_size > lim.MAX_OBJECT_BYTES:
+            elif regular:
+                if not sizes:
+                    continue
+                key = known.get(rel)
+                try:
+                    size = key[2] if key is not None else entry.stat(
+                        follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                if size > lim.MAX_OBJECT_BYTES:
                     skip(rel, f"larger than MAX_OBJECT_BYTES ({lim.MAX_OBJECT_BYTES} bytes)",
                          True)
-            elif not stat.S_ISLNK(mode.st_mode):
-                skip(rel, _special_kind(mode.st_mode), False)
+            elif not link:
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                skip(rel, _special_kind(mode), False)
     return TreeScan(tuple(sorted(nested)), tuple(sorted(skipped, key=lambda s: s.path)))
 
 
@@ -257,7 +285,7 @@ def find_nested_repos(worktree: Path) -> list[str]:
         over the limits, which make the automatic commit refuse the worktree, do not
         stop the search).
     """
-    return list(scan_worktree(worktree, bounded=False).nested)
+    return list(scan_worktree(worktree, bounded=False, sizes=False).nested)
 
 
 def disable_nested_repos(worktree: Path, nested: Sequence[str]) -> list[str]:
@@ -354,10 +382,15 @@ class SafeGit:
         return proc.git(*args, cwd=self.scratch, env=self.env(), scrub_git_env=True,
                         check=check, **kwargs)
 
-    def _tracked(self) -> list[bytes]:
-        """The index's paths, sorted by their bytes."""
-        listed = self.git("ls-files", "-z", "--cached", text=False).stdout.split(b"\0")
-        return sorted(p for p in listed if p)
+    def _staged(self) -> dict[bytes, tuple[bytes, bytes]]:
+        """The index's entries: path -> (mode, blob id), as ``ls-files -s`` spells them."""
+        found: dict[bytes, tuple[bytes, bytes]] = {}
+        for line in self.git("ls-files", "-s", "-z", text=False).stdout.split(b"\0"):
+            info, _, path = line.partition(b"\t")
+            if path:
+                mode, sha, _ = info.split(b" ", 2)
+                found[path] = (mode, sha)
+        return found
 
     def snapshot(self, parent_tree: str, *, drop: Sequence[str] = (),
                  drop_blobs: Collection[str] = (),
@@ -387,11 +420,16 @@ class SafeGit:
             ExternalError: git failed.
         """
         self.git("read-tree", parent_tree)
-        tracked = self._tracked()
-        if unchanged:
+        staged = self._staged()
+        tracked = sorted(staged)
+        # Those the parent holds as they are need no entry of their own (most of them, when
+        # the agent made no commit: its base is the parent).
+        differing = [(mode, sha, path) for mode, sha, path in unchanged
+                     if staged.get(os.fsencode(path)) != (mode.encode(), sha.encode())]
+        if differing:
             self.git("update-index", "-z", "--index-info", text=False, input=b"".join(
                 f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
-                for mode, sha, path in unchanged))
+                for mode, sha, path in differing))
         # git add -A trusts entries marked assume-unchanged: the files still as checked
         # out, and the tracked paths at or below a skipped one, which so keep the parent's
         # version (left out of the commit means not changed by it, never deleted by it).

@@ -17,9 +17,13 @@ a chmod or a write whose mtime was set back all move the inode's ctime past the 
 every such path is hashed as before.
 
 Giving the trees back to the user (chown) moves every ctime, so :func:`untouched` runs
-before that, and :func:`still_same` checks afterwards that a path still has the inode,
-size and mtime seen then. Without a record, a stamp, or with the stamp on another
-filesystem than the worktree (another clock granularity), nothing counts as untouched.
+before that, once the agent's container has ended (nothing of the agent's runs any more:
+its processes end with the container). What comes after is git-iterare's own (the
+give-back strips set-uid bits, removes special files and chowns; the worktree is renamed
+into the user's checkout): no file's bytes change, so the keys :func:`untouched` kept are trusted
+as they are, without looking at those files again. Without a record, a stamp, or with
+the stamp on another filesystem than the worktree (another clock granularity), nothing
+counts as untouched.
 A system clock stepped back while the agent runs would defeat the rule, as it defeats
 git's own racy check.
 """
@@ -126,11 +130,3 @@ def untouched(worktree: Path, recorded: Path, stamp: Path, dest: Path) -> int:
     _write(dest, keys)
     return len(keys)
 
-
-def still_same(st: os.stat_result, key: Key | None) -> bool:
-    """Whether ``st`` (a path's ``lstat`` now) is the file :func:`untouched` kept as
-    ``key``: same inode, size and mtime (the mode may have lost set-uid bits or gained
-    ``u+rw`` since, as the trees were given back; the caller compares the kind and
-    executable bit)."""
-    return key is not None and (st.st_ino == key[1] and st.st_mtime_ns == key[3]
-                                and st.st_size == key[2] and st.st_dev == key[0])
