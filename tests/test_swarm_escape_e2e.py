@@ -1,0 +1,285 @@
+"""The escape suite (sandbox_net/escape.sh) on the swarm lab (tests/swarm.py), from a real
+``git iterare execute`` run of the shell agent whose task runs on a worker in a *hostile
+project image* (the repository's ``.iterare/Dockerfile``, built by git iterare on the
+manager and pushed by it to the lab's registry) that neuters every firewall tool.
+
+The escape suite's local internet is built inside the manager's engine (its egress is
+there, on ``[docker] network``): the images are loaded into it and its networks and
+containers made through its API, from sandbox_net/docker-compose.yml. The intranet is a
+second network of the manager routed to the first (a ``DOCKER-USER`` rule in the
+manager, as a company's router would), so ``firewall.allowed_cidrs`` opens one of its
+addresses and nothing else. ``gw.test`` names the manager's gateway address on the
+internet, where its dockerd listens on 2376.
+
+Beside the suite, the task tries what only a swarm has: the tree server of another run
+(by its address on that run's overlay, directly and through the egress) and the Engine
+API and swarm ports (2375, 2376, 2377, 7946) of every node. Only the run's own tree
+server and the allowlist through the proxy may answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from git_iterare.sandbox.spec import LABEL_ROLE, LABEL_RUN
+from tests import engines
+from tests.conftest import git, iterare
+from tests.runs_helpers import prompt, record, run_id
+from tests.sandbox_fixtures import BASE_IMAGE, NET, NET_DIR, subnet
+from tests.swarm import SwarmLab
+from tests.test_egress_service_e2e import CONTROLS, REFUSED_BY_PROXY
+from tests.test_sandbox_escape import HOSTILE_DOCKERFILE, NEUTERED, SCRIPT, _parse
+from tests.test_swarm_runs_e2e import BUSY_TASK, _wait_for, swarm_image  # noqa: F401
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+#: The local internet's image, of this test's own (built from sandbox_net/).
+NET_IMAGE = "iterare-test-swarmescape-net:1"
+#: The port of the manager's dockerd on all its addresses (so also on the gateway).
+ENGINE_PORT = 2376
+#: Ports of a node that must stay closed to a task: the Engine API (plain and TLS), the
+#: swarm's control plane and its gossip.
+NODE_PORTS = (2375, 2376, 2377, 7946)
+#: Names the run may reach (as the local escape suite's policy, without hostalike.test:
+#: the policy's list of the Docker host's own addresses is the engine's, not the user's).
+DOMAINS = ("allowed.test", "*.wild.test", "cdn.test", "port.test:8080", "private.test",
+           "ns.test", f"gw.test:{ENGINE_PORT}")
+SETPRIV = "/usr/bin/setpriv"
+#: A swarm's task has no no-new-privileges flag of the engine's (API 1.41 has none):
+#: swarm-start runs the agent under the image's setpriv, which this one turns into a
+#: plain exec (a do-nothing setpriv would only keep the agent from running at all).
+HOSTILE_SETPRIV = (f"RUN printf '#!/bin/sh\\nshift\\nexec \"$@\"\\n' > {SETPRIV}"
+                   f" && chmod 0755 {SETPRIV}\n")
+#: The swarm's own attempts, after the suite (OTHER: the other run's tree server's
+#: address; NODES: every node's address on the lab network).
+SWARM_ATTEMPTS = r"""
+emit() {
+    jq -cn --arg a "$1" --argjson e "$2" --arg d "$3" --argjson c "${4:-false}" \
+        '{attempt: $a, escaped: $e, control: $c, detail: ($d | .[0:300])}'
+}
+try() { # try NAME CONTROL COMMAND...: escaped (or, for a control, worked) if it succeeds
+    local name=$1 control=$2; shift 2
+    if out=$(timeout 8 "$@" 2>&1); then
+        emit "$name" true "succeeded: $(tr '\n' ' ' <<<"$out")" "$control"
+    else
+        emit "$name" false "failed: $(tr '\n' ' ' <<<"$out" | tail -c 200)" "$control"
+    fi
+}
+ready() { [ "$(curl -fsS --max-time 4 "$@")" = ready ]; }
+try own-trees-works true ready --noproxy '*' http://trees:8080/ready
+try other-trees-direct false ready --noproxy '*' "http://$OTHER:8080/ready"
+try other-trees-via-egress false ready "http://$OTHER:8080/ready"
+try other-trees-tcp false bash -c "exec 3<>/dev/tcp/$OTHER/8080"
+try other-trees-by-name false ready "http://$OTHER_NAME:8080/ready"
+for node in $NODES; do
+    for port in 2375 2376 2377 7946; do
+        try "node-$node-$port-tcp" false bash -c "exec 3<>/dev/tcp/$node/$port"
+        try "node-$node-$port-via-egress" false curl -fsS -k --max-time 4 \
+            "https://$node:$port/version"
+    done
+done
+"""
+
+
+def _local(*args: str) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600,
+                          check=False, env=engines.local_env())
+    assert done.returncode == 0, f"docker {' '.join(args)}: {done.stderr[-2000:]}"
+    return done.stdout.strip()
+
+
+def _manager_exec(swarm: SwarmLab, *command: str) -> str:
+    """Run ``command`` in the manager's container (its network namespace, as root)."""
+    return _local("exec", swarm.manager.container, *command)
+
+
+def _services(n: int) -> dict[str, Any]:
+    """sandbox_net/docker-compose.yml's services, with ``N`` for ``${ITR_TESTNET}``."""
+    text = (NET_DIR / "docker-compose.yml").read_text().replace("${ITR_TESTNET}", str(n))
+    services: dict[str, Any] = yaml.safe_load(text)["services"]
+    return services
+
+
+def _forward(swarm: SwarmLab, n: int, add: bool) -> None:
+    """Route between the manager's internet and intranet (Docker isolates its bridges)."""
+    for source, target in ((f"198.18.{n}.0/24", f"10.231.{n}.0/24"),
+                           (f"10.231.{n}.0/24", f"198.18.{n}.0/24")):
+        _manager_exec(swarm, "iptables", "-w", "-I" if add else "-D", "DOCKER-USER",
+                      "-s", source, "-d", target, "-j", "ACCEPT")
+
+
+@pytest.fixture(scope="module")
+def manager_internet(swarm: SwarmLab) -> Iterator[str]:
+    """The escape suite's local internet inside the manager's engine; yields the name of
+    its internet network there."""
+    n = subnet()
+    _local("build", "-q", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", NET_IMAGE,
+           str(NET_DIR))
+    swarm.manager.load_image(NET_IMAGE)
+    api = swarm.manager.client().api
+    import docker.types
+
+    tag = f"itr-swarmescape-{n}"
+    names = {"internet": f"{tag}-internet", "intranet": f"{tag}-intranet"}
+    pools = {"internet": [docker.types.IPAMPool(subnet=f"198.18.{n}.0/24",
+                                                gateway=f"198.18.{n}.1"),
+                          docker.types.IPAMPool(subnet=f"2001:db8:{n}::/64",
+                                                gateway=f"2001:db8:{n}::1")],
+             "intranet": [docker.types.IPAMPool(subnet=f"10.231.{n}.0/24",
+                                                gateway=f"10.231.{n}.1")]}
+    made: list[str] = []
+    routed = False
+    try:
+        for key, name in names.items():
+            api.create_network(name, driver="bridge", enable_ipv6=key == "internet",
+                               ipam=docker.types.IPAMConfig(pool_configs=pools[key]),
+                               labels={"dev.iterare.test": "swarmescape"})
+        for service, spec in _services(n).items():
+            (key, addresses), = spec["networks"].items()
+            endpoint = api.create_endpoint_config(
+                ipv4_address=addresses.get("ipv4_address"),
+                ipv6_address=addresses.get("ipv6_address"))
+            container = api.create_container(
+                NET_IMAGE, command=shlex.split(spec["command"]), name=f"{tag}-{service}",
+                labels={"dev.iterare.test": "swarmescape"},
+                host_config=api.create_host_config(network_mode=names[key]),
+                networking_config=api.create_networking_config({names[key]: endpoint}))
+            made.append(container["Id"])
+            api.start(container["Id"])
+        _forward(swarm, n, add=True)
+        routed = True
+        for target in ("ALLOWED_V4", "BLOCKED_V4", "INTRANET2_V4"):  # the servers are up
+            deadline = time.monotonic() + 60
+            while subprocess.run(
+                    ["docker", "exec", swarm.manager.container, "bash", "-c",
+                     f"exec 3<>/dev/tcp/{NET[target]}/80"], capture_output=True,
+                    env=engines.local_env(), check=False).returncode != 0:
+                assert time.monotonic() < deadline, f"{target} did not come up"
+                time.sleep(0.3)
+        yield names["internet"]
+    finally:
+        if routed:
+            _forward(swarm, n, add=False)
+        for container in made:
+            api.remove_container(container, force=True)
+        for name in names.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                api.remove_network(name)
+        api.remove_image(NET_IMAGE, force=True)
+
+
+@pytest.fixture
+def hostile_project(repo: Path, hermetic_env: Path, swarm: SwarmLab,
+                    swarm_image: str, manager_internet: str,  # noqa: F811
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A repository with the hostile ``.iterare/Dockerfile`` and escape.sh, trusted, whose
+    runs go to the swarm lab with the escape suite's allowlist and local internet."""
+    for name, value in swarm.manager.tls_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    config = hermetic_env / ".config" / "iterare"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text(
+        f'[docker]\nimage = "{swarm_image}"\ncpus = 1\nmemory = "1g"\n'
+        f'network = "{manager_internet}"\ndns = ["{NET["DNS_V4"]}"]\n'
+        f'[firewall]\nallowed_domains = {json.dumps(list(DOMAINS))}\n'
+        f'allowed_cidrs = ["{NET["INTRANET2_V4"]}/32"]\n'
+        f'[run]\nagent = "shell"\n[swarm]\nenabled = true\nregistry = "{swarm.registry}"\n'
+        'constraints = ["node.role==worker"]\nsnapshot_seconds = 0\n')
+    iterare_dir = repo / ".iterare"
+    (iterare_dir / "prompts").mkdir(parents=True)
+    (iterare_dir / ".gitignore").write_text("/worktrees/\n")
+    (iterare_dir / "Dockerfile").write_text(HOSTILE_DOCKERFILE.format(
+        base=swarm_image, files=" ".join(f for f in NEUTERED if f != SETPRIV))
+        + HOSTILE_SETPRIV)
+    (repo / "escape.sh").write_bytes(SCRIPT.read_bytes())
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "hostile project", cwd=repo)
+    trusted = iterare("trust", "--yes", cwd=repo)
+    assert trusted.returncode == 0, trusted.stderr
+    yield repo
+    iterare("cleanup", "-y", "--force", "--all", cwd=repo)
+    iterare("cleanup", "--cache", cwd=repo)
+    inner = swarm.manager.client()
+    for image in inner.images.list(filters={"label": "dev.iterare.image=project"}):
+        inner.images.remove(image.id, force=True)
+
+
+def _trees_of(swarm: SwarmLab, rid: str) -> tuple[str, str]:
+    """The name and overlay address of run ``rid``'s tree server on the manager."""
+    api = swarm.manager.client().api
+    found = api.containers(filters={"label": [f"{LABEL_RUN}={rid}", f"{LABEL_ROLE}=trees"]})
+    assert len(found) == 1, found
+    networks = found[0]["NetworkSettings"]["Networks"]
+    (address,) = [n["IPAddress"] for name, n in networks.items() if name.endswith("-run")]
+    return found[0]["Names"][0].lstrip("/"), address
+
+
+def _escape_prompt(other: str, other_name: str, nodes: list[str]) -> str:
+    env = {**{k: NET[k] for k in NET}, "HOST_PORT": str(ENGINE_PORT),
+           "HOST_GIT": "/nonexistent", "OWN_GITDIR": "/git/run", "OTHER": other,
+           "OTHER_NAME": other_name, "NODES": " ".join(nodes)}
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    return exports + "set +e\n/opt/real/bash ./escape.sh\n" + SWARM_ATTEMPTS
+
+
+def _escaped(result: dict[str, Any]) -> bool:
+    return bool(result["escaped"]) and REFUSED_BY_PROXY not in result["detail"]
+
+
+def test_nothing_gets_out_of_a_swarm_run(hostile_project: Path, swarm: SwarmLab) -> None:
+    project = hostile_project
+    began = time.monotonic()
+    # A first run, busy, whose tree server the second run's agent goes after.
+    prompt(project, "busy", BUSY_TASK)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "busy", cwd=project)
+    busy = iterare("execute", "busy", cwd=project)
+    assert busy.returncode == 0, busy.stderr
+    first = run_id(busy.stdout)
+    _wait_for("the busy run's output", lambda: "started" in iterare(
+        "log", first, cwd=project).stdout)
+    other_name, other = _trees_of(swarm, first)
+    nodes = [swarm.address(engine) for engine in swarm.nodes]
+    prompt(project, "escape", _escape_prompt(other, other_name, nodes))
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "escape", cwd=project)
+    ran = iterare("execute", "escape", "--follow", cwd=project)
+    seconds = time.monotonic() - began
+    second = run_id(ran.stdout)
+    stopped = iterare("stop", first, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    results = _parse(ran.stdout)
+    print(f"\nswarm escape suite: {len(results)} results in {seconds:.0f} s")
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    rec = record(project, second)
+    assert rec["extra"]["swarm"]["node_id"] in {swarm.node_id(w) for w in swarm.workers}
+    controls = (*CONTROLS, "own-trees-works")
+    failed = {n: results.get(n, {}).get("detail") for n in controls
+              if not results.get(n, {}).get("escaped")}
+    assert not failed, failed
+    tried = [r for r in results.values() if not r["control"]]
+    assert len(tried) >= 50, ran.stdout[-3000:]
+    assert {f"node-{a}-{p}-tcp" for a in nodes for p in NODE_PORTS} <= results.keys()
+    assert {"other-trees-direct", "other-trees-via-egress", "other-trees-tcp"} <= (
+        results.keys())
+    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if _escaped(r)]
+    assert not escapes, escapes
+    print(f"swarm escape suite: {len(tried)} attempts, {len(escapes)} escapes")
+    iterare("cleanup", "-y", "--force", "--all", cwd=project)
+    # The local internet (this module's, removed after it) aside, nothing of the runs.
+    deadline = time.monotonic() + 60
+    while (left := [x for x in swarm.leftovers() if "itr-swarmescape-" not in x]) and (
+            time.monotonic() < deadline):
+        time.sleep(0.5)
+    assert left == []
