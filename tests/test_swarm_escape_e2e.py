@@ -69,13 +69,14 @@ emit() {
 }
 try() { # try NAME CONTROL COMMAND...: escaped (or, for a control, worked) if it succeeds
     local name=$1 control=$2; shift 2
-    if out=$(timeout 8 "$@" 2>&1); then
+    if out=$(timeout 8 bash -c '"$@"' try "$@" 2>&1); then
         emit "$name" true "succeeded: $(tr '\n' ' ' <<<"$out")" "$control"
     else
         emit "$name" false "failed: $(tr '\n' ' ' <<<"$out" | tail -c 200)" "$control"
     fi
 }
 ready() { [ "$(curl -fsS --max-time 4 "$@")" = ready ]; }
+export -f ready
 try own-trees-works true ready --noproxy '*' http://trees:8080/ready
 try other-trees-direct false ready --noproxy '*' "http://$OTHER:8080/ready"
 try other-trees-via-egress false ready "http://$OTHER:8080/ready"
@@ -260,7 +261,10 @@ def test_nothing_gets_out_of_a_swarm_run(hostile_project: Path, swarm: SwarmLab)
     stopped = iterare("stop", first, cwd=project)
     assert stopped.returncode == 0, stopped.stderr
     results = _parse(ran.stdout)
-    print(f"\nswarm escape suite: {len(results)} results in {seconds:.0f} s")
+    tried = [r for r in results.values() if not r["control"]]
+    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if _escaped(r)]
+    print(f"\nswarm escape suite: {len(tried)} attempts, {len(escapes)} escapes in "
+          f"{seconds:.0f} s: {json.dumps(results, indent=1)}")
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     rec = record(project, second)
     assert rec["extra"]["swarm"]["node_id"] in {swarm.node_id(w) for w in swarm.workers}
@@ -268,14 +272,11 @@ def test_nothing_gets_out_of_a_swarm_run(hostile_project: Path, swarm: SwarmLab)
     failed = {n: results.get(n, {}).get("detail") for n in controls
               if not results.get(n, {}).get("escaped")}
     assert not failed, failed
-    tried = [r for r in results.values() if not r["control"]]
     assert len(tried) >= 50, ran.stdout[-3000:]
     assert {f"node-{a}-{p}-tcp" for a in nodes for p in NODE_PORTS} <= results.keys()
     assert {"other-trees-direct", "other-trees-via-egress", "other-trees-tcp"} <= (
         results.keys())
-    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if _escaped(r)]
     assert not escapes, escapes
-    print(f"swarm escape suite: {len(tried)} attempts, {len(escapes)} escapes")
     iterare("cleanup", "-y", "--force", "--all", cwd=project)
     # The local internet (this module's, removed after it) aside, nothing of the runs.
     deadline = time.monotonic() + 60
