@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import subprocess
 import time
@@ -33,7 +34,7 @@ import yaml
 
 from git_iterare.sandbox.spec import LABEL_ROLE, LABEL_RUN
 from tests import engines
-from tests.conftest import git, iterare
+from tests.conftest import BIN_DIR, git, iterare
 from tests.runs_helpers import prompt, record, run_id
 from tests.sandbox_fixtures import BASE_IMAGE, NET, NET_DIR, subnet
 from tests.swarm import SwarmLab
@@ -179,20 +180,39 @@ def manager_internet(swarm: SwarmLab) -> Iterator[str]:
         api.remove_image(NET_IMAGE, force=True)
 
 
-@pytest.fixture
-def hostile_project(repo: Path, hermetic_env: Path, swarm: SwarmLab,
-                    swarm_image: str, manager_internet: str,  # noqa: F811
-                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A repository with the hostile ``.iterare/Dockerfile`` and escape.sh, trusted, whose
-    runs go to the swarm lab with the escape suite's allowlist and local internet."""
-    for name, value in swarm.manager.tls_env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
-    config = hermetic_env / ".config" / "iterare"
+def _hermetic(patch: pytest.MonkeyPatch, home: Path, swarm: SwarmLab) -> None:
+    """As tests/conftest.py's ``hermetic_env`` (function-scoped) for this module's runs,
+    which the module's tests share; the engine is the swarm's manager."""
+    for name in list(os.environ):
+        if name.startswith(("GIT_", "ITERARE_", "DOCKER_")) or name in (
+                "NO_COLOR", "XDG_CONFIG_HOME"):
+            patch.delenv(name, raising=False)
+    for name, value in {
+            "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"), "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",
+            "GIT_COMMITTER_NAME": "Test Committer",
+            "GIT_COMMITTER_EMAIL": "committer@example.com", "GIT_EDITOR": "false",
+            "GIT_PAGER": "cat", "PAGER": "cat",
+            "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+            **swarm.manager.tls_env()}.items():
+        patch.setenv(name, value)
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+
+
+def _hostile_project(repo: Path, home: Path, swarm: SwarmLab, image: str,
+                     internet: str) -> None:
+    """Make ``repo`` with the hostile ``.iterare/Dockerfile`` and escape.sh, trusted, whose
+    runs go to the swarm lab with the escape suite's allowlist and local internet (the
+    user's configuration, in ``home``)."""
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    config = home / ".config" / "iterare"
     config.mkdir(parents=True, exist_ok=True)
     (config / "config.toml").write_text(
-        f'[docker]\nimage = "{swarm_image}"\ncpus = 1\nmemory = "1g"\n'
-        f'network = "{manager_internet}"\ndns = ["{NET["DNS_V4"]}"]\n'
+        f'[docker]\nimage = "{image}"\ncpus = 1\nmemory = "1g"\n'
+        f'network = "{internet}"\ndns = ["{NET["DNS_V4"]}"]\n'
         f'[firewall]\nallowed_domains = {json.dumps(list(DOMAINS))}\n'
         f'allowed_cidrs = ["{NET["INTRANET2_V4"]}/32"]\n'
         f'[run]\nagent = "shell"\n[swarm]\nenabled = true\nregistry = "{swarm.registry}"\n'
@@ -201,19 +221,13 @@ def hostile_project(repo: Path, hermetic_env: Path, swarm: SwarmLab,
     (iterare_dir / "prompts").mkdir(parents=True)
     (iterare_dir / ".gitignore").write_text("/worktrees/\n")
     (iterare_dir / "Dockerfile").write_text(HOSTILE_DOCKERFILE.format(
-        base=swarm_image, files=" ".join(f for f in NEUTERED if f != SETPRIV))
+        base=image, files=" ".join(f for f in NEUTERED if f != SETPRIV))
         + HOSTILE_SETPRIV)
     (repo / "escape.sh").write_bytes(SCRIPT.read_bytes())
     git("add", ".", cwd=repo)
     git("commit", "-qm", "hostile project", cwd=repo)
     trusted = iterare("trust", "--yes", cwd=repo)
     assert trusted.returncode == 0, trusted.stderr
-    yield repo
-    iterare("cleanup", "-y", "--force", "--all", cwd=repo)
-    iterare("cleanup", "--cache", cwd=repo)
-    inner = swarm.manager.client()
-    for image in inner.images.list(filters={"label": "dev.iterare.image=project"}):
-        inner.images.remove(image.id, force=True)
 
 
 def _trees_of(swarm: SwarmLab, rid: str) -> tuple[str, str]:
@@ -238,49 +252,114 @@ def _escaped(result: dict[str, Any]) -> bool:
     return bool(result["escaped"]) and REFUSED_BY_PROXY not in result["detail"]
 
 
-def test_nothing_gets_out_of_a_swarm_run(hostile_project: Path, swarm: SwarmLab) -> None:
-    project = hostile_project
-    began = time.monotonic()
-    # A first run, busy, whose tree server the second run's agent goes after.
-    prompt(project, "busy", BUSY_TASK)
-    git("add", ".", cwd=project)
-    git("commit", "-qm", "busy", cwd=project)
-    busy = iterare("execute", "busy", cwd=project)
-    assert busy.returncode == 0, busy.stderr
-    first = run_id(busy.stdout)
-    _wait_for("the busy run's output", lambda: "started" in iterare(
-        "log", first, cwd=project).stdout)
-    other_name, other = _trees_of(swarm, first)
-    nodes = [swarm.address(engine) for engine in swarm.nodes]
-    prompt(project, "escape", _escape_prompt(other, other_name, nodes))
-    git("add", ".", cwd=project)
-    git("commit", "-qm", "escape", cwd=project)
-    ran = iterare("execute", "escape", "--follow", cwd=project)
-    seconds = time.monotonic() - began
-    second = run_id(ran.stdout)
-    stopped = iterare("stop", first, cwd=project)
-    assert stopped.returncode == 0, stopped.stderr
-    results = _parse(ran.stdout)
-    tried = [r for r in results.values() if not r["control"]]
-    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried if _escaped(r)]
-    print(f"\nswarm escape suite: {len(tried)} attempts, {len(escapes)} escapes in "
-          f"{seconds:.0f} s: {json.dumps(results, indent=1)}")
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    rec = record(project, second)
-    assert rec["extra"]["swarm"]["node_id"] in {swarm.node_id(w) for w in swarm.workers}
-    controls = (*CONTROLS, "own-trees-works")
-    failed = {n: results.get(n, {}).get("detail") for n in controls
-              if not results.get(n, {}).get("escaped")}
-    assert not failed, failed
-    assert len(tried) >= 50, ran.stdout[-3000:]
-    assert {f"node-{a}-{p}-tcp" for a in nodes for p in NODE_PORTS} <= results.keys()
-    assert {"other-trees-direct", "other-trees-via-egress", "other-trees-tcp"} <= (
-        results.keys())
-    assert not escapes, escapes
-    iterare("cleanup", "-y", "--force", "--all", cwd=project)
-    # The local internet (this module's, removed after it) aside, nothing of the runs.
-    deadline = time.monotonic() + 60
-    while (left := [x for x in swarm.leftovers() if "itr-swarmescape-" not in x]) and (
-            time.monotonic() < deadline):
+def _left(swarm: SwarmLab, timeout: float = 60) -> list[str]:
+    """What the runs left on the lab once removals settled (this module's local internet,
+    removed after the module, aside)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [x for x in swarm.leftovers() if "itr-swarmescape-" not in x]
+        if not left or time.monotonic() > deadline:
+            return left
         time.sleep(0.5)
-    assert left == []
+
+
+@pytest.fixture(scope="module")
+def escape_runs(swarm: SwarmLab, swarm_image: str, manager_internet: str,  # noqa: F811
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A busy run, then the escape run beside it (which goes after the busy run's tree
+    server); yields the escape run's results by attempt and what the test measured."""
+    home = tmp_path_factory.mktemp("swarmescape-home")
+    project = tmp_path_factory.mktemp("swarmescape") / "repo"
+    with pytest.MonkeyPatch.context() as patch:
+        _hermetic(patch, home, swarm)
+        _hostile_project(project, home, swarm, swarm_image, manager_internet)
+        try:
+            began = time.monotonic()
+            prompt(project, "busy", BUSY_TASK)
+            git("add", ".", cwd=project)
+            git("commit", "-qm", "busy", cwd=project)
+            busy = iterare("execute", "busy", cwd=project)
+            assert busy.returncode == 0, busy.stderr
+            first = run_id(busy.stdout)
+            _wait_for("the busy run's output", lambda: "started" in iterare(
+                "log", first, cwd=project).stdout)
+            busy_up = time.monotonic()
+            other_name, other = _trees_of(swarm, first)
+            nodes = [swarm.address(engine) for engine in swarm.nodes]
+            prompt(project, "escape", _escape_prompt(other, other_name, nodes))
+            git("add", ".", cwd=project)
+            git("commit", "-qm", "escape", cwd=project)
+            ran = iterare("execute", "escape", "--follow", cwd=project)
+            escaped_at = time.monotonic()
+            second = run_id(ran.stdout)
+            stopped = iterare("stop", first, cwd=project)
+            rec = record(project, second)
+        finally:
+            iterare("cleanup", "-y", "--force", "--all", cwd=project)
+            iterare("cleanup", "--cache", cwd=project)
+            inner = swarm.manager.client()
+            for image in inner.images.list(filters={"label": "dev.iterare.image=project"}):
+                inner.images.remove(image.id, force=True)
+        left = _left(swarm)
+        done = time.monotonic()
+    results = _parse(ran.stdout)
+    seconds = {"busy run up (project image built and pushed)": busy_up - began,
+               "escape run": escaped_at - busy_up, "stop, cleanup, settle": done - escaped_at}
+    tried = [r for r in results.values() if not r["control"]]
+    print(f"\nswarm escape suite: {len(tried)} attempts, "
+          f"{len([r for r in tried if _escaped(r)])} escapes; "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+    yield {"results": results, "tried": tried, "run": ran, "record": rec,
+           "stopped": stopped, "nodes": nodes, "left": left, "seconds": seconds}
+
+
+#: Attempts that get out on a swarm, each a known hole (see its test below).
+KNOWN_HOLES = {"no-new-privs-off"}
+
+
+def test_the_escape_run_ran_on_a_worker(escape_runs: dict[str, Any], swarm: SwarmLab
+                                        ) -> None:
+    ran = escape_runs["run"]
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    rec = escape_runs["record"]
+    assert (rec["status"], rec["placement"]) == ("succeeded", "swarm")
+    assert rec["extra"]["swarm"]["node_id"] in {swarm.node_id(w) for w in swarm.workers}
+    assert escape_runs["stopped"].returncode == 0, escape_runs["stopped"].stderr
+
+
+def test_allowed_names_and_own_trees_work_through_the_egress(
+        escape_runs: dict[str, Any]) -> None:
+    results = escape_runs["results"]
+    failed = {n: results.get(n, {}).get("detail") for n in (*CONTROLS, "own-trees-works")
+              if not results.get(n, {}).get("escaped")}
+    assert not failed, (failed, escape_runs["run"].stdout[-3000:])
+
+
+def test_nothing_gets_out_of_a_swarm_run(escape_runs: dict[str, Any]) -> None:
+    tried = escape_runs["tried"]
+    assert len(tried) >= 50, escape_runs["run"].stdout[-3000:]
+    escapes = [f"{r['attempt']}: {r['detail']}" for r in tried
+               if _escaped(r) and r["attempt"] not in KNOWN_HOLES]
+    assert not escapes, escapes
+
+
+def test_another_runs_tree_server_and_the_nodes_engines_were_tried(
+        escape_runs: dict[str, Any]) -> None:
+    results = escape_runs["results"]
+    wanted = {f"node-{a}-{p}-{how}" for a in escape_runs["nodes"] for p in NODE_PORTS
+              for how in ("tcp", "via-egress")}
+    wanted |= {"other-trees-direct", "other-trees-via-egress", "other-trees-tcp",
+               "other-trees-by-name", "host-bridge-listener"}
+    assert wanted <= results.keys(), wanted - results.keys()
+    assert not [n for n in wanted if _escaped(results[n])]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Engine API 1.41 has no no-new-privileges for a service's task: swarm-start sets it "
+    "with the project image's setpriv, which a hostile image replaces"))
+def test_the_agent_has_no_new_privileges(escape_runs: dict[str, Any]) -> None:
+    assert not escape_runs["results"]["no-new-privs-off"]["escaped"]
+
+
+def test_nothing_is_left_on_the_lab(escape_runs: dict[str, Any]) -> None:
+    assert escape_runs["left"] == []
