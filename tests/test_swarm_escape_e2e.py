@@ -83,6 +83,12 @@ try other-trees-direct false ready --noproxy '*' "http://$OTHER:8080/ready"
 try other-trees-via-egress false ready "http://$OTHER:8080/ready"
 try other-trees-tcp false bash -c "exec 3<>/dev/tcp/$OTHER/8080"
 try other-trees-by-name false ready "http://$OTHER_NAME:8080/ready"
+# The manager's dockerd on the gateway of the egress's network, by an allowed name whose
+# entry names the port, and by address.
+try gateway-engine-by-name-via-egress false curl -fsS -k --max-time 4 \
+    "https://gw.test:$HOST_PORT/version"
+try gateway-engine-via-egress false curl -fsS -k --max-time 4 \
+    "https://$GATEWAY_V4:$HOST_PORT/version"
 for node in $NODES; do
     for port in 2375 2376 2377 7946; do
         try "node-$node-$port-tcp" false bash -c "exec 3<>/dev/tcp/$node/$port"
@@ -349,7 +355,8 @@ def test_another_runs_tree_server_and_the_nodes_engines_were_tried(
     wanted = {f"node-{a}-{p}-{how}" for a in escape_runs["nodes"] for p in NODE_PORTS
               for how in ("tcp", "via-egress")}
     wanted |= {"other-trees-direct", "other-trees-via-egress", "other-trees-tcp",
-               "other-trees-by-name", "host-bridge-listener"}
+               "other-trees-by-name", "host-bridge-listener",
+               "gateway-engine-by-name-via-egress", "gateway-engine-via-egress"}
     assert wanted <= results.keys(), wanted - results.keys()
     assert not [n for n in wanted if _escaped(results[n])]
 
