@@ -23,6 +23,9 @@ A sandbox on a swarm is instead, all of it labelled with its run:
   its files as swarm configs (root's, read-only) and its credentials as swarm secrets
   (the agent's, 0400), the run's limits as both reservations (a full swarm queues the
   run) and limits. It reaches the allowlist only through the egress, as a proxy's client.
+  API 1.41 has no no-new-privileges for a task: ``swarm-start`` asks for it through the
+  image's ``setpriv``, which a hostile project image can replace (a known gap, see
+  tests/test_swarm_escape_e2e.py).
 
 The client speaks to the manager's Engine API alone (API 1.41; ``endpoint_mode``
 ``dnsrr``, as no routing mesh is needed). The egress and the tree server join the run's
