@@ -23,6 +23,9 @@ A sandbox on a swarm is instead, all of it labelled with its run:
   its files as swarm configs (root's, read-only) and its credentials as swarm secrets
   (the agent's, 0400), the run's limits as both reservations (a full swarm queues the
   run) and limits. It reaches the allowlist only through the egress, as a proxy's client.
+  API 1.41 has no no-new-privileges for a task: ``swarm-start`` asks for it through the
+  image's ``setpriv``, which a hostile project image can replace (a known gap, see
+  tests/test_swarm_escape_e2e.py).
 
 The client speaks to the manager's Engine API alone (API 1.41; ``endpoint_mode``
 ``dnsrr``, as no routing mesh is needed). The egress and the tree server join the run's
@@ -298,7 +301,11 @@ def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> 
 
 def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
                    target: SwarmTarget) -> Json:
-    """The agent service's ``TaskTemplate`` (Engine API 1.41)."""
+    """The agent service's ``TaskTemplate`` (Engine API 1.41). Ports below 1024 stay
+    closed to the agent (:data:`~git_iterare.sandbox.sidecar.SIDECAR_SYSCTLS`, as in a
+    sidecar's namespace: Docker opens them to every uid by default)."""
+    from git_iterare.sandbox.sidecar import SIDECAR_SYSCTLS
+
     size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
     ids = f"uid={spec.agent_uid},gid={spec.agent_gid}"
     # The trees must allow programs to run: tmpfs volumes of the node's local driver,
@@ -329,7 +336,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
             "Env": [f"{k}={v}" for k, v in _agent_env(spec, target.snapshot_seconds).items()],
             "Labels": {**spec.all_labels(), LABEL_ROLE: "agent"},
             "Mounts": mounts, "Configs": objects.configs, "Secrets": objects.secrets,
-            "CapabilityDrop": ["ALL"], "Init": True,
+            "CapabilityDrop": ["ALL"], "Init": True, "Sysctls": dict(SIDECAR_SYSCTLS),
             "StopGracePeriod": STOP_GRACE_SECONDS * 10**9,
             "Isolation": "default"},
         "Resources": {"Limits": limits, "Reservations": resources},
