@@ -366,8 +366,8 @@ class SwarmBackend:
         until a node has room for its reservations.
 
         Raises:
-            UserError: a terminal session (``spec.tty``, ``spec.stdin``), or the spec's
-                trees are not in engine volumes.
+            UserError: a terminal session (``spec.tty``, ``spec.stdin``), more networks
+                (``spec.networks``), or the spec's trees are not in engine volumes.
             OperationFailed: the engine or the registry refused, or the egress could not
                 set up the firewall (then nothing of the sandbox is left).
         """
@@ -386,6 +386,10 @@ class SwarmBackend:
             raise UserError("interactive sessions do not run on a swarm (a service has no "
                             "terminal to attach to)",
                             hint="use a Docker engine for them: git iterare --no-swarm ...")
+        if spec.networks:
+            raise UserError("--docker-network does not work on a swarm yet (the run's "
+                            "egress joins the engine's network only)",
+                            hint="drop it, or use a Docker engine (--no-swarm)")
         if spec.volumes is None or target is None:
             raise UserError("a swarm run needs its trees in the manager's volumes")
         labels = spec.all_labels()
