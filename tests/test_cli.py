@@ -170,6 +170,7 @@ def test_execute_and_interactive_share_one_declaration_of_the_network_options() 
 def test_ctrl_c_where_nothing_goes_on_says_interrupted(repo: Path) -> None:
     """A command stopped by Ctrl-C before it did anything (here: waiting for a token on
     stdin) says so in one line and exits 130, not silently."""
+    import contextlib
     import signal
     import subprocess
     import time
@@ -178,7 +179,16 @@ def test_ctrl_c_where_nothing_goes_on_says_interrupted(repo: Path) -> None:
                             cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)  # past start-up: it waits on stdin now
+        # Past start-up (which takes long on a loaded machine): it waits on stdin, in a
+        # read(2) of fd 0 (/proc/PID/syscall: "0 0x0 ..." on x86-64).
+        syscall = Path(f"/proc/{proc.pid}/syscall")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if syscall.read_text().startswith("0 0x0 "):
+                    break
+            time.sleep(0.1)
+        time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
