@@ -157,7 +157,7 @@ def test_twenty_runs_queue_on_a_swarm_that_fits_four(on_swarm: Path,  # noqa: F8
     peak = most_at_once(spans)
     assert 2 <= peak <= AT_ONCE, spans
     assert nodes == {swarm.node_id(w) for w in swarm.workers}, nodes
-    cleaned = iterare("cleanup", "-y", "--force", "--all", cwd=project)
+    cleaned = iterare("cleanup", group, "-y", "--force", cwd=project)
     assert cleaned.returncode == 0, cleaned.stderr
     assert iterare("cleanup", "--cache", cwd=project).returncode == 0
     assert _settle(swarm) == []
