@@ -73,7 +73,8 @@ def swarm(image: str, registry: str, workers: int) -> Iterator[tuple[dict[str, s
         yield lab.manager.tls_env(), lab.registry
     finally:
         lab.remove()
-        shutil.rmtree(seed, ignore_errors=True)
+        for folder in [seed, *seed.parent.glob(f"{seed.name}-*")]:  # each node's copy
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def api(env: dict[str, str]) -> Any:
