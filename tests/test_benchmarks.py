@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.engines import DindEngine
+from tests.swarm import SwarmLab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +71,24 @@ def test_remote_start(dind_engine: DindEngine, sandbox_image: str) -> None:
     fetched = re.search(r"^second run shipped .*'fetched_bytes': (\d+), "
                         r"'fetched_worktree': 'change'", out, re.M)
     assert fetched and int(fetched[1]) < 64 * 1024, out  # the change, not 1 MB of tree
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_swarm_start(swarm: SwarmLab, sandbox_image: str) -> None:
+    swarm.manager.load_image(sandbox_image)
+    out = bench("swarm_start", "--image", sandbox_image, "--mb", "1", "--runs", "1",
+                "--registry", swarm.registry, env=swarm.manager.tls_env())
+    positive(r"^bare one-replica service \(true\), create to complete: ([\d.]+) s", out)
+    assert re.search(r"^swarm execute until the agent starts, second run: [\d.]+ ms vs "
+                     r"baseline [\d.]+ ms: ratio [\d.]+ \(goal <= 3.0: (ok|over goal)\)$",
+                     out, re.M), out
+    section = out.split("where the second run's start goes (the last of 1, ms):\n", 1)[1]
+    for label in ("ship: code into the manager's volumes", "publish: push to the registry",
+                  "overlay network made", "egress ready (firewall locked, self-check)",
+                  "tree server started", "task scheduled (given a node)",
+                  "trees fetched, until the agent's first command"):
+        assert re.search(rf"^  {re.escape(label)}: -?\d+$", section, re.M), (label, out)
 
 
 @pytest.mark.docker

@@ -4,6 +4,7 @@ follow from them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from git_iterare.runner.placement import kind_of, placement_for
 from git_iterare.runs.record import RunRecord
 from git_iterare.sandbox import engine as eng
 from git_iterare.sandbox.engine import Engine, SwarmTarget, select_engine
+from git_iterare.sandbox.spec import sandbox_name
+from git_iterare.sandbox.swarm_backend import service_name
 from tests.conftest import iterare
 
 
@@ -122,3 +125,18 @@ def test_list_and_show_name_the_swarm_and_node() -> None:
     remote = _record("remote")
     assert status_text(remote) == "running"
     assert engine_text(remote.extra) == "tcp://manager.lan:2376"
+
+
+_DNS_COMPONENT = re.compile(r"[a-zA-Z0-9](?:[-_]*[A-Za-z0-9]+)*\Z")
+
+
+@pytest.mark.parametrize("run_id", ["hello-0123abcd", "span.1-0123abcd", "a.b_c-0123abcd",
+                                    "x" * 100 + ".2-0123abcd"])
+def test_a_runs_service_name_is_a_dns_name_component(run_id: str) -> None:
+    """Swarm service and network names are DNS name components (no ``.``, at most 63
+    characters with the network's ``-run``): attempts' ids (``NAME.K-HEX``) and long
+    names still get one, unique by the run id's hex, the same from either handle."""
+    name = service_name(sandbox_name(run_id))
+    assert _DNS_COMPONENT.match(f"{name}-run") and len(f"{name}-run") <= 63, name
+    assert name.endswith(run_id[-9:]) and name.startswith("iterare-"), name
+    assert service_name(name) == name

@@ -56,7 +56,13 @@ def on_swarm(repo: Path, hermetic_env: Path, swarm: SwarmLab, swarm_image: str,
     git("add", ".iterare", cwd=repo)
     git("commit", "-qm", "iterare", cwd=repo)
     yield repo
-    iterare("cleanup", "-y", "--force", "--all", cwd=repo)
+    from git_iterare.runs.status import ACTIVE
+
+    listed = iterare("list", "--format", "porcelain", cwd=repo).stdout.splitlines()
+    for rid in (line.split("\t")[0] for line in listed):
+        if record(repo, rid)["status"] in ACTIVE:
+            iterare("stop", rid, cwd=repo)
+        iterare("cleanup", "-y", "--force", rid, cwd=repo)
     iterare("cleanup", "--cache", cwd=repo)
 
 

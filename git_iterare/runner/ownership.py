@@ -58,13 +58,13 @@ def engine_of(record: RunRecord) -> Engine:
     """
     import dataclasses
 
-    from git_iterare.runner.placement import kind_of
     from git_iterare.sandbox.engine import SwarmTarget, engine_for
 
     engine = engine_for((record.extra or {}).get("engine"))
     # A swarm run is the manager's services whatever [swarm] says now; a local or remote
-    # run is the engine's containers even while new runs go to its swarm.
-    if kind_of(record) != "swarm":
+    # run is the engine's containers even while new runs go to its swarm. (Records from
+    # before placements were kept are never swarm runs.)
+    if record.placement != "swarm":
         return dataclasses.replace(engine, swarm=None) if engine.swarm else engine
     return engine if engine.swarm else dataclasses.replace(engine, swarm=SwarmTarget(""))
 

@@ -66,6 +66,7 @@ from git_iterare.sandbox.spec import (
     SandboxSpec,
     memory_bytes,
 )
+from git_iterare.timings import phase
 
 #: The egress's proxy port on the run's network.
 PROXY_PORT = 3128
@@ -86,6 +87,22 @@ WAITING = frozenset({"new", "allocated", "pending", "assigned", "accepted", "rea
 ENDED = frozenset({"complete", "failed", "shutdown", "rejected", "orphaned", "remove"})
 #: How often a task's state is asked for, in seconds.
 POLL_SECONDS = 0.5
+#: Longest name of a swarm service or network (swarmkit's rule for a DNS name component),
+#: less the ``-run`` of the run's network.
+MAX_SERVICE_NAME = 63 - len("-run")
+
+
+def service_name(name: str) -> str:
+    """The swarm service name of the sandbox ``name`` (``iterare-<run id>``): the same
+    with each ``.`` as ``-`` (a service or network name is a DNS name component:
+    letters, digits, ``-`` and ``_``), and a long one cut in its middle to
+    :data:`MAX_SERVICE_NAME` characters, its end (the run id's 8 hex) kept. Idempotent, so
+    the engine-neutral code may pass either the sandbox's name or the handle
+    :meth:`SwarmBackend.start` returned."""
+    name = name.replace(".", "-")
+    if len(name) <= MAX_SERVICE_NAME:
+        return name
+    return name[:MAX_SERVICE_NAME - 9] + name[-9:]
 
 
 @dataclass(frozen=True)
@@ -243,12 +260,13 @@ class _Objects:
         (self.secrets if secret else self.configs).append(ref)
 
 
-def _agent_objects(spec: SandboxSpec, passwd: bytes, group: bytes) -> _Objects:
+def _agent_objects(spec: SandboxSpec, service: str, passwd: bytes, group: bytes
+                   ) -> _Objects:
     """The agent's files as swarm objects (:func:`~git_iterare.sandbox.accounts.agent_file_list`):
     secrets for the credentials, configs for the rest."""
     from git_iterare.sandbox.accounts import agent_file_list
 
-    made = _Objects(spec.all_labels(), spec.name)
+    made = _Objects(spec.all_labels(), service)
     for item in agent_file_list(spec, passwd, group):
         made.add(item.path, item.data, item.uid, item.gid, item.mode, secret=item.secret)
     return made
@@ -269,8 +287,10 @@ def _accounts(image: str) -> tuple[bytes, bytes]:
             made.remove(force=True)
 
 
-def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> Any:
-    """Create and start the run's tree server on the manager (see the module docstring)."""
+def _tree_server(spec: SandboxSpec, service: str, network: str, labels: Mapping[str, str]
+                 ) -> Any:
+    """Create and start the run's tree server ``<service>-trees`` on the manager (see the
+    module docstring)."""
     from git_iterare.sandbox.accounts import container_file
     from git_iterare.sandbox.sidecar import SIDECAR_MEMORY, SIDECAR_PIDS
 
@@ -292,7 +312,7 @@ def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> 
         "NetworkingConfig": {"EndpointsConfig": {network: {"Aliases": ["trees"]}}},
     }
     api = _api()
-    name = f"{spec.name}-trees"
+    name = f"{service}-trees"
     with docker_errors(f"create the tree server of {spec.name}"):
         made = api.create_container_from_config(config, name)
         api.start(made["Id"])
@@ -300,7 +320,7 @@ def _tree_server(spec: SandboxSpec, network: str, labels: Mapping[str, str]) -> 
 
 
 def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
-                   target: SwarmTarget) -> Json:
+                   target: SwarmTarget, network: str) -> Json:
     """The agent service's ``TaskTemplate`` (Engine API 1.41). Ports below 1024 stay
     closed to the agent (:data:`~git_iterare.sandbox.sidecar.SIDECAR_SYSCTLS`, as in a
     sidecar's namespace: Docker opens them to every uid by default)."""
@@ -342,7 +362,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
         "Resources": {"Limits": limits, "Reservations": resources},
         "RestartPolicy": {"Condition": "none", "MaxAttempts": 0},
         "Placement": {"Constraints": list(target.constraints)},
-        "Networks": [{"Target": f"{spec.name}-run"}],
+        "Networks": [{"Target": network}],
         "LogDriver": {"Name": "json-file", "Options": {"max-size": "50m", "max-file": "2"}},
     }
 
@@ -393,41 +413,50 @@ class SwarmBackend:
         if spec.volumes is None or target is None:
             raise UserError("a swarm run needs its trees in the manager's volumes")
         labels = spec.all_labels()
+        name = service_name(spec.name)
         try:
-            image = publish(spec.image, target.registry)
-            network = f"{spec.name}-run"
-            subnet = _overlay(network, labels)
+            with phase("start.swarm.publish"):
+                image = publish(spec.image, target.registry)
+            network = f"{name}-run"
+            with phase("start.swarm.overlay"):
+                subnet = _overlay(network, labels)
             env = {**sidecar_environment(spec), "ITERARE_PROXY_PORT": str(PROXY_PORT),
                    "ITERARE_PROXY_FROM": subnet}
-            egress = create_sidecar(spec, env, name=f"{spec.name}-net",
-                                    labels={**labels, LABEL_ROLE: "sidecar"})
-            with docker_errors(f"attach the egress of {spec.name} to {network}"):
-                _api().connect_container_to_network(egress.id, network, aliases=["egress"])
-            with docker_errors(f"start the egress of {spec.name}"):
-                egress.start()
+            with phase("start.swarm.egress"):
+                egress = create_sidecar(spec, env, name=f"{spec.name}-net",
+                                        labels={**labels, LABEL_ROLE: "sidecar"})
+                with docker_errors(f"attach the egress of {spec.name} to {network}"):
+                    _api().connect_container_to_network(egress.id, network,
+                                                        aliases=["egress"])
+                with docker_errors(f"start the egress of {spec.name}"):
+                    egress.start()
             if fill is not None:
                 fill()
-            log, deadline = SidecarLog(egress), time.monotonic() + READY_TIMEOUT
-            log.wait_for(LOCKED_LINE, deadline)
-            log.wait_for(READY_LINE, deadline)
-            _tree_server(spec, network, labels)
-            objects = _agent_objects(spec, *_accounts(spec.image))
-            with docker_errors(f"create the service {spec.name}"):
+            with phase("start.swarm.egress-ready"):
+                log, deadline = SidecarLog(egress), time.monotonic() + READY_TIMEOUT
+                log.wait_for(LOCKED_LINE, deadline)
+                log.wait_for(READY_LINE, deadline)
+            with phase("start.swarm.tree-server"):
+                _tree_server(spec, name, network, labels)
+            with phase("start.swarm.files"):
+                objects = _agent_objects(spec, name, *_accounts(spec.image))
+            with phase("start.swarm.service"), docker_errors(f"create the service {name}"):
                 _api().create_service(
-                    _task_template(spec, image, objects, target),
-                    name=spec.name, labels={**labels, LABEL_ROLE: "agent"},
+                    _task_template(spec, image, objects, target, network),
+                    name=name, labels={**labels, LABEL_ROLE: "agent"},
                     mode={"Replicated": {"Replicas": 1}},
                     endpoint_spec={"Mode": "dnsrr"})
         except BaseException:
             with contextlib.suppress(Exception):
                 self.remove(spec.run_id, spec.repo_path)
             raise
-        return spec.name
+        return name
 
     def _task(self, service: str) -> Json | None:
         """The service's newest task, or None (none yet, or no such service)."""
         import docker.errors
 
+        service = service_name(service)
         with docker_errors(f"ask the swarm about {service}"):
             try:
                 tasks = _api().tasks(filters={"service": service})
@@ -440,6 +469,7 @@ class SwarmBackend:
     def _service(self, service: str) -> Json | None:
         import docker.errors
 
+        service = service_name(service)
         with docker_errors(f"ask the swarm about {service}"):
             try:
                 found = _api().inspect_service(service)
@@ -489,6 +519,7 @@ class SwarmBackend:
         """The run's state from its service and task: ``created`` while queued,
         ``running``, ``exited`` with the task's exit code once it ended (or its node is
         down); None when the service does not exist."""
+        container = service_name(container)
         service = self._service(container)
         if service is None:
             return None
@@ -523,6 +554,7 @@ class SwarmBackend:
         after that)."""
         from git_iterare.loglimit import split_lines
 
+        container = service_name(container)
         with docker_errors(f"read the output of {container}"):
             stream = _api().service_logs(container, stdout=True, stderr=True,
                                          follow=follow, details=False)
@@ -579,6 +611,7 @@ class SwarmBackend:
         file (it asks ``GET /stop`` every 2 s), stops the agent (SIGTERM, SIGKILL after
         ``grace_seconds``) and gives its work back, then ends. A service whose task is still
         queued is scaled to none."""
+        container = service_name(container)
         info = self.inspect(container)
         if info is None or info.state == "exited":
             return
