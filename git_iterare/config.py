@@ -72,7 +72,8 @@ CORE_KEYS: dict[str, Key] = {
             "only from your own configuration."),
         Key("swarm.snapshot_seconds", "int", 60,
             "How often a swarm run's task gives its work so far back, in seconds (what a "
-            "node that dies keeps of it); 0: only when it ends."),
+            "node that dies keeps of it); 0: only when it ends; read only from your own "
+            "configuration."),
         Key("docker.base_image", "str", "node:20-bookworm-slim",
             "Debian bookworm based image `git iterare image build` starts from."),
         Key("docker.agents", "list", ["claude"],
@@ -180,7 +181,7 @@ KEYS: Mapping[str, Key] = KeyTable(CORE_KEYS)
 #: ``docker.context`` chooses which engine (and so which machine) gets the run; the
 #: ``swarm`` keys send runs to a cluster and choose its registry and nodes.
 USER_ONLY_KEYS = frozenset({"docker.context", "swarm.enabled", "swarm.registry",
-                            "swarm.constraints"})
+                            "swarm.constraints", "swarm.snapshot_seconds"})
 
 _TYPE_NAMES = {
     "str": "a string",

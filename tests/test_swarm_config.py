@@ -67,12 +67,13 @@ def test_the_repository_cannot_send_runs_to_a_swarm(repo: Path, home: Path) -> N
     (repo / ".iterare").mkdir()
     (repo / ".iterare" / "config.toml").write_text(
         '[swarm]\nenabled = true\nregistry = "evil.example:5000"\n'
-        'constraints = ["node.hostname==victim"]\n')
+        'constraints = ["node.hostname==victim"]\nsnapshot_seconds = 1\n')
     shown = iterare("config", "--list", "--show-origin", cwd=repo)
     assert shown.returncode == 0, shown.stderr
     assert "default\tswarm.enabled=false\n" in shown.stdout
     assert "default\tswarm.registry=\n" in shown.stdout
-    for key in ("swarm.enabled", "swarm.registry", "swarm.constraints"):
+    for key in ("swarm.enabled", "swarm.registry", "swarm.constraints",
+                "swarm.snapshot_seconds"):
         assert (f"{repo}/.iterare/config.toml: {key} ignored: a repository cannot choose it"
                 in shown.stderr), shown.stderr
     # The user's own layers and the flag may.

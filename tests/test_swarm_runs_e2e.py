@@ -217,3 +217,36 @@ def test_a_run_no_node_can_take_waits_queued_with_the_reason_and_stop_ends_it(
     assert record(project, rid)["status"] == "stopped"
     assert git("cat-file", "-e", f"iterare/{rid}:never.txt", cwd=project,
                check=False).returncode != 0
+
+
+#: An agent that ignores SIGTERM and kills whatever asks its task to stop (swarm-start's
+#: watcher and snapshot loops: the parents of `sleep 2`).
+DEFIANT_TASK = """\
+trap '' TERM
+echo started
+while :; do
+  for d in /proc/[0-9]*; do
+    [ "$(tr '\\0' ' ' < "$d/cmdline" 2>/dev/null)" = "sleep 2 " ] || continue
+    kill -KILL "$(awk '/^PPid/ {print $2}' "$d/status")" 2>/dev/null
+  done
+  sleep 0.5
+done
+"""
+
+
+def test_an_agent_that_kills_the_stop_watcher_is_stopped_by_the_engine(
+        on_swarm: Path, swarm: SwarmLab) -> None:
+    project = on_swarm
+    prompt(project, "defiant", DEFIANT_TASK)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "defiant", cwd=project)
+    started = iterare("execute", "defiant", cwd=project)
+    assert started.returncode == 0, started.stderr
+    rid = run_id(started.stdout)
+    _wait_for("its first output", lambda: "started" in iterare("log", rid, cwd=project).stdout)
+    time.sleep(5)  # the watcher is dead by now
+    began = time.monotonic()
+    stopped = iterare("stop", rid, cwd=project)
+    assert stopped.returncode == 0, stopped.stderr
+    assert record(project, rid)["status"] == "stopped"
+    assert time.monotonic() - began < 150

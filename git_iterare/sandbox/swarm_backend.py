@@ -77,9 +77,11 @@ TREE_SERVER = "/usr/local/lib/iterare/tree-server"
 #: In the tree server's container: ``git iterare stop`` writes the agent's grace seconds
 #: there (:func:`git_iterare.sandbox.tree_server.stop_answer`).
 STOP_FILE = "/tmp/iterare-stop"
-#: Seconds a task that was asked to stop has to give its work back (swarm-start uploads
-#: it) before the engine kills it.
+#: Seconds a task the engine stops has to give its work back (swarm-start uploads it)
+#: before the engine kills it.
 STOP_GRACE_SECONDS = 60
+#: Seconds beyond its grace a stopped agent's task has to upload its work and end.
+ASKED_SLACK_SECONDS = 15
 #: Task states of a task that has not started, and of one that ended (Docker's
 #: ``TaskState``, https://docs.docker.com/engine/api/v1.41/#tag/Task).
 WAITING = frozenset({"new", "allocated", "pending", "assigned", "accepted", "ready",
@@ -287,6 +289,15 @@ def _accounts(image: str) -> tuple[bytes, bytes]:
             made.remove(force=True)
 
 
+def _max_result(spec: SandboxSpec) -> int:
+    """The tree server's upload limit, in bytes: twice the task's tmpfs size (its memory
+    limit), at most :data:`~git_iterare.sandbox.tree_server.DEFAULT_MAX_RESULT_BYTES`."""
+    from git_iterare.sandbox.tree_server import DEFAULT_MAX_RESULT_BYTES
+
+    size = memory_bytes(spec.limits.memory) if spec.limits.memory else 4 << 30
+    return min(DEFAULT_MAX_RESULT_BYTES, 2 * size)
+
+
 def _tree_server(spec: SandboxSpec, service: str, network: str, labels: Mapping[str, str]
                  ) -> Any:
     """Create and start the run's tree server ``<service>-trees`` on the manager (see the
@@ -306,6 +317,9 @@ def _tree_server(spec: SandboxSpec, service: str, network: str, labels: Mapping[
         "Entrypoint": ["/bin/sh", "-c", script, "engine-checkout"],
         "Cmd": ["agent", "python3", TREE_SERVER, str(TREES_PORT)],
         "WorkingDir": WORK_PATH, "Labels": {**labels, LABEL_ROLE: "trees"},
+        # What the task can hold (two trees on tmpfs as large as its memory) and no more
+        # lands on the manager's disk.
+        "Env": [f"ITERARE_MAX_RESULT_BYTES={_max_result(spec)}"],
         "HostConfig": {"Mounts": mounts, "NetworkMode": network, "CapDrop": ["ALL"],
                        "SecurityOpt": ["no-new-privileges:true"],
                        "Memory": SIDECAR_MEMORY, "PidsLimit": SIDECAR_PIDS},
@@ -530,7 +544,7 @@ class SwarmBackend:
         image = text(service, "Spec", "TaskTemplate", "ContainerSpec", "Image")
         memory = field(service, "Spec", "TaskTemplate", "Resources", "Limits", "MemoryBytes")
         replicas = field(service, "Spec", "Mode", "Replicated", "Replicas")
-        if replicas == 0 and state not in ENDED:  # stopped while queued
+        if replicas == 0 and (task is None or state in WAITING):  # stopped while queued
             shown, exit_code, started = "exited", -1, False
         elif state in WAITING:
             shown, exit_code, started = "created", None, False
@@ -607,35 +621,44 @@ class SwarmBackend:
             time.sleep(POLL_SECONDS)
 
     def stop(self, container: str, grace_seconds: float = 10) -> None:
-        """Ask the agent to stop: its task's ``swarm-start`` sees the tree server's stop
-        file (it asks ``GET /stop`` every 2 s), stops the agent (SIGTERM, SIGKILL after
-        ``grace_seconds``) and gives its work back, then ends. A service whose task is still
-        queued is scaled to none."""
+        """Stop the run's task and return once it ended. First the agent is asked: its
+        task's ``swarm-start`` sees the tree server's stop file (it asks ``GET /stop``
+        every 2 s), stops the agent (SIGTERM, SIGKILL after ``grace_seconds``), gives its
+        work back and ends. A task that has not ended by then (the agent may have killed
+        what was asking), or one still queued, is ended by the engine: its service is
+        scaled to none, so the task gets SIGTERM (``swarm-start`` still gives the work
+        back) and SIGKILL :data:`STOP_GRACE_SECONDS` later.
+
+        Raises:
+            OperationFailed: the manager cannot be reached or refused.
+        """
         container = service_name(container)
         info = self.inspect(container)
         if info is None or info.state == "exited":
             return
-        if not info.started:  # still queued: no task is wanted any more
-            from docker.types import ServiceMode
-
-            service = self._service(container)
-            version = field(service, "Version", "Index")
-            with docker_errors(f"stop the service {container}"):
-                _api().update_service(container, version=version,
-                                      mode=ServiceMode("replicated", replicas=0),
-                                      fetch_current_spec=True)
+        grace = min(3600, max(1, round(grace_seconds)))
+        if (info.started and self._ask_to_stop(container, grace)
+                and self.wait(container, grace + ASKED_SLACK_SECONDS) is not None):
             return
+        from docker.types import ServiceMode
+
+        service = self._service(container)
+        version = field(service, "Version", "Index")
+        with docker_errors(f"stop the service {container}"):
+            _api().update_service(container, version=version,
+                                  mode=ServiceMode("replicated", replicas=0),
+                                  fetch_current_spec=True)
+        self.wait(container, STOP_GRACE_SECONDS + ASKED_SLACK_SECONDS)
+
+    def _ask_to_stop(self, service: str, grace: int) -> bool:
+        """Write the stop file into the run's tree server; whether it could be."""
         from git_iterare.sandbox.volumes import exec_in, find_container
 
-        trees = find_container(f"{container}-trees")
-        if trees is None:
-            raise OperationFailed(f"the tree server of {container} is gone; "
-                                  f"`git iterare cleanup` removes the run")
-        grace = min(3600, max(1, round(grace_seconds)))
-        code, out = exec_in(trees, ["/bin/sh", "-c", f"echo {grace} > {STOP_FILE}"])
-        if code != 0:
-            raise OperationFailed(f"cannot ask {container} to stop: "
-                                  f"{out.decode('utf-8', 'replace')[-200:]}")
+        trees = find_container(f"{service}-trees")
+        if trees is None or trees.status != "running":
+            return False
+        code, _ = exec_in(trees, ["/bin/sh", "-c", f"echo {grace} > {STOP_FILE}"])
+        return code == 0
 
     def reclaim(self, container: str, trees: Sequence[Path], uid: int, gid: int,
                 image: str, out_dir: Path | None = None) -> list[str]:
@@ -688,7 +711,7 @@ class SwarmBackend:
         return infos
 
 
-def _retry(call: Callable[[], object], seconds: float = 30.0) -> None:
+def _retry(call: Callable[[], object], seconds: float = STOP_GRACE_SECONDS + 30.0) -> None:
     """``call`` until the engine lets it through: a config, secret or network stays in
     use a while after its service is removed (the tasks end first)."""
     import docker.errors
