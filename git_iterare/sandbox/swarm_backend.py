@@ -153,7 +153,7 @@ def manager_problem() -> tuple[str, str] | None:
         if availability == "drain":
             return (f"the swarm manager at {where} is drained, and each run's egress and "
                     "tree server run on it",
-                    "make it active (docker node update --availability active), and keep "
+                    "make it active (`docker node update --availability active`), and keep "
                     'runs on the workers with swarm.constraints = ["node.role==worker"]')
         return None
     hint = "select the manager's engine (DOCKER_HOST, --context), or set swarm.enabled = false"
@@ -419,11 +419,13 @@ class SwarmBackend:
         if spec.tty or spec.stdin:
             raise UserError("interactive sessions do not run on a swarm (a service has no "
                             "terminal to attach to)",
-                            hint="use a Docker engine for them: git iterare --no-swarm ...")
+                            hint="use a Docker engine for them: "
+                                 "`git iterare --no-swarm interactive`")
         if spec.networks:
             raise UserError("--docker-network does not work on a swarm yet (the run's "
                             "egress joins the engine's network only)",
-                            hint="drop it, or use a Docker engine (--no-swarm)")
+                            hint="drop it, or use a Docker engine: "
+                                 "`git iterare --no-swarm execute`")
         if spec.volumes is None or target is None:
             raise UserError("a swarm run needs its trees in the manager's volumes")
         labels = spec.all_labels()
