@@ -142,11 +142,13 @@ def _wait_for(what: str, done: object, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
-def _started_busy(project: Path) -> str:
-    prompt(project, "busy", BUSY_TASK)
+def _started_busy(project: Path, name: str = "busy", task: str = BUSY_TASK) -> str:
+    """Start a run of the prompt ``name`` (``task``); return its id once it printed
+    ``started``."""
+    prompt(project, name, task)
     git("add", ".", cwd=project)
-    git("commit", "-qm", "busy", cwd=project)
-    started = iterare("execute", "busy", cwd=project)
+    git("commit", "-qm", name, cwd=project)
+    started = iterare("execute", name, cwd=project)
     assert started.returncode == 0, started.stderr
     rid = run_id(started.stdout)
     _wait_for("its first output", lambda: "started" in iterare("log", rid, cwd=project).stdout)
@@ -237,13 +239,7 @@ done
 def test_an_agent_that_kills_the_stop_watcher_is_stopped_by_the_engine(
         on_swarm: Path, swarm: SwarmLab) -> None:
     project = on_swarm
-    prompt(project, "defiant", DEFIANT_TASK)
-    git("add", ".", cwd=project)
-    git("commit", "-qm", "defiant", cwd=project)
-    started = iterare("execute", "defiant", cwd=project)
-    assert started.returncode == 0, started.stderr
-    rid = run_id(started.stdout)
-    _wait_for("its first output", lambda: "started" in iterare("log", rid, cwd=project).stdout)
+    rid = _started_busy(project, "defiant", DEFIANT_TASK)
     time.sleep(5)  # the watcher is dead by now
     began = time.monotonic()
     stopped = iterare("stop", rid, cwd=project)

@@ -9,7 +9,7 @@ A run's object in ``list --format json`` is built by :func:`git_iterare.runs.ind
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -174,10 +174,16 @@ def status_text(rec: RunRecord) -> str:
     swarm = rec.extra.get("swarm")
     if not isinstance(swarm, dict):
         return text
-    node = swarm.get("node") or swarm.get("node_id")
-    if isinstance(node, str) and node:
+    node = _swarm_node(swarm)
+    if node:
         return f"{text} on {node}"
     return "queued" if rec.status in ACTIVE else text
+
+
+def _swarm_node(swarm: Mapping[str, Any]) -> str:
+    """The node a swarm run's ``extra.swarm`` names (its host name, else its id), or ""."""
+    node = swarm.get("node") or swarm.get("node_id")
+    return node if isinstance(node, str) else ""
 
 
 def loop_text(rec: RunRecord) -> str:
@@ -377,8 +383,8 @@ def engine_text(extra: Any) -> str | None:
         text = f"{text} (context {name})"
     swarm = extra.get("swarm")
     if isinstance(swarm, dict):  # a swarm run: its manager, and the node it ran on
-        node = swarm.get("node") or swarm.get("node_id")
-        text = f"swarm {text}" + (f", node {node}" if isinstance(node, str) and node else "")
+        node = _swarm_node(swarm)
+        text = f"swarm {text}" + (f", node {node}" if node else "")
         for key, said in (("waiting", "queued"), ("error", "refused")):
             reason = swarm.get(key)
             if isinstance(reason, str) and reason:

@@ -381,6 +381,33 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
     }
 
 
+def _node(node_id: str) -> Json | None:
+    """The swarm's inspect answer of the node ``node_id``, or None when it has none.
+
+    Raises:
+        OperationFailed: the manager cannot be reached.
+    """
+    import docker.errors
+
+    with docker_errors("ask the swarm about its nodes"):
+        try:
+            found = _api().inspect_node(node_id)
+        except docker.errors.NotFound:
+            return None
+    return found if isinstance(found, dict) else None
+
+
+def _node_down(task: Json | None) -> bool:
+    """Whether the node ``task`` was given to is down or gone (a dead machine: the swarm
+    then still says the task runs); False for a task with no node yet."""
+    node = text(task, "NodeID")
+    if not node:
+        return False
+    found = _node(node)
+    return found is None or text(found, "Status", "State") in ("down", "unknown",
+                                                               "disconnected")
+
+
 def _labelled(kind: str, run_id: str, repo_path: str) -> list[Json]:
     """The run's swarm objects of ``kind`` (``services``, ``configs``, ``secrets``,
     ``networks``) by its labels."""
@@ -496,18 +523,7 @@ class SwarmBackend:
     def node_down(self, service: str) -> bool:
         """Whether the node the service's task was given to is down (a dead machine: the
         swarm then still says the task runs)."""
-        task = self._task(service)
-        node = text(task, "NodeID")
-        if not node:
-            return False
-        import docker.errors
-
-        with docker_errors("ask the swarm about its nodes"):
-            try:
-                state = text(_api().inspect_node(node), "Status", "State")
-            except docker.errors.NotFound:
-                return True
-        return state in ("down", "unknown", "disconnected")
+        return _node_down(self._task(service))
 
     def task_place(self, service: str) -> TaskPlace:
         """Where the service's task is: its node (none while it waits for one), its state
@@ -516,20 +532,14 @@ class SwarmBackend:
         Raises:
             OperationFailed: the manager cannot be reached.
         """
-        import docker.errors
-
         task = self._task(service)
         place = TaskPlace(state=text(task, "Status", "State"),
                           error=text(task, "Status", "Err")[:300])
         node = text(task, "NodeID")
         if not node:
             return place
-        with docker_errors("ask the swarm about its nodes"):
-            try:
-                name = text(_api().inspect_node(node), "Description", "Hostname")
-            except docker.errors.NotFound:
-                name = ""
-        return dataclasses.replace(place, node_id=node, node=name)
+        return dataclasses.replace(place, node_id=node,
+                                   node=text(_node(node), "Description", "Hostname"))
 
     def inspect(self, container: str) -> ContainerInfo | None:
         """The run's state from its service and task: ``created`` while queued,
@@ -553,7 +563,7 @@ class SwarmBackend:
         elif state in ENDED:
             shown, started = "exited", True
             exit_code = code if isinstance(code, int) else -1
-        elif self.node_down(container):
+        elif _node_down(task):
             shown, exit_code, started = "exited", None, True
         else:
             shown, exit_code, started = "running", None, True
