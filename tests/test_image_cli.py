@@ -61,8 +61,8 @@ def test_build_streams_steps_and_keeps_the_ca_out(tmp_path: Path,
                          "--tag", tag, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         steps = [line for line in result.stderr.splitlines() if line.startswith("Step ")]
-        assert steps[0] == "Step 1/23: ARG BASE_IMAGE=node:20-bookworm-slim"
-        assert steps[-1].startswith("Step 23/23: LABEL dev.iterare.")
+        assert steps[0] == "Step 1/27: ARG BASE_IMAGE=node:20-bookworm-slim"
+        assert steps[-1].startswith("Step 27/27: LABEL dev.iterare.")
         assert result.stdout.startswith(f"{tag} sha256:")
         history = subprocess.run(["docker", "history", "--no-trunc", "--format",
                                   "{{.CreatedBy}}", tag], capture_output=True, text=True,

@@ -71,8 +71,10 @@ def container_file(name: str) -> bytes:
     return (resources.files("git_iterare") / "data" / "container" / name).read_bytes()
 
 
-def _read_file(container: Container, path: str, limit: int = 1 << 20) -> bytes:
-    """A regular file of a created container (b"" when missing), at most ``limit`` bytes."""
+def read_created_file(container: Container, path: str, limit: int = 1 << 20) -> bytes:
+    """The bytes of the regular file ``path`` (absolute) of a created (not necessarily
+    started) container, through the engine's archive API; b"" when it is missing, not a
+    regular file or over ``limit`` bytes."""
     import docker.errors
 
     try:
@@ -99,7 +101,8 @@ def image_accounts(container: Container, image: str) -> tuple[bytes, bytes]:
     if kept is not None and isinstance(kept.get("passwd"), str) \
             and isinstance(kept.get("group"), str):
         return kept["passwd"].encode(), kept["group"].encode()
-    passwd, group = _read_file(container, "/etc/passwd"), _read_file(container, "/etc/group")
+    passwd = read_created_file(container, "/etc/passwd")
+    group = read_created_file(container, "/etc/group")
     cache.write("accounts", image_id, {"passwd": passwd.decode("utf-8", "replace"),
                                        "group": group.decode("utf-8", "replace")})
     return passwd, group
@@ -227,5 +230,5 @@ def fresh_files(fresh: Container, agent: Container, uid: int, gid: int) -> bytes
         docker.errors.APIError: the engine refused to read a file.
     """
     passwd, group = image_accounts(fresh, str(fresh.attrs.get("Image") or ""))
-    ca = _read_file(agent, CA_PATH) or None
+    ca = read_created_file(agent, CA_PATH) or None
     return _archive(_account_files(passwd, group, uid, gid, ca), uid, gid)

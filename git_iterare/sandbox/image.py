@@ -259,8 +259,8 @@ def context_files(agents: Sequence[str] = (),
     """The sandbox image's build files by name: ``Dockerfile`` (with the stages of
     ``agents``, see :func:`dockerfile`), ``sidecar``, ``egress-proxy``
     (:mod:`git_iterare.sandbox.egress_proxy`), ``tree-server``
-    (:mod:`git_iterare.sandbox.tree_server`) and ``install-<agent>.sh`` for each of
-    ``agents``.
+    (:mod:`git_iterare.sandbox.tree_server`), ``nnp.c`` (the launcher of swarm tasks) and
+    ``install-<agent>.sh`` for each of ``agents``.
 
     Raises:
         KeyError: an agent of ``agents`` is not in ``installs``.
@@ -271,7 +271,8 @@ def context_files(agents: Sequence[str] = (),
     files = {"Dockerfile": dockerfile((root / "Dockerfile").read_bytes(), agents),
              "sidecar": (root / "sidecar").read_bytes(),
              "egress-proxy": (code / "egress_proxy.py").read_bytes(),
-             "tree-server": (code / "tree_server.py").read_bytes()}
+             "tree-server": (code / "tree_server.py").read_bytes(),
+             "nnp.c": (root / "nnp.c").read_bytes()}
     for name in agents:
         files[f"install-{name}.sh"] = (installs or {})[name].script.encode()
     return files

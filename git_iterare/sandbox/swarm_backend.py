@@ -23,9 +23,10 @@ A sandbox on a swarm is instead, all of it labelled with its run:
   its files as swarm configs (root's, read-only) and its credentials as swarm secrets
   (the agent's, 0400), the run's limits as both reservations (a full swarm queues the
   run) and limits. It reaches the allowlist only through the egress, as a proxy's client.
-  API 1.41 has no no-new-privileges for a task: ``swarm-start`` asks for it through the
-  image's ``setpriv``, which a hostile project image can replace (a known gap, see
-  tests/test_swarm_escape_e2e.py).
+  API 1.41 has no no-new-privileges for a task, so the task's first program is
+  git-iterare's own ``iterare-nnp`` (``container/nnp.c``, read from git-iterare's image
+  and given as a config): it sets the no_new_privs bit, which nothing started after it can
+  clear, then runs the image's shell.
 
 The client speaks to the manager's Engine API alone (API 1.41; ``endpoint_mode``
 ``dnsrr``, as no routing mesh is needed). The egress and the tree server join the run's
@@ -72,6 +73,10 @@ from git_iterare.timings import phase
 PROXY_PORT = 3128
 #: The tree server's port on the run's network.
 TREES_PORT = 8080
+#: Where git-iterare's image has ``iterare-nnp`` (``container/nnp.c``), and where the
+#: agent's task has it (a config, root's, 0555).
+NNP_IN_IMAGE = "/usr/local/lib/iterare/nnp"
+NNP_PATH = "/run/iterare/nnp"
 #: Where git-iterare's image has the tree server (:mod:`git_iterare.sandbox.tree_server`).
 TREE_SERVER = "/usr/local/lib/iterare/tree-server"
 #: In the tree server's container: ``git iterare stop`` writes the agent's grace seconds
@@ -289,6 +294,23 @@ def _accounts(image: str) -> tuple[bytes, bytes]:
             made.remove(force=True)
 
 
+def _launcher(egress: Any) -> bytes:
+    """``iterare-nnp`` of git-iterare's image, read from the run's egress container.
+
+    Raises:
+        OperationFailed: the image has none (one built before it had), or the engine
+            cannot be reached.
+    """
+    from git_iterare.sandbox.accounts import read_created_file
+
+    with docker_errors("read iterare-nnp from git-iterare's image"):
+        found = read_created_file(egress, NNP_IN_IMAGE)
+    if not found:
+        raise OperationFailed(f"git-iterare's image on the swarm manager has no "
+                              f"{NNP_IN_IMAGE}", hint="rebuild it: `git iterare image build`")
+    return found
+
+
 def _max_result(spec: SandboxSpec) -> int:
     """The tree server's upload limit, in bytes: twice the task's tmpfs size (its memory
     limit), at most :data:`~git_iterare.sandbox.tree_server.DEFAULT_MAX_RESULT_BYTES`."""
@@ -364,7 +386,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
         limits["Pids"] = spec.limits.pids
     return {
         "ContainerSpec": {
-            "Image": image, "Command": ["/bin/sh", "/run/iterare/agent-start"],
+            "Image": image, "Command": [NNP_PATH, "/bin/sh", "/run/iterare/agent-start"],
             "Args": list(spec.command), "User": f"{spec.agent_uid}:{spec.agent_gid}",
             "Dir": spec.workdir,
             "Env": [f"{k}={v}" for k, v in _agent_env(spec, target.snapshot_seconds).items()],
@@ -473,6 +495,7 @@ class SwarmBackend:
                                                         aliases=["egress"])
                 with docker_errors(f"start the egress of {spec.name}"):
                     egress.start()
+                launcher = _launcher(egress)
             if fill is not None:
                 fill()
             with phase("start.swarm.egress-ready"):
@@ -483,6 +506,7 @@ class SwarmBackend:
                 _tree_server(spec, name, network, labels)
             with phase("start.swarm.files"):
                 objects = _agent_objects(spec, name, *_accounts(spec.image))
+                objects.add(NNP_PATH, launcher, 0, 0, 0o555, secret=False)
             with phase("start.swarm.service"), docker_errors(f"create the service {name}"):
                 _api().create_service(
                     _task_template(spec, image, objects, target, network),
