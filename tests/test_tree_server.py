@@ -294,31 +294,116 @@ def test_bad_requests(server: Server) -> None:
     assert logged == ["GET /\\x1b[31m\\xff" + "x" * 193 + "..."]
 
 
+def _journal(tmp_path: Path, committed: bool, swapped: list[str] | None = None) -> str:
+    path = str(tmp_path / "journal")
+    ts.Journal(path, {"workspace": ".iterare-put-w", "git/run": ".iterare-put-r"},
+               committed, swapped or []).write()
+    return path
+
+
 def test_a_committed_upload_is_finished_after_a_crash(tmp_path: Path) -> None:
-    root = tmp_path
+    root = tmp_path / "root"
     _trees(root)
-    # What a server stopped midway through swapping leaves: the worktree's scratch folder
-    # committed, its old contents half moved out.
+    # What a server stopped midway through swapping leaves: the upload committed, the
+    # worktree's old contents half moved out.
     work, run = root / "workspace", root / "git/run"
     for tree, scratch, new in ((work, ".iterare-put-w", "done"), (run, ".iterare-put-r", "HEAD")):
         (tree / scratch / "new").mkdir(parents=True)
         (tree / scratch / "old").mkdir()
         (tree / scratch / "new" / new).write_text("new\n")
-    (work / ".iterare-put-w/commit").write_text(".iterare-put-r\n")
     (work / "README").rename(work / ".iterare-put-w/old/README")
-    (run / ".iterare-put-stale").mkdir()  # an upload that never committed
-    ts.recover(str(root))
+    journal = _journal(tmp_path, committed=True)
+    ts.recover(str(root), journal)
     assert sorted(os.listdir(work)) == ["done"]
     assert sorted(os.listdir(run)) == ["HEAD"] and (run / "HEAD").read_text() == "new\n"
+    assert not os.path.exists(journal)
+
+
+def test_a_tree_swapped_before_a_crash_is_not_swapped_again(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    _trees(root)
+    run = root / "git/run"
+    # The run gitdir was swapped and its scratch folder half removed: its "moved" mark is
+    # gone, which must not make its new contents be moved out again.
+    (run / ".iterare-put-r/old").mkdir(parents=True)
+    (root / "workspace/.iterare-put-w/new").mkdir(parents=True)
+    (root / "workspace/.iterare-put-w/old").mkdir()
+    (root / "workspace/.iterare-put-w/new/done").write_text("new\n")
+    ts.recover(str(root), _journal(tmp_path, committed=True, swapped=["git/run"]))
+    assert sorted(os.listdir(run)) == ["HEAD", "refs"]
+    assert sorted(os.listdir(root / "workspace")) == ["done"]
 
 
 def test_an_uncommitted_upload_is_dropped_after_a_crash(tmp_path: Path) -> None:
-    _trees(tmp_path)
-    before = _state(tmp_path)
-    (tmp_path / "workspace/.iterare-put-w/new").mkdir(parents=True)
-    (tmp_path / "workspace/.iterare-put-w/new/half").write_text("x")
-    ts.recover(str(tmp_path))
-    assert _state(tmp_path) == before
+    root = tmp_path / "root"
+    _trees(root)
+    before = _state(root)
+    (root / "workspace/.iterare-put-w/new").mkdir(parents=True)
+    (root / "workspace/.iterare-put-w/new/half").write_text("x")
+    journal = _journal(tmp_path, committed=False)
+    ts.recover(str(root), journal)
+    assert _state(root) == before and not os.path.exists(journal)
+
+
+def test_the_trees_own_scratch_like_names_are_theirs(server: Server, tmp_path: Path) -> None:
+    """A repository's ``.iterare-put-*`` entries, even one holding a "commit" mark as the
+    server once used, go out and come back as they are, and nothing is swapped for them."""
+    work = server.root / "workspace"
+    (work / ".iterare-put-x").mkdir()
+    (work / ".iterare-put-x/commit").write_text(".iterare-put-y\n")
+    (work / ".iterare-put-x/new").mkdir()
+    (work / ".iterare-put-x/new/evil").write_text("x")
+    (server.root / "git/run/.iterare-put-y").mkdir()
+    for path in (work / ".iterare-put-x", *(work / ".iterare-put-x").rglob("*"),
+                 server.root / "git/run/.iterare-put-y"):
+        os.lchown(path, UID, GID)
+    before = _state(server.root)
+    status, body = server.request("GET", "/trees")
+    assert status == 200 and _state(server.root) == before
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+        names = set(tar.getnames())
+    assert {"workspace/.iterare-put-x/commit", "workspace/.iterare-put-x/new/evil",
+            "git/run/.iterare-put-y"} <= names
+    upload = _tar(_member("workspace/.iterare-put-x", kind=tarfile.DIRTYPE, mode=0o755),
+                  _member("workspace/.iterare-put-x/commit", b".iterare-put-y\n"),
+                  _member("workspace/kept", b"k"), _member("git/run/HEAD", b"x"))
+    status, body = server.request("PUT", "/result", upload)
+    assert status == 200, body
+    assert sorted(os.listdir(work)) == [".iterare-put-x", "kept"]
+    assert os.listdir(work / ".iterare-put-x") == ["commit"]
+    assert os.listdir(server.root / "git/run") == ["HEAD"]
+
+
+def test_far_times_deep_trees_and_big_headers(server: Server) -> None:
+    """A time past what the kernel takes is set to the latest taken; a tree as deep as a
+    path may be long goes out, comes in and is replaced; an extended header over the
+    limit is refused before it is read."""
+    far = tarfile.TarInfo("workspace/far")
+    far.mtime = 2**70
+    upload = _tar((far, b"x"), _member("git/run/HEAD", b"x"))
+    status, body = server.request("PUT", "/result", upload)
+    assert status == 200, body
+    assert (server.root / "workspace/far").stat().st_mtime == ts.MAX_MTIME
+    deep = "workspace/" + "d/" * 1500
+    # (Its folders are made as the leaf's parents: 1500 members with long names would be
+    # over the test server's upload limit.)
+    upload = _tar(_member(deep + "leaf", b"deep\n"), _member("git/run/HEAD", b"x"))
+    for _ in range(2):  # the second replaces (removes) the first
+        status, body = server.request("PUT", "/result", upload)
+        assert status == 200, body
+    status, body = server.request("GET", "/trees")
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+        leaf = tar.extractfile(deep + "leaf")
+        assert leaf is not None and leaf.read() == b"deep\n"
+    # The server removes it (this process could not walk it: os.walk recurses).
+    status, body = server.request("PUT", "/result", _tar(_member("git/run/HEAD", b"x")))
+    assert status == 200 and os.listdir(server.root / "workspace") == [], body
+    before = _state(server.root)
+    name = "workspace/" + "n" * (ts.MAX_EXTENDED_HEADER + 1000)
+    status, body = server.request("PUT", "/result", _tar(_member(name, b"x")))
+    assert status == 400 and b"an extended header over" in body, body
+    assert _state(server.root) == before
 
 
 def _raw(port: int, data: bytes) -> socket.socket:

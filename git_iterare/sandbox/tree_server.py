@@ -27,26 +27,30 @@ HTTP/1.1, one request a connection (every answer says ``Connection: close``):
   member is owned by the server's uid and gid.
 * ``PUT /result``: a tar (``Content-Length`` or chunked) with only ``workspace/...`` and
   ``git/run/...`` members replaces the contents of ``ROOT/workspace`` and
-  ``ROOT/git/run``. It is unpacked into a scratch folder inside each tree (a tree may be
-  a mount point, which cannot be renamed), then swapped in by renames; the worktree's
-  scratch folder holds the commit mark, so a crash at any point leaves either both old
-  trees or both new ones (the swap is finished when the server next starts or serves).
-  The body is the agent's and hostile: absolute names, ``..``, names outside the two
-  tops, members under a symlink or a file, hard links to what is not an earlier regular
-  file of the same tree, a member replacing a directory, and a tar without its
-  end-of-archive block (one cut short, which ``tarfile`` takes for whole) get ``400``;
+  ``ROOT/git/run``. It is unpacked into a scratch folder of a random name inside each
+  tree (a tree may be a mount point, which cannot be renamed), then swapped in by
+  renames; the server's journal (``ITERARE_JOURNAL``, outside the trees: the trees' own
+  entries are never taken for the server's) names those folders and holds the commit
+  point, so a crash at any point leaves either both old trees or both new ones (the swap
+  is finished when the server next starts or serves). The body is the agent's and
+  hostile: absolute names, ``..``, names outside the two tops, members under a symlink
+  or a file, hard links to what is not an earlier regular file of the same tree, a
+  member replacing a directory, sparse members, extended headers over
+  :data:`MAX_EXTENDED_HEADER`, and a tar without its end-of-archive block (one cut
+  short, which ``tarfile`` takes for whole) get ``400``;
   more than ``ITERARE_MAX_RESULT_BYTES`` bytes of body gets ``413``; in both cases
   nothing changes. Devices, fifos and other special members are left out; set-uid, set-gid and
-  sticky bits of files and set-uid and set-gid bits of directories are dropped. Uploads
+  sticky bits of files and set-uid and set-gid bits of directories are dropped; times
+  past :data:`MAX_MTIME` are set to it. Uploads
   are served one at a time, so the last complete one wins. Answer: ``200`` and
   ``{"bytes": N, "files": M}`` (body bytes read, regular files and hard links written).
 
 Errors: a bad request gets ``400`` (``404``, ``405``, ``411``, ``413`` as HTTP says), a
-file the server cannot read or write ``500``; the body is one line ``iterare-trees:
-REASON``. A request head must arrive within :data:`HEAD_TIMEOUT` seconds and be at most
-:data:`MAX_HEAD_BYTES`; at most :data:`MAX_CONNECTIONS` connections are served at once
-(more get ``503``). Each request is logged as one JSON line on standard error, with the
-agent's text in it made printable ASCII and cut short.
+file the server cannot read or write (or a fault of its own) ``500``; the body is one
+line ``iterare-trees: REASON``. A request head must arrive within :data:`HEAD_TIMEOUT`
+seconds and be at most :data:`MAX_HEAD_BYTES`; at most :data:`MAX_CONNECTIONS`
+connections are served at once (more get ``503``). Each request is logged as one JSON
+line on standard error, with the agent's text in it made printable ASCII and cut short.
 
 Runs as ``python3 tree_server.py PORT [HOST]`` (HOST ``0.0.0.0`` unless given; PORT 0
 picks one); the trees' root is ``ITERARE_TREES_ROOT`` (``/`` unless set). It uses the
@@ -63,12 +67,12 @@ import errno
 import io
 import json
 import os
+import secrets
 import shutil
 import socket
 import stat
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -105,12 +109,22 @@ MAX_SHOWN = 200
 #: The trees a GET sends, and which of them a PUT replaces.
 SENT = ("workspace", "git/run", "git/cache")
 REPLACED = ("workspace", "git/run")
-#: Prefix of an upload's scratch folder inside each replaced tree.
+#: Prefix of an upload's scratch folder inside each replaced tree (a random name follows:
+#: the trees' own entries of that name are never taken for one, see :data:`DEFAULT_JOURNAL`).
 SCRATCH_PREFIX = ".iterare-put-"
-#: Marks in a scratch folder: the commit point (worktree's, holding the run gitdir's
-#: scratch name), and "the old contents are all out".
-COMMIT_MARK = "commit"
+#: Mark in a scratch folder: "the old contents are all out".
 MOVED_MARK = "moved"
+#: Where the server keeps the record of the upload under way (its scratch names, whether
+#: it committed, which trees are swapped), unless ``ITERARE_JOURNAL`` says: in the
+#: server's own container, outside the trees, so what the repository or the agent puts in
+#: them is never taken for the server's.
+DEFAULT_JOURNAL = "/tmp/iterare-trees-journal"
+#: Latest file time an upload may set, in seconds since the epoch (later ones are set to
+#: this: the kernel and Python refuse times past 64-bit nanoseconds).
+MAX_MTIME = 2**33
+#: Largest extended header of an upload (a GNU long name or link, a pax header), in bytes:
+#: ``tarfile`` reads one whole into memory.
+MAX_EXTENDED_HEADER = 64 * 1024
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -542,6 +556,7 @@ class Unpacking:
             Refused: see the module's docstring.
             OSError: the scratch folder cannot be written.
         """
+        info.mtime = min(max(int(info.mtime), 0), MAX_MTIME)
         tree, parts = split_member(info.name)
         if not parts:
             if not info.isdir():
@@ -652,7 +667,8 @@ def _renamable(path: str) -> None:
 
 def _swap(tree: str, scratch: str) -> None:
     """Move the contents of ``tree`` (but ``scratch``) into ``scratch/old`` and those of
-    ``scratch/new`` into ``tree``, then remove ``scratch``; resumable at any point."""
+    ``scratch/new`` into ``tree``; resumable at any point (the caller removes
+    ``scratch`` once it has noted the tree as swapped)."""
     base = os.path.join(tree, scratch)
     moved = os.path.join(base, MOVED_MARK)
     if not os.path.exists(moved):
@@ -664,36 +680,82 @@ def _swap(tree: str, scratch: str) -> None:
     new = os.path.join(base, "new")
     for entry in os.listdir(new):
         os.rename(os.path.join(new, entry), os.path.join(tree, entry))
-    _remove(base)
 
 
-def _scratches(tree: str) -> list[str]:
-    try:
-        return sorted(e for e in os.listdir(tree) if e.startswith(SCRATCH_PREFIX))
-    except FileNotFoundError:
-        return []
+@dataclass
+class Journal:
+    """The server's record of the upload under way, kept as one JSON file outside the
+    trees and replaced atomically (written, then renamed over).
+
+    Attributes:
+        path: the file.
+        scratch: tree (of :data:`REPLACED`) -> its scratch folder's name.
+        committed: the upload is whole; from here on it is swapped in, crash or not.
+        swapped: the trees already swapped in.
+    """
+
+    path: str
+    scratch: dict[str, str] = field(default_factory=dict)
+    committed: bool = False
+    swapped: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: str) -> Journal | None:
+        """The journal at ``path``; None when there is none (or it is not one of ours)."""
+        try:
+            with open(path, "rb") as handle:
+                data = json.loads(handle.read(64 * 1024))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            data = None
+        scratch = data.get("scratch") if isinstance(data, dict) else None
+        if not (isinstance(scratch, dict) and set(scratch) <= set(REPLACED) and all(
+                isinstance(v, str) and v.startswith(SCRATCH_PREFIX) and "/" not in v
+                for v in scratch.values())):
+            os.unlink(path)
+            return None
+        swapped = data.get("swapped")
+        return cls(path, dict(scratch), data.get("committed") is True,
+                   [t for t in swapped if t in REPLACED] if isinstance(swapped, list) else [])
+
+    def write(self) -> None:
+        """Replace the file with this record."""
+        with open(self.path + ".tmp", "w") as handle:
+            json.dump({"scratch": self.scratch, "committed": self.committed,
+                       "swapped": self.swapped}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(self.path + ".tmp", self.path)
+
+    def remove(self) -> None:
+        """Remove the file (the upload is done with)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
-def recover(root: str) -> None:
-    """Finish an upload that was committed (its worktree scratch folder has the commit
-    mark) and drop any other scratch folder: what a server that stopped midway left.
+def recover(root: str, journal: str = DEFAULT_JOURNAL) -> None:
+    """Finish the upload the journal at ``journal`` says committed, or drop the scratch
+    folders of one that did not: what a server that stopped midway left.
 
     Raises:
         OSError: the trees cannot be changed.
     """
-    work, git = os.path.join(root, "workspace"), os.path.join(root, "git/run")
-    for scratch in _scratches(work):
-        try:
-            with open(os.path.join(work, scratch, COMMIT_MARK)) as mark:
-                other = mark.read().strip()
-        except FileNotFoundError:
-            _remove(os.path.join(work, scratch))
+    found = Journal.read(journal)
+    if found is None:
+        return
+    for tree in REPLACED:
+        name = found.scratch.get(tree)
+        if name is None:
             continue
-        if other in _scratches(git):
-            _swap(git, other)
-        _swap(work, scratch)
-    for scratch in _scratches(git):
-        _remove(os.path.join(git, scratch))
+        path = os.path.join(root, tree)
+        if found.committed and tree not in found.swapped:
+            if os.path.isdir(os.path.join(path, name)):
+                _swap(path, name)
+            found.swapped.append(tree)
+            found.write()
+        _remove(os.path.join(path, name))
+    found.remove()
 
 
 def _apply_dirs(root: str, dirs: dict[tuple[str, tuple[str, ...]], tuple[int, float]]) -> None:
@@ -715,6 +777,20 @@ def _apply_dirs(root: str, dirs: dict[tuple[str, tuple[str, ...]], tuple[int, fl
             continue
         finally:
             os.close(tree_fd)
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """A member header of an upload: extended headers over :data:`MAX_EXTENDED_HEADER`
+    and sparse members (which ``tarfile`` reads whole into memory) are refused (400)."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise Refused(self.name, "a sparse member")
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK,
+                         tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) \
+                and self.size > MAX_EXTENDED_HEADER:
+            raise Refused(self.name, f"an extended header over {MAX_EXTENDED_HEADER} bytes")
+        return super()._proc_member(tarfile_)  # type: ignore[misc,no-any-return]
 
 
 class _Tail(io.RawIOBase):
@@ -746,29 +822,32 @@ class _Tail(io.RawIOBase):
         return not self.tail[offset - start:offset - start + tarfile.BLOCKSIZE].strip(b"\0")
 
 
-def receive(root: str, body: io.RawIOBase) -> int:
+def receive(root: str, body: io.RawIOBase, journal: str = DEFAULT_JOURNAL) -> int:
     """Unpack the upload ``body`` and swap it in for :data:`REPLACED` under ``root``
-    (the caller serializes uploads); return the regular files and hard links written.
+    (the caller serializes uploads, and has run :func:`recover`); return the regular files
+    and hard links written. ``journal`` is the server's :class:`Journal` file.
 
     Raises:
         HttpError: a refused member (400), a body that is not a tar (400) or too large
             (413, from ``body``); nothing changed.
         OSError: a tree cannot be written; nothing changed.
     """
-    scratch: dict[str, str] = {}
+    scratch = {tree: SCRATCH_PREFIX + secrets.token_hex(8) for tree in REPLACED}
+    record = Journal(journal, scratch)
+    record.write()
     fds: dict[str, int] = {}
     unpacking: Unpacking | None = None
     try:
         for tree in REPLACED:
             path = os.path.join(root, tree)
-            scratch[tree] = os.path.basename(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=path))
+            os.mkdir(os.path.join(path, scratch[tree]), 0o700)
             for sub in ("new", "old"):
                 os.mkdir(os.path.join(path, scratch[tree], sub), 0o700)
             fds[tree] = os.open(os.path.join(path, scratch[tree], "new"), _DIR_FLAGS)
         unpacking = Unpacking(fds)
         stream = _Tail(body)
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedInfo) as tar:
                 for count, info in enumerate(tar):
                     if count >= MAX_MEMBERS:
                         raise HttpError(400, f"more than {MAX_MEMBERS} members")
@@ -788,15 +867,14 @@ def receive(root: str, body: io.RawIOBase) -> int:
             os.close(fd)
         for tree, name in scratch.items():
             _remove(os.path.join(root, tree, name))
+        record.remove()
         raise
     unpacking.close()
     for fd in fds.values():
         os.close(fd)
-    work = os.path.join(root, "workspace", scratch["workspace"])
-    with open(os.path.join(work, COMMIT_MARK + ".tmp"), "w") as mark:
-        mark.write(scratch["git/run"] + "\n")
-    os.rename(os.path.join(work, COMMIT_MARK + ".tmp"), os.path.join(work, COMMIT_MARK))
-    recover(root)
+    record.committed = True
+    record.write()
+    recover(root, journal)
     _apply_dirs(root, unpacking.dirs)
     return unpacking.written
 
@@ -830,12 +908,13 @@ class TreeServer:
         max_bytes: the upload limit.
         log: called with one JSON line a request.
         stop_file: the file whose presence says the agent is to stop (``GET /stop``).
+        journal: the file of the upload under way (:class:`Journal`).
     """
 
     def __init__(self, root: str, max_bytes: int,
                  log: Callable[[str], None] | None = None,
-                 stop_file: str = DEFAULT_STOP_FILE) -> None:
-        self.stop_file, self.stopping = stop_file, False
+                 stop_file: str = DEFAULT_STOP_FILE, journal: str = DEFAULT_JOURNAL) -> None:
+        self.stop_file, self.stopping, self.journal = stop_file, False, journal
         self.root, self.max_bytes = root, max_bytes
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.lock = threading.Lock()
@@ -855,6 +934,12 @@ class TreeServer:
             if "sent" not in note:
                 with contextlib.suppress(OSError):
                     answer(conn, 500, f"iterare-trees: {err.strerror or err}\n".encode())
+        except Exception as err:  # a bug of the server's: one line, never a traceback
+            note.update(status=500, reason=f"internal error: {type(err).__name__}")
+            if "sent" not in note:
+                with contextlib.suppress(OSError):
+                    answer(conn, 500, f"iterare-trees: internal error "
+                                      f"({type(err).__name__})\n".encode())
         finally:
             note.pop("sent", None)
             if "request" in note or "status" in note:
@@ -888,7 +973,7 @@ class TreeServer:
     def _get(self, conn: socket.socket, note: dict[str, object]) -> None:
         conn.settimeout(IO_TIMEOUT)
         with self.lock:
-            recover(self.root)
+            recover(self.root, self.journal)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\n"
                          b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
             note.update(status=200, sent=True)
@@ -901,9 +986,9 @@ class TreeServer:
         if request.headers.get("expect", "").lower() == "100-continue":
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         with self.lock:
-            recover(self.root)
+            recover(self.root, self.journal)
             try:
-                files = receive(self.root, body)
+                files = receive(self.root, body, self.journal)
             except HttpError as err:
                 if err.status != 413:
                     body.drain(CHUNK * 64)
@@ -970,9 +1055,15 @@ def main(argv: Sequence[str]) -> int:
         print("iterare-trees: usage: tree_server.py PORT [HOST]", file=sys.stderr)
         return 2
     root = os.environ.get("ITERARE_TREES_ROOT") or "/"
+    journal = os.environ.get("ITERARE_JOURNAL") or DEFAULT_JOURNAL
     server = TreeServer(root, limit,
-                        stop_file=os.environ.get("ITERARE_STOP_FILE") or DEFAULT_STOP_FILE)
-    recover(root)
+                        stop_file=os.environ.get("ITERARE_STOP_FILE") or DEFAULT_STOP_FILE,
+                        journal=journal)
+    # Trees as deep as a path may be long (4096 bytes: 2048 levels) are walked by
+    # recursion, here and in shutil.rmtree.
+    sys.setrecursionlimit(20_000)
+    threading.stack_size(64 * 1024**2)
+    recover(root, journal)
     listener = socket.create_server((argv[2] if len(argv) == 3 else "0.0.0.0", port),
                                     backlog=16, reuse_port=False)
     print(f"iterare-trees: listening on {listener.getsockname()[1]}", file=sys.stderr,
