@@ -470,3 +470,23 @@ def test_names_that_are_not_utf8_go_out_and_come_back(server: Server) -> None:
     (server.root / "workspace" / name).unlink()
     assert server.request("PUT", "/result", upload.getvalue())[0] == 200
     assert os.fsencode(name) in os.listdir(os.fsencode(server.root / "workspace"))
+
+
+def test_ready_waits_for_the_egress(tmp_path: Path) -> None:
+    """With ITERARE_TREES_AFTER, GET /ready says 503 until that address takes a
+    connection, and ready from then on."""
+    egress = socket.socket()
+    egress.bind(("127.0.0.1", 0))
+    port = egress.getsockname()[1]
+    server = ts.TreeServer(str(tmp_path), LIMIT, log=lambda line: None,
+                           after=("127.0.0.1", port))
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
+    at = Server(tmp_path, tmp_path, listener.getsockname()[1], [])
+    assert at.request("GET", "/ready") == (503, f"iterare-trees: waiting for 127.0.0.1:"
+                                                f"{port}\n".encode())
+    egress.listen()
+    assert at.request("GET", "/ready") == (200, b"ready\n")
+    egress.close()
+    assert at.request("GET", "/ready") == (200, b"ready\n")
+    listener.close()

@@ -77,6 +77,12 @@ TREES_PORT = 8080
 #: agent's task has it (a config, root's, 0555).
 NNP_IN_IMAGE = "/usr/local/lib/iterare/nnp"
 NNP_PATH = "/run/iterare/nnp"
+#: The only upstream resolver of the task's embedded DNS (127.0.0.11), an address of
+#: TEST-NET-1 (RFC 5737) the task has no route to: names other than the run's own
+#: (``egress``, ``trees``) then resolve nowhere. Without it, engines before 23.0.11,
+#: 25.0.5 and 26.0.0 forward such queries from the node's own namespace when the node's
+#: resolver is on loopback, a way out of an internal network (CVE-2024-29018).
+NO_UPSTREAM_DNS = "192.0.2.53"
 #: Where git-iterare's image has the tree server (:mod:`git_iterare.sandbox.tree_server`).
 TREE_SERVER = "/usr/local/lib/iterare/tree-server"
 #: In the tree server's container: ``git iterare stop`` writes the agent's grace seconds
@@ -229,11 +235,15 @@ def _overlay(name: str, labels: Mapping[str, str]) -> str:
 def _agent_env(spec: SandboxSpec, snapshot_seconds: int) -> dict[str, str]:
     """The agent task's environment: the spec's, the proxy, the tree server and how
     often ``swarm-start`` gives the work back."""
+    from git_iterare.sandbox.sidecar import READY_TIMEOUT
+
     proxy = f"http://egress:{PROXY_PORT}"
     env = {**spec.env, "HOME": AGENT_HOME, "USER": "agent", "LOGNAME": "agent",
            "ITERARE_NETWORK": "egress", "ITERARE_TREES_HOST": "trees",
            "ITERARE_TREES_PORT": str(TREES_PORT),
            "ITERARE_SNAPSHOT_SECONDS": str(snapshot_seconds),
+           # The tree server is ready once the egress is.
+           "ITERARE_TREES_WAIT": str(int(READY_TIMEOUT) + 60),
            "NO_PROXY": "trees,localhost,127.0.0.1", "no_proxy": "trees,localhost,127.0.0.1"}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env[name] = proxy
@@ -341,7 +351,8 @@ def _tree_server(spec: SandboxSpec, service: str, network: str, labels: Mapping[
         "WorkingDir": WORK_PATH, "Labels": {**labels, LABEL_ROLE: "trees"},
         # What the task can hold (two trees on tmpfs as large as its memory) and no more
         # lands on the manager's disk.
-        "Env": [f"ITERARE_MAX_RESULT_BYTES={_max_result(spec)}"],
+        "Env": [f"ITERARE_MAX_RESULT_BYTES={_max_result(spec)}",
+                f"ITERARE_TREES_AFTER=egress:{PROXY_PORT}"],
         "HostConfig": {"Mounts": mounts, "NetworkMode": network, "CapDrop": ["ALL"],
                        "SecurityOpt": ["no-new-privileges:true"],
                        "Memory": SIDECAR_MEMORY, "PidsLimit": SIDECAR_PIDS},
@@ -392,6 +403,7 @@ def _task_template(spec: SandboxSpec, image: str, objects: _Objects,
             "Env": [f"{k}={v}" for k, v in _agent_env(spec, target.snapshot_seconds).items()],
             "Labels": {**spec.all_labels(), LABEL_ROLE: "agent"},
             "Mounts": mounts, "Configs": objects.configs, "Secrets": objects.secrets,
+            "DNSConfig": {"Nameservers": [NO_UPSTREAM_DNS]},
             "CapabilityDrop": ["ALL"], "Init": True, "Sysctls": dict(SIDECAR_SYSCTLS),
             "StopGracePeriod": STOP_GRACE_SECONDS * 10**9,
             "Isolation": "default"},
@@ -493,17 +505,10 @@ class SwarmBackend:
                 with docker_errors(f"attach the egress of {spec.name} to {network}"):
                     _api().connect_container_to_network(egress.id, network,
                                                         aliases=["egress"])
-                with docker_errors(f"start the egress of {spec.name}"):
-                    egress.start()
                 launcher = _launcher(egress)
-            if fill is not None:
-                fill()
-            with phase("start.swarm.egress-ready"):
-                log, deadline = SidecarLog(egress), time.monotonic() + READY_TIMEOUT
-                log.wait_for(LOCKED_LINE, deadline)
-                log.wait_for(READY_LINE, deadline)
-            with phase("start.swarm.tree-server"):
-                _tree_server(spec, name, network, labels)
+            # The task is scheduled and its container started while the egress and the
+            # tree server start: it waits for the tree server, whose GET /ready waits for
+            # the egress's proxy (until then the task has no way out at all).
             with phase("start.swarm.files"):
                 objects = _agent_objects(spec, name, *_accounts(spec.image))
                 objects.add(NNP_PATH, launcher, 0, 0, 0o555, secret=False)
@@ -513,6 +518,17 @@ class SwarmBackend:
                     name=name, labels={**labels, LABEL_ROLE: "agent"},
                     mode={"Replicated": {"Replicas": 1}},
                     endpoint_spec={"Mode": "dnsrr"})
+            with phase("start.swarm.egress-start"), \
+                    docker_errors(f"start the egress of {spec.name}"):
+                egress.start()
+            if fill is not None:
+                fill()
+            with phase("start.swarm.tree-server"):
+                _tree_server(spec, name, network, labels)
+            with phase("start.swarm.egress-ready"):
+                log, deadline = SidecarLog(egress), time.monotonic() + READY_TIMEOUT
+                log.wait_for(LOCKED_LINE, deadline)
+                log.wait_for(READY_LINE, deadline)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.remove(spec.run_id, spec.repo_path)

@@ -13,7 +13,9 @@ when it ends.
 
 HTTP/1.1, one request a connection (every answer says ``Connection: close``):
 
-* ``GET /ready``: ``200`` and ``ready``.
+* ``GET /ready``: ``200`` and ``ready``; while ``ITERARE_TREES_AFTER`` (``HOST:PORT``, the
+  run's egress) takes no TCP connection yet, ``503`` (not logged): an agent that could
+  start before its egress has no way out, but would see its first requests fail.
 * ``GET /stop``: ``200`` and ``go``, or ``stop GRACE`` once the file ``ITERARE_STOP_FILE``
   (``/tmp/iterare-stop``, in the server's own container: the agent's uploads cannot make
   it) holds the seconds ``GRACE`` the agent has to end (``git iterare stop`` writes it
@@ -909,12 +911,16 @@ class TreeServer:
         log: called with one JSON line a request.
         stop_file: the file whose presence says the agent is to stop (``GET /stop``).
         journal: the file of the upload under way (:class:`Journal`).
+        after: ``(host, port)`` that must take a TCP connection before ``GET /ready`` says
+            ready, or None.
     """
 
     def __init__(self, root: str, max_bytes: int,
                  log: Callable[[str], None] | None = None,
-                 stop_file: str = DEFAULT_STOP_FILE, journal: str = DEFAULT_JOURNAL) -> None:
+                 stop_file: str = DEFAULT_STOP_FILE, journal: str = DEFAULT_JOURNAL,
+                 after: tuple[str, int] | None = None) -> None:
         self.stop_file, self.stopping, self.journal = stop_file, False, journal
+        self.after = after
         self.root, self.max_bytes = root, max_bytes
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.lock = threading.Lock()
@@ -956,6 +962,12 @@ class TreeServer:
         if request.path not in ("/ready", "/stop", "/trees", "/result"):
             raise HttpError(404, "no such path")
         if route == ("GET", "/ready"):
+            waiting = self.after
+            if waiting is not None and not self._after_ready():
+                answer(conn, 503, f"iterare-trees: waiting for {waiting[0]}:{waiting[1]}\n"
+                       .encode())
+                note.clear()
+                return
             answer(conn, 200, b"ready\n")
             note["status"] = 200
         elif route == ("GET", "/stop"):
@@ -969,6 +981,17 @@ class TreeServer:
             self._put(conn, request, note)
         else:
             raise HttpError(405, "not served")
+
+    def _after_ready(self) -> bool:
+        """Whether :attr:`after` took a connection (once it has, it is not asked again)."""
+        if self.after is None:
+            return True
+        try:
+            socket.create_connection(self.after, timeout=1.0).close()
+        except OSError:
+            return False
+        self.after = None
+        return True
 
     def _get(self, conn: socket.socket, note: dict[str, object]) -> None:
         conn.settimeout(IO_TIMEOUT)
@@ -1034,6 +1057,15 @@ def stop_answer(stop_file: str) -> bytes:
     return f"stop {grace}\n".encode()
 
 
+def _address(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"ITERARE_TREES_AFTER is not HOST:PORT: {text!r}")
+    return host, int(port)
+
+
 def _limit(text: str | None) -> int:
     if text is None or text == "":
         return DEFAULT_MAX_RESULT_BYTES
@@ -1048,6 +1080,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         port = int(argv[1]) if len(argv) in (2, 3) else -1
         limit = _limit(os.environ.get("ITERARE_MAX_RESULT_BYTES"))
+        after = _address(os.environ.get("ITERARE_TREES_AFTER"))
     except ValueError as bad:
         print(f"iterare-trees: error: {bad}", file=sys.stderr)
         return 2
@@ -1058,7 +1091,7 @@ def main(argv: Sequence[str]) -> int:
     journal = os.environ.get("ITERARE_JOURNAL") or DEFAULT_JOURNAL
     server = TreeServer(root, limit,
                         stop_file=os.environ.get("ITERARE_STOP_FILE") or DEFAULT_STOP_FILE,
-                        journal=journal)
+                        journal=journal, after=after)
     # Trees as deep as a path may be long (4096 bytes: 2048 levels) are walked by
     # recursion, here and in shutil.rmtree.
     sys.setrecursionlimit(20_000)
