@@ -6,12 +6,18 @@ and reports the ratio of medians.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+# `git iterare` is the git-iterare installed beside the Python running the benchmark
+# (a virtual environment's, not on PATH unless activated), as in the tests.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def precompile() -> None:
