@@ -172,18 +172,21 @@ def configure(home: Path, image: str, registry: str) -> None:
                           "'", '"'))
 
 
-#: The breakdown's lines: a label, and the phases (of :mod:`git_iterare.timings`) it sums.
+#: The breakdown's lines: a label, and the phases (of :mod:`git_iterare.timings`) it sums;
+#: in the backend's order (the service is created before the egress starts and the code
+#: ships, see SwarmBackend.start).
 PHASES = [
     ("execute's checks and plan", ("start.validate", "start.plan")),
     ("the run's trees made (volumes, records)", ("start.make",)),
-    ("ship: code into the manager's volumes", ("start.fill",)),
     ("publish: push to the registry", ("start.swarm.publish",)),
     ("overlay network made", ("start.swarm.overlay",)),
-    ("egress created and started", ("start.swarm.egress",)),
-    ("egress ready (firewall locked, self-check)", ("start.swarm.egress-ready",)),
-    ("tree server started", ("start.swarm.tree-server",)),
+    ("egress created, its launcher read", ("start.swarm.egress",)),
     ("agent's files (accounts, configs, secrets)", ("start.swarm.files",)),
     ("service created", ("start.swarm.service",)),
+    ("egress started", ("start.swarm.egress-start",)),
+    ("ship: code into the manager's volumes", ("start.fill",)),
+    ("tree server started", ("start.swarm.tree-server",)),
+    ("egress ready (firewall locked, self-check)", ("start.swarm.egress-ready",)),
 ]
 
 
