@@ -142,8 +142,11 @@ def test_a_loop_out_of_rounds_and_one_that_changes_nothing(project: Path) -> Non
 
 
 def test_the_timeout_counts_across_rounds(project: Path) -> None:  # noqa: F811
-    prompt(project, "nap", 'echo "$ITERARE_ROUND" >> rounds.txt\nsleep 3\n')
-    run = iterare("execute", "nap", "--until", "false", "--timeout", "5", "-f", cwd=project)
+    # Round 1 is quick and round 2 naps past the timeout, so a slow start on a loaded
+    # machine cannot use up the timeout before round 2 begins.
+    prompt(project, "nap", 'echo "$ITERARE_ROUND" >> rounds.txt\n'
+                           '[ "$ITERARE_ROUND" = 1 ] || sleep 600\n')
+    run = iterare("execute", "nap", "--until", "false", "--timeout", "15", "-f", cwd=project)
     assert run.returncode == 1
     data = record(project, run_id(run.stdout))
     assert (data["status"], data["extra"]["loop"]["reason"]) == ("timed-out", "timed-out")
