@@ -111,3 +111,30 @@ def test_a_detached_head_is_seen_and_reported(repo: Path) -> None:
     result = merge_run(discover(repo), "iterare/det-0123abcd")
     assert (result.detached, result.head_after) == (True, work)
     assert head_of(repo, "main") == before
+
+
+def test_a_container_the_engine_never_ran_gives_the_engines_reason() -> None:
+    reason = "No such image: registry:5000/git-iterare@sha256:00"
+    assert _outcome(_record(60), -1, BAD, False, None, reason=reason) == (
+        "failed", f"the agent's container did not run: {reason}")
+
+
+@pytest.mark.parametrize(("task", "reason"), [
+    ({"Status": {"State": "rejected", "Err": "No such image: r/x@sha256:00"}},
+     "No such image: r/x@sha256:00"),
+    ({"Status": {"State": "failed"}}, "its task was failed"),
+    ({"Status": {"State": "failed", "Err": "task: non-zero exit (3)",
+                 "ContainerStatus": {"ExitCode": 3}}}, None),
+])
+def test_a_swarm_task_ended_without_an_exit_status_carries_the_swarms_reason(
+        monkeypatch: pytest.MonkeyPatch, task: dict, reason: str | None) -> None:
+    from git_iterare.sandbox.swarm_backend import SwarmBackend
+
+    backend = object.__new__(SwarmBackend)  # no manager: its two lookups are given
+    service = {"Spec": {"Labels": {}, "Mode": {"Replicated": {"Replicas": 1}},
+                        "TaskTemplate": {"ContainerSpec": {"Image": "i"}}}}
+    monkeypatch.setattr(backend, "_service", lambda name: service, raising=False)
+    monkeypatch.setattr(backend, "_task", lambda name: task, raising=False)
+    info = backend.inspect("iterare-run")
+    assert info is not None and info.state == "exited" and info.reason == reason
+    assert info.exit_code == (3 if reason is None else -1)

@@ -90,7 +90,8 @@ def age_seconds(timestamp: str | None) -> float:
 
 def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanished: bool,
              ran_seconds: float | None = None, *, oom_killed: bool = False,
-             memory_bytes: int | None = None) -> tuple[str, str | None]:
+             memory_bytes: int | None = None, reason: str | None = None
+             ) -> tuple[str, str | None]:
     """The final status and error line of a run.
 
     ``exit_code`` is the agent container's, which is always the agent's own: the sandbox's
@@ -103,7 +104,9 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
     judged by its own exit status however late the run is finished, also when processes
     it left behind (a fork bomb) ended with its container. An agent that failed in a
     container the kernel killed a process of for memory (``oom_killed``; the limit
-    ``memory_bytes``) ran out of memory: the error names ``docker.memory``.
+    ``memory_bytes``) ran out of memory: the error names ``docker.memory``. A container
+    the engine ended without an exit status of its own (``reason``, a rejected swarm
+    task) did not run: the error gives the engine's reason.
     """
     from git_iterare.runs import status as st
 
@@ -132,6 +135,8 @@ def _outcome(record: RunRecord, exit_code: int | None, result: RunResult, vanish
         return st.SUCCEEDED, None
     if exit_code == 0:
         return st.FAILED, result.summary or "the agent reported an error"
+    if reason:
+        return st.FAILED, f"the agent's container did not run: {reason}"
     return st.FAILED, f"the agent exited with status {exit_code}"
 
 
@@ -356,7 +361,8 @@ def _finish_locked(repo: Repo, store: RunStore, record: RunRecord, info: Contain
     status, error = _outcome(record, exit_code, result, vanished,
                              None if info is None else info.ran_seconds,
                              oom_killed=info is not None and info.oom_killed,
-                             memory_bytes=None if info is None else info.memory_bytes)
+                             memory_bytes=None if info is None else info.memory_bytes,
+                             reason=None if info is None else info.reason)
     from git_iterare.runner.placement import placement_of
 
     placement = placement_of(record)

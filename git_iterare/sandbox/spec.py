@@ -318,6 +318,9 @@ class ContainerInfo:
         started: the engine started it at some time (False for one only created).
         ended_at: when it exited, by the engine's clock (ISO 8601 UTC, ``...Z``), else
             None.
+        reason: why the engine ended it without an exit status of its process (a swarm
+            task that was rejected or failed before its container ran: the task's
+            ``Status.Err``), else None.
     """
 
     id: str
@@ -331,3 +334,4 @@ class ContainerInfo:
     memory_bytes: int | None = None
     started: bool = True
     ended_at: str | None = None
+    reason: str | None = None

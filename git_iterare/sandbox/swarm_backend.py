@@ -596,6 +596,7 @@ class SwarmBackend:
         image = text(service, "Spec", "TaskTemplate", "ContainerSpec", "Image")
         memory = field(service, "Spec", "TaskTemplate", "Resources", "Limits", "MemoryBytes")
         replicas = field(service, "Spec", "Mode", "Replicated", "Replicas")
+        reason = None
         if replicas == 0 and (task is None or state in WAITING):  # stopped while queued
             shown, exit_code, started = "exited", -1, False
         elif state in WAITING:
@@ -603,6 +604,8 @@ class SwarmBackend:
         elif state in ENDED:
             shown, started = "exited", True
             exit_code = code if isinstance(code, int) else -1
+            if not isinstance(code, int):
+                reason = text(task, "Status", "Err")[:300] or f"its task was {state}"
         elif _node_down(task):
             shown, exit_code, started = "exited", None, True
         else:
@@ -612,7 +615,7 @@ class SwarmBackend:
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict)
             else {}, image=image, ran_seconds=None,
             memory_bytes=memory if isinstance(memory, int) and memory > 0 else None,
-            started=started, ended_at=None)
+            started=started, ended_at=None, reason=reason)
 
     def output(self, container: str, *, follow: bool = False) -> Iterator[bytes]:
         """The service's output as lines (bytes, newline kept), from the swarm's service
