@@ -16,19 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel import add_groups
-
 BIN_DIR = Path(sys.executable).parent
 
 #: The sandbox image and the local test internet, the predecessor iterare, the second
 #: (DinD) engine, Podman, and the swarm lab (session fixtures).
 pytest_plugins = ["tests.sandbox_fixtures", "tests.legacy_iterare", "tests.engines",
                   "tests.podman_engine", "tests.swarm"]
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    add_groups(items)
 
 
 @pytest.fixture(autouse=True)

@@ -37,8 +37,6 @@ from typing import Any
 
 import pytest
 
-from tests.parallel import machine_lock
-
 HERE = Path(__file__).parent
 DIND_DIR = HERE / "dind"
 BASE_IMAGE = os.environ.get("ITERARE_TEST_BASE_IMAGE", "iterare-base:bookworm")
@@ -224,9 +222,8 @@ def make_seed(seed: Path) -> None:
 
 def build_image() -> str:
     """Build the DinD image (cached by Docker); return its name."""
-    with machine_lock("dind-image"):
-        _run("docker", "build", "-q", "--build-arg", f"BASE={BASE_IMAGE}", "-t", DIND_IMAGE,
-             str(DIND_DIR))
+    _run("docker", "build", "-q", "--build-arg", f"BASE={BASE_IMAGE}", "-t", DIND_IMAGE,
+         str(DIND_DIR))
     return DIND_IMAGE
 
 

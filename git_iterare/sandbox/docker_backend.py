@@ -464,7 +464,10 @@ class DockerBackend:
 
         labels = [f"{LABEL_RUN}={run_id}", f"{LABEL_REPO}={repo_path}"]
         with docker_errors(f"remove the sandbox of run {run_id}"):
-            found = client().containers.list(all=True, filters={"label": labels})
+            # A container removed between the listing and its inspection (by a loop's
+            # driver finishing the same run) is one less to remove, not an error.
+            found = client().containers.list(all=True, filters={"label": labels},
+                                             ignore_removed=True)
             # A claimed spare keeps a spare's labels: it is named by the agent's container
             # (or, with that gone, by the run's name it was given).
             named = {c.labels.get(LABEL_SIDECAR) or "" for c in found}
@@ -501,7 +504,8 @@ class DockerBackend:
         """Every git-iterare agent container, or those of the repository at ``repo_path``."""
         label = f"{LABEL_REPO}={repo_path}" if repo_path is not None else LABEL_RUN
         with docker_errors("list sandboxes"):
-            found = client().containers.list(all=True, filters={"label": label})
+            found = client().containers.list(all=True, filters={"label": label},
+                                             ignore_removed=True)
         return [container_info(c) for c in found
                 if (c.labels or {}).get(LABEL_ROLE, "agent") == "agent"]
 
