@@ -122,7 +122,7 @@ def test_a_container_the_engine_never_ran_gives_the_engines_reason() -> None:
 @pytest.mark.parametrize(("task", "reason"), [
     ({"Status": {"State": "rejected", "Err": "No such image: r/x@sha256:00"}},
      "No such image: r/x@sha256:00"),
-    ({"Status": {"State": "failed"}}, "its task was failed"),
+    ({"Status": {"State": "failed"}}, "the swarm marked its task failed"),
     ({"Status": {"State": "failed", "Err": "task: non-zero exit (3)",
                  "ContainerStatus": {"ExitCode": 3}}}, None),
 ])

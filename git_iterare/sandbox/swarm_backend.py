@@ -605,7 +605,7 @@ class SwarmBackend:
             shown, started = "exited", True
             exit_code = code if isinstance(code, int) else -1
             if not isinstance(code, int):
-                reason = text(task, "Status", "Err")[:300] or f"its task was {state}"
+                reason = text(task, "Status", "Err")[:300] or f"the swarm marked its task {state}"
         elif _node_down(task):
             shown, exit_code, started = "exited", None, True
         else:
