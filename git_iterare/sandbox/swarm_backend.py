@@ -431,6 +431,12 @@ def _node(node_id: str) -> Json | None:
     return found if isinstance(found, dict) else None
 
 
+def _task_error(task: Json | None) -> str:
+    """The swarm's error line of ``task`` (its ``Status.Err``, at most 300 characters), or
+    "" when it has none."""
+    return text(task, "Status", "Err")[:300]
+
+
 def _node_down(task: Json | None) -> bool:
     """Whether the node ``task`` was given to is down or gone (a dead machine: the swarm
     then still says the task runs); False for a task with no node yet."""
@@ -573,8 +579,7 @@ class SwarmBackend:
             OperationFailed: the manager cannot be reached.
         """
         task = self._task(service)
-        place = TaskPlace(state=text(task, "Status", "State"),
-                          error=text(task, "Status", "Err")[:300])
+        place = TaskPlace(state=text(task, "Status", "State"), error=_task_error(task))
         node = text(task, "NodeID")
         if not node:
             return place
@@ -603,9 +608,11 @@ class SwarmBackend:
             shown, exit_code, started = "created", None, False
         elif state in ENDED:
             shown, started = "exited", True
-            exit_code = code if isinstance(code, int) else -1
-            if not isinstance(code, int):
-                reason = text(task, "Status", "Err")[:300] or f"the swarm marked its task {state}"
+            if isinstance(code, int):
+                exit_code = code
+            else:
+                exit_code = -1
+                reason = _task_error(task) or f"the swarm marked its task {state}"
         elif _node_down(task):
             shown, exit_code, started = "exited", None, True
         else:
