@@ -125,7 +125,8 @@ def compose_owner_dirs(name: str) -> tuple[str, ...] | None:
         project = labels.get(PROJECT_LABEL)
         if isinstance(project, str) and project:
             for container in client().containers.list(
-                    all=True, filters={"label": f"{PROJECT_LABEL}={project}"}):
+                    all=True, filters={"label": f"{PROJECT_LABEL}={project}"},
+                    ignore_removed=True):
                 found.append((container.labels or {}).get(WORKING_DIR_LABEL))
     return tuple(sorted({d for d in found if isinstance(d, str) and d}))
 

@@ -323,7 +323,8 @@ def containers_using(volume: str) -> list[Container]:
     from git_iterare.sandbox.engine_client import client
 
     with docker_errors(f"list the containers using {volume}"):
-        return list(client().containers.list(all=True, filters={"volume": volume}))
+        return list(client().containers.list(all=True, filters={"volume": volume},
+                                             ignore_removed=True))
 
 
 def exec_in(container: Container, argv: Sequence[str]) -> tuple[int, bytes]:
