@@ -21,11 +21,11 @@ from tests.conftest import iterare
 
 
 def _spec(root: Path, run_id: str = "r-1", **changes: object) -> SandboxSpec:
-    trees = root.parent / "trees"
+    iterare = root.parent  # as <git common dir>/iterare: state/, live/, gitdirs/
     fields: dict = dict(image="agent:1", sidecar_image="sha256:abc", name=f"iterare-{run_id}",
                         command=("true",), policy=EgressPolicy(), run_id=run_id,
                         out_dir=root / run_id / "out", repo_path="/repo",
-                        owned=(trees / "worktrees" / run_id, trees / "gitdirs" / run_id))
+                        owned=(iterare / "live" / run_id, iterare / "gitdirs" / run_id))
     fields.update(changes)
     return SandboxSpec(**fields)
 
@@ -55,12 +55,22 @@ def _waiting(root: Path, spec: SandboxSpec, token: str = "aaaa", container: str 
     return folder
 
 
+def _recorder(removed: list[str]) -> object:
+    """A fake ``_remove_spare_container`` that notes the tokens asked for, all of the
+    repository ``/repo`` (every spec here is)."""
+    def remove(token: str, repo_path: str) -> bool:
+        assert repo_path == "/repo"
+        removed.append(token)
+        return True
+    return remove
+
+
 @pytest.fixture
 def running(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every spare container counts as running; the ids asked about are kept."""
     asked: list[str] = []
 
-    def check(container_id: str, token: str) -> bool:
+    def check(container_id: str, token: str, repo_path: str) -> bool:
         asked.append(container_id)
         return True
 
@@ -164,7 +174,7 @@ def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
     spec = _spec(root)
     _waiting(root, spec, token="aaaa", container="gone")
     _waiting(root, spec, token="bbbb", container="alive")
-    monkeypatch.setattr(spare, "_running_spare", lambda cid, token: cid == "alive")
+    monkeypatch.setattr(spare, "_running_spare", lambda cid, token, repo_path: cid == "alive")
     assert claim(spec) == "alive"
     assert not list(root.glob("spare-*")) and not list(root.glob("claim-*"))
 
@@ -177,13 +187,14 @@ def test_a_run_folder_with_content_stops_the_claim(tmp_path: Path, running: list
     spec.out_dir.mkdir(parents=True)
     (spec.out_dir / "status.json").write_text("{}")
     removed: list[str] = []
-    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    monkeypatch.setattr(spare, "_remove_container", removed.append)
     taken = spare.take(spec)
     assert taken is not None
     with pytest.raises(OSError):
         spare.give(spec, taken, lambda container: None)
     spare.drop(taken)
-    assert removed == ["aaaa"]  # taken, unusable: not left waiting for nobody
+    # Taken, unusable: not left waiting for nobody; by id, as it may bear the run's name.
+    assert removed == ["c1"]
     assert (spec.out_dir / "status.json").read_text() == "{}"
 
 
@@ -243,7 +254,7 @@ def test_cleanup_takes_waiting_spares_only(tmp_path: Path,
     (root / "r-0" / "out").mkdir(parents=True)  # a run's folder: not a spare
     removed: list[str] = []
 
-    def remove(token: str) -> bool:
+    def remove(token: str, repo_path: str) -> bool:
         removed.append(token)
         return token != "bbbb"  # that one had ended already
 
@@ -268,7 +279,7 @@ def test_a_new_spare_sweeps_those_nobody_will_claim(tmp_path: Path,
     fresh = root / "spare-new"  # being made by another run right now
     fresh.mkdir()
     removed: list[str] = []
-    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder(removed))
     monkeypatch.setattr(spare, "_sweep_unstarted", lambda repo_path: None)
 
     def refuse(*args: object, **kwargs: object) -> None:
@@ -318,12 +329,12 @@ def test_a_claim_cut_short_by_ctrl_c_removes_the_spare(tmp_path: Path,
     spec = _spec(root)
     _waiting(root, spec)
 
-    def interrupted(container_id: str, token: str) -> bool:
+    def interrupted(container_id: str, token: str, repo_path: str) -> bool:
         raise KeyboardInterrupt
 
     removed: list[str] = []
     monkeypatch.setattr(spare, "_running_spare", interrupted)
-    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder(removed))
     with pytest.raises(KeyboardInterrupt):
         spare.take(spec)
     assert removed == ["aaaa"]  # the run never learnt its id: nothing would remove it
@@ -340,7 +351,7 @@ def test_what_a_killed_claim_or_sweep_left_is_removed(tmp_path: Path,
         (root / name / "out").mkdir(parents=True)
         os.utime(root / name, (old, old))  # a spare that waited before it was taken
     removed: list[str] = []
-    monkeypatch.setattr(spare, "_remove_spare_container", removed.append)
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder(removed))
     monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: 0)
     spare.remove_all(root, "/repo")
     assert removed == []  # taken just now: those claims are going on
@@ -366,3 +377,24 @@ def test_a_claimed_spare_is_renamed_while_its_claim_folder_still_says_so(
     assert claim(spec, rename) == "c1"
     assert seen == [("c1", ["claim-r-1-spare-aaaa"])]
     assert list(root.glob("claim-*")) == []
+
+
+def test_cleanup_in_a_copy_leaves_the_originals_placeholders(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a repository's ``.git`` names the original's placeholder trees in its
+    spare folders: only placeholders beside the copy's own state folder are removed."""
+    original, copy = tmp_path / "a" / "state", tmp_path / "b" / "state"
+    _waiting(original, _spec(original))
+    _waiting(copy, _spec(copy))
+    theirs = spare.placeholders(_spec(original), "aaaa")
+    mine = spare.placeholders(_spec(copy), "aaaa")
+    (copy / "spare-aaaa" / "trees").write_text("".join(f"{p}\n" for p in theirs))  # copied
+    assert all(p.is_dir() for p in theirs + mine)
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder([]))
+    monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: 0)
+    spare.remove_all(copy, "/repo")
+    assert all(p.is_dir() for p in theirs)
+    (copy / "spare-bbbb").mkdir()
+    (copy / "spare-bbbb" / "trees").write_text("".join(f"{p}\n" for p in mine))
+    spare.remove_all(copy, "/repo")
+    assert not any(p.exists() for p in mine)  # its own: removed

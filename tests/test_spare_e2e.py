@@ -158,6 +158,26 @@ def test_cleanup_removes_a_waiting_spare(project: Path, left: str) -> None:
     assert not folder.exists()
 
 
+def test_a_copy_of_the_repository_never_removes_the_originals_spare(
+        project: Path, tmp_path: Path) -> None:
+    """A copy of a repository's ``.git`` (``cp -a``, another user's, say) names the same
+    spare tokens: its cleanup removes only spares labelled with its own repository."""
+    prompt(project, "one", "echo one\n")
+    run(project, "one")
+    rid, _ = run(project, "one")
+    [(waiting, _)] = spares(project)
+    copy = tmp_path / "copy"
+    shutil.copytree(project, copy, symlinks=True)
+    [token] = [p.name for p in (copy / ".git" / "iterare" / "state").glob("spare-*")]
+    done = iterare("cleanup", "--force", "-y", rid, cwd=copy)
+    assert done.returncode == 0, done.stderr
+    assert "spare sidecar" not in done.stdout  # none of its own was waiting
+    assert spares(project) == [(waiting, "running")]
+    assert not (copy / ".git" / "iterare" / "state" / token).exists()  # the copy's is gone
+    later, _ = run(project, "one")
+    assert record(project, later)["extra"]["sidecar"] == "spare"  # still claimable
+
+
 def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) -> None:
     prompt(project, "one", "echo one\n")
     run(project, "one")
@@ -203,8 +223,8 @@ def test_ctrl_c_while_a_spare_is_claimed_removes_it(project: Path,
     assert len(spares(project)) == 1
     real = spare._running_spare
 
-    def checked_then_interrupted(container_id: str, token: str) -> bool:
-        real(container_id, token)
+    def checked_then_interrupted(container_id: str, token: str, repo_path: str) -> bool:
+        real(container_id, token, repo_path)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(spare, "_running_spare", checked_then_interrupted)

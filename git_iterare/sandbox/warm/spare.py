@@ -209,14 +209,14 @@ def take(spec: SandboxSpec) -> Taken | None:
         token = folder.name[len(PREFIX):]
         mine = placeholders(spec, token)
         try:
-            if _running_spare(info["container"], token):
+            if _running_spare(info["container"], token, spec.repo_path):
                 for placeholder, tree in zip(mine, spec.owned, strict=True):
                     os.rename(placeholder, tree)
                 return Taken(str(info["container"]), token, taken, tree_mounts(mine)[1])
         except OSError:
-            _remove_spare_container(token)
+            _remove_spare_container(token, spec.repo_path)
         except BaseException:  # Ctrl-C meanwhile: the caller never learns of it
-            _remove_spare_container(token)
+            _remove_spare_container(token, spec.repo_path)
             _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
             raise
@@ -295,8 +295,10 @@ def give(spec: SandboxSpec, taken: Taken, rename: Callable[[str], None]) -> None
 
 
 def drop(taken: Taken) -> None:
-    """Remove the spare ``taken`` that its run did not use; best effort."""
-    _remove_spare_container(taken.token)
+    """Remove the spare ``taken`` that its run did not use; best effort. By its id:
+    :func:`take` checked it is this repository's spare, and :func:`give` may have renamed
+    it already."""
+    _remove_container(taken.container)
     shutil.rmtree(taken.folder, ignore_errors=True)
 
 
@@ -324,15 +326,19 @@ def new_folder(spec: SandboxSpec) -> tuple[str, Path, SandboxSpec]:
 
 
 def _remove_placeholders(folder: Path) -> None:
-    """Remove the placeholder trees a spare's folder names (``trees``), where they are
-    still empty: a spare nobody took."""
+    """Remove the placeholder trees a spare's folder (in the state folder ``<iterare>/state``)
+    names (``trees``), where they are still empty: a spare nobody took. Only those in a
+    folder of that ``<iterare>`` folder (where run trees live): a copy of a repository's
+    ``.git`` names the original's placeholders, which are the original's spare's."""
     try:
         listed = (folder / "trees").read_text(encoding="utf-8").splitlines()
     except OSError:
         return
+    home = folder.absolute().parent.parent
     for line in listed:
         path = Path(line)
-        if not path.name.startswith(f".{PREFIX}"):
+        if not path.name.startswith(f".{PREFIX}") or os.path.normpath(line) != line \
+                or path.parent.parent != home:
             continue
         with contextlib.suppress(OSError):
             if path.is_dir() and not path.is_symlink():
@@ -357,8 +363,9 @@ def environment(seconds: int) -> dict[str, str]:
 LEFTOVER_AGE = 10.0
 
 
-def _sweep_leftovers(root: Path) -> None:
-    """Remove what a killed process left while it claimed or removed a spare: the
+def _sweep_leftovers(root: Path, repo_path: str) -> None:
+    """Remove what a killed process left while it claimed or removed a spare of the
+    repository at ``repo_path`` in its state folder ``root``: the
     ``claim-<run>-spare-<token>`` or ``sweep-spare-<token>`` folder and the spare's
     container (the run it was claimed for never learnt of it, nor started its agent)."""
     now = time.time()
@@ -375,13 +382,24 @@ def _sweep_leftovers(root: Path) -> None:
                 continue
         except OSError:
             continue
-        _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1])
+        _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1], repo_path)
         _remove_placeholders(Path(entry.path))
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _running_spare(container_id: str, token: str) -> bool:
-    """Whether ``container_id`` runs and is the spare ``token`` (else it is removed)."""
+def _ours(state: dict[str, Any], token: str, repo_path: str) -> bool:
+    """Whether the container ``state`` (Docker's inspect document) is the spare ``token``
+    of the repository at ``repo_path``. Both labels: a copy of a repository's ``.git``
+    (another user's, say) names the same tokens as the original, whose spares it must
+    never claim or remove."""
+    labels = (state.get("Config") or {}).get("Labels") or {}
+    return bool(token) and labels.get(LABEL_SPARE) == token \
+        and labels.get(LABEL_REPO) == repo_path
+
+
+def _running_spare(container_id: str, token: str, repo_path: str) -> bool:
+    """Whether ``container_id`` runs and is the spare ``token`` of the repository at
+    ``repo_path`` (a stopped one is removed; another's is never touched)."""
     import docker.errors
 
     from git_iterare.sandbox.engine_client import client
@@ -390,8 +408,7 @@ def _running_spare(container_id: str, token: str) -> bool:
         state = client().api.inspect_container(container_id)
     except (docker.errors.DockerException, IterareError, OSError):
         return False
-    labels = (state.get("Config") or {}).get("Labels") or {}
-    if labels.get(LABEL_SPARE) != token:
+    if not _ours(state, token, repo_path):
         return False  # not the spare: never removed here
     if (state.get("State") or {}).get("Running"):
         return True
@@ -414,9 +431,9 @@ def container_name(token: str) -> str:
     return f"iterare-{PREFIX}{token}-net"
 
 
-def _remove_spare_container(token: str) -> bool:
-    """Remove the container of spare ``token`` (found by name, checked by its label);
-    whether there was one. Best effort."""
+def _remove_spare_container(token: str, repo_path: str) -> bool:
+    """Remove the container of spare ``token`` of the repository at ``repo_path`` (found
+    by name, checked by its labels: :func:`_ours`); whether there was one. Best effort."""
     import docker.errors
 
     from git_iterare.sandbox.engine_client import client
@@ -425,7 +442,7 @@ def _remove_spare_container(token: str) -> bool:
         state = client().api.inspect_container(container_name(token))
     except (docker.errors.DockerException, IterareError, OSError):
         return False
-    if ((state.get("Config") or {}).get("Labels") or {}).get(LABEL_SPARE) != token:
+    if not _ours(state, token, repo_path):
         return False
     _remove_container(str(state.get("Id")))
     return True
@@ -475,11 +492,11 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
         except OSError:  # another process took it meanwhile
             continue
         if stale and (taken := take_folder(folder, f"sweep-{folder.name}")) is not None:
-            _remove_spare_container(folder.name[len(PREFIX):])
+            _remove_spare_container(folder.name[len(PREFIX):], spec.repo_path)
             _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
     _sweep_unstarted(spec.repo_path)
-    _sweep_leftovers(root)
+    _sweep_leftovers(root, spec.repo_path)
     container = None
     token, folder, spare_spec = new_folder(spec)
     try:
@@ -520,13 +537,13 @@ def remove_all(root: Path, repo_path: str) -> int:
     name and checked by label), and the spare containers of the repository at
     ``repo_path`` whose folder is gone (nobody can claim them); return how many
     containers were removed. Spares already claimed are runs' sidecars and stay."""
-    _sweep_leftovers(root)
+    _sweep_leftovers(root, repo_path)
     removed = 0
     for folder, _info in list(_spares(root)):
         taken = take_folder(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
-        removed += _remove_spare_container(folder.name[len(PREFIX):])
+        removed += _remove_spare_container(folder.name[len(PREFIX):], repo_path)
         _remove_placeholders(taken)
         shutil.rmtree(taken, ignore_errors=True)
     return removed + _remove_orphans(root, repo_path)
