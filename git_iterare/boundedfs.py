@@ -19,6 +19,7 @@ blocking.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -264,7 +265,8 @@ def glob_files(top: Path | str, patterns: list[str], skip: tuple[str, ...] = ())
 
 def remove_tree(path: Path | str) -> None:
     """Remove ``path`` and everything below it, without recursion; symlinks are removed,
-    never followed. A missing ``path`` is not an error.
+    never followed. A missing ``path`` is not an error, nor is an entry that another
+    process removes meanwhile (two cleanups of one run: both end with it gone).
 
     Raises:
         OSError: an entry could not be removed.
@@ -272,23 +274,26 @@ def remove_tree(path: Path | str) -> None:
     top = os.fspath(path)
     if not os.path.lexists(top):
         return
-    if os.path.islink(top) or not os.path.isdir(top):
-        os.unlink(top)
-        return
     stack: list[tuple[str, bool]] = [(top, False)]
     try:
+        if os.path.islink(top) or not os.path.isdir(top):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(top)
+            return
         while stack:
             here, emptied = stack.pop()
-            if emptied:
-                os.rmdir(here)
-                continue
-            stack.append((here, True))
-            with os.scandir(here) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, False))
-                    else:
-                        os.unlink(entry.path)
+            with contextlib.suppress(FileNotFoundError):  # removed by another meanwhile
+                if emptied:
+                    os.rmdir(here)
+                    continue
+                stack.append((here, True))
+                with os.scandir(here) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append((entry.path, False))
+                        else:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(entry.path)
     except OSError as exc:
         if exc.errno != errno.ENAMETOOLONG:
             raise

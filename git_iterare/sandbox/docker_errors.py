@@ -151,6 +151,7 @@ def docker_errors(what: str, engine: Engine | None = None) -> Iterator[None]:
             text = str(exc)
             reason = ("it is in use by a container" if "volume is in use" in text
                       else "something else is removing it" if "already in progress" in text
+                      or "marked for removal" in text
                       else "the name is already taken")
             raise OperationFailed(f"cannot {what}: {reason} ({_explanation(exc)})") from None
         raise OperationFailed(f"cannot {what}: {_explanation(exc)}") from None
