@@ -327,19 +327,20 @@ def new_folder(spec: SandboxSpec) -> tuple[str, Path, SandboxSpec]:
 
 def _remove_placeholders(folder: Path) -> None:
     """Remove the placeholder trees a spare's folder (in the state folder ``<iterare>/state``)
-    names (``trees``), where they are still empty: a spare nobody took. Only those in a
-    folder of that ``<iterare>`` folder (where run trees live): a copy of a repository's
-    ``.git`` names the original's placeholders, which are the original's spare's."""
+    names (``trees``), where they are still empty: a spare nobody took. Each is looked for
+    by its folder's and its own name in that ``<iterare>`` folder (where run trees live):
+    a copy of a repository's ``.git`` names the original's placeholders, which are the
+    original's spare's, and holds copies of its own."""
     try:
         listed = (folder / "trees").read_text(encoding="utf-8").splitlines()
     except OSError:
         return
     home = folder.absolute().parent.parent
     for line in listed:
-        path = Path(line)
-        if not path.name.startswith(f".{PREFIX}") or os.path.normpath(line) != line \
-                or path.parent.parent != home:
+        named = Path(line)
+        if not named.name.startswith(f".{PREFIX}") or named.parent.name in ("", ".", ".."):
             continue
+        path = home / named.parent.name / named.name
         with contextlib.suppress(OSError):
             if path.is_dir() and not path.is_symlink():
                 path.rmdir()
