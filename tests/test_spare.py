@@ -56,10 +56,10 @@ def _waiting(root: Path, spec: SandboxSpec, token: str = "aaaa", container: str 
 
 
 def _recorder(removed: list[str]) -> object:
-    """A fake ``_remove_spare_container`` that notes the tokens asked for, all of the
-    repository ``/repo`` (every spec here is)."""
-    def remove(token: str, repo_path: str) -> bool:
-        assert repo_path == "/repo"
+    """A fake ``_remove_spare_container`` that notes the tokens asked for, each of a state
+    folder named ``state`` (every one here is)."""
+    def remove(token: str, root: Path) -> bool:
+        assert root.name == "state"
         removed.append(token)
         return True
     return remove
@@ -70,7 +70,7 @@ def running(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every spare container counts as running; the ids asked about are kept."""
     asked: list[str] = []
 
-    def check(container_id: str, token: str, repo_path: str) -> bool:
+    def check(container_id: str, token: str, root: Path) -> bool:
         asked.append(container_id)
         return True
 
@@ -174,7 +174,7 @@ def test_a_spare_whose_container_is_gone_is_dropped_and_the_next_claimed(
     spec = _spec(root)
     _waiting(root, spec, token="aaaa", container="gone")
     _waiting(root, spec, token="bbbb", container="alive")
-    monkeypatch.setattr(spare, "_running_spare", lambda cid, token, repo_path: cid == "alive")
+    monkeypatch.setattr(spare, "_running_spare", lambda cid, token, root: cid == "alive")
     assert claim(spec) == "alive"
     assert not list(root.glob("spare-*")) and not list(root.glob("claim-*"))
 
@@ -254,7 +254,7 @@ def test_cleanup_takes_waiting_spares_only(tmp_path: Path,
     (root / "r-0" / "out").mkdir(parents=True)  # a run's folder: not a spare
     removed: list[str] = []
 
-    def remove(token: str, repo_path: str) -> bool:
+    def remove(token: str, root: Path) -> bool:
         removed.append(token)
         return token != "bbbb"  # that one had ended already
 
@@ -280,7 +280,7 @@ def test_a_new_spare_sweeps_those_nobody_will_claim(tmp_path: Path,
     fresh.mkdir()
     removed: list[str] = []
     monkeypatch.setattr(spare, "_remove_spare_container", _recorder(removed))
-    monkeypatch.setattr(spare, "_sweep_unstarted", lambda repo_path: None)
+    monkeypatch.setattr(spare, "_sweep_unstarted", lambda root: None)
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the engine refused")
@@ -329,7 +329,7 @@ def test_a_claim_cut_short_by_ctrl_c_removes_the_spare(tmp_path: Path,
     spec = _spec(root)
     _waiting(root, spec)
 
-    def interrupted(container_id: str, token: str, repo_path: str) -> bool:
+    def interrupted(container_id: str, token: str, root: Path) -> bool:
         raise KeyboardInterrupt
 
     removed: list[str] = []
@@ -395,3 +395,25 @@ def test_cleanup_in_a_copy_leaves_the_originals_placeholders(
     spare.remove_all(copy, "/repo")
     assert all(p.is_dir() for p in theirs)
     assert not any(p.exists() for p in mine)
+
+
+def test_a_spare_is_ones_own_by_its_token_and_its_state_folder(tmp_path: Path) -> None:
+    """Not by the work tree's path alone, which anyone may name (``GIT_WORK_TREE``)."""
+    root = tmp_path / "state"
+    labels = spare.labels(_spec(root), "aaaa")
+    assert spare._ours(labels, "aaaa", root)
+    assert not spare._ours(labels, "aaaa", tmp_path / "copy" / "state")
+    assert not spare._ours(labels, "bbbb", root)
+    assert not spare._ours({**labels, spare.LABEL_SPARE_HOME: ""}, "aaaa", root)
+    assert not spare._ours({**labels, spare.LABEL_SPARE: ""}, "", root)
+
+
+def test_placeholders_behind_a_symlinked_folder_are_left(tmp_path: Path) -> None:
+    original, copy = tmp_path / "a" / "state", tmp_path / "b" / "state"
+    _waiting(original, _spec(original))
+    copy.mkdir(parents=True)
+    (copy.parent / "live").symlink_to(original.parent / "live")
+    (copy / "spare-aaaa").mkdir()
+    (copy / "spare-aaaa" / "trees").write_text(f"{copy.parent / 'live' / '.spare-aaaa'}\n")
+    spare._remove_placeholders(copy / "spare-aaaa")
+    assert (original.parent / "live" / ".spare-aaaa").is_dir()

@@ -177,6 +177,15 @@ def test_a_copy_of_the_repository_never_removes_the_originals_spare(
     later, _ = run(project, "one")
     assert record(project, later)["extra"]["sidecar"] == "spare"  # still claimable
 
+    # A copy of .git elsewhere, with the original's work tree (GIT_DIR, GIT_WORK_TREE).
+    run(project, "one")
+    [(waiting, _)] = spares(project)
+    shutil.copytree(project / ".git", tmp_path / "gd", symlinks=True)
+    done = iterare("cleanup", "--force", "-y", later, cwd=tmp_path,
+                   env={"GIT_DIR": str(tmp_path / "gd"), "GIT_WORK_TREE": str(project)})
+    assert "spare sidecar" not in done.stdout, done.stdout + done.stderr
+    assert spares(project) == [(waiting, "running")]
+
 
 def test_a_spare_whose_tree_folder_was_replaced_is_not_claimed(project: Path) -> None:
     prompt(project, "one", "echo one\n")
@@ -223,8 +232,8 @@ def test_ctrl_c_while_a_spare_is_claimed_removes_it(project: Path,
     assert len(spares(project)) == 1
     real = spare._running_spare
 
-    def checked_then_interrupted(container_id: str, token: str, repo_path: str) -> bool:
-        real(container_id, token, repo_path)
+    def checked_then_interrupted(container_id: str, token: str, root: Path) -> bool:
+        real(container_id, token, root)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(spare, "_running_spare", checked_then_interrupted)

@@ -59,6 +59,10 @@ from git_iterare.sandbox.spec import (
 SPARE_FORMAT = 1
 #: On a spare's container (and still on it once claimed): its token.
 LABEL_SPARE = "dev.iterare.spare"
+#: ... and the state folder its folder is in (:func:`spare_root`): what makes it this
+#: repository's, as a work tree's path (``dev.iterare.repo``) is anyone's to claim
+#: (``GIT_WORK_TREE``), and a copy of a ``.git`` names the original's tokens.
+LABEL_SPARE_HOME = "dev.iterare.spare-home"
 #: A spare is claimed only while it would wait at least this much longer (seconds): it
 #: must still be there when it looks for the claim.
 CLAIM_MARGIN = 5.0
@@ -209,14 +213,14 @@ def take(spec: SandboxSpec) -> Taken | None:
         token = folder.name[len(PREFIX):]
         mine = placeholders(spec, token)
         try:
-            if _running_spare(info["container"], token, spec.repo_path):
+            if _running_spare(info["container"], token, root):
                 for placeholder, tree in zip(mine, spec.owned, strict=True):
                     os.rename(placeholder, tree)
                 return Taken(str(info["container"]), token, taken, tree_mounts(mine)[1])
         except OSError:
-            _remove_spare_container(token, spec.repo_path)
+            _remove_spare_container(token, root)
         except BaseException:  # Ctrl-C meanwhile: the caller never learns of it
-            _remove_spare_container(token, spec.repo_path)
+            _remove_spare_container(token, root)
             _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
             raise
@@ -340,6 +344,8 @@ def _remove_placeholders(folder: Path) -> None:
         named = Path(line)
         if not named.name.startswith(f".{PREFIX}") or named.parent.name in ("", ".", ".."):
             continue
+        if (home / named.parent.name).is_symlink():
+            continue  # a copy's folder that leads elsewhere: not this spare's
         path = home / named.parent.name / named.name
         with contextlib.suppress(OSError):
             if path.is_dir() and not path.is_symlink():
@@ -351,7 +357,7 @@ def _remove_placeholders(folder: Path) -> None:
 def labels(spec: SandboxSpec, token: str) -> dict[str, str]:
     """The labels of spare ``token``'s container (no run's, until claimed)."""
     return {LABEL_RUN: "", LABEL_REPO: spec.repo_path, LABEL_ROLE: "sidecar",
-            LABEL_SPARE: token}
+            LABEL_SPARE: token, LABEL_SPARE_HOME: str(spare_root(spec))}
 
 
 def environment(seconds: int) -> dict[str, str]:
@@ -364,9 +370,9 @@ def environment(seconds: int) -> dict[str, str]:
 LEFTOVER_AGE = 10.0
 
 
-def _sweep_leftovers(root: Path, repo_path: str) -> None:
-    """Remove what a killed process left while it claimed or removed a spare of the
-    repository at ``repo_path`` in its state folder ``root``: the
+def _sweep_leftovers(root: Path) -> None:
+    """Remove what a killed process left while it claimed or removed a spare in the state
+    folder ``root``: the
     ``claim-<run>-spare-<token>`` or ``sweep-spare-<token>`` folder and the spare's
     container (the run it was claimed for never learnt of it, nor started its agent)."""
     now = time.time()
@@ -383,24 +389,24 @@ def _sweep_leftovers(root: Path, repo_path: str) -> None:
                 continue
         except OSError:
             continue
-        _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1], repo_path)
+        _remove_spare_container(entry.name.rsplit(PREFIX, 1)[1], root)
         _remove_placeholders(Path(entry.path))
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _ours(state: dict[str, Any], token: str, repo_path: str) -> bool:
-    """Whether the container ``state`` (Docker's inspect document) is the spare ``token``
-    of the repository at ``repo_path``. Both labels: a copy of a repository's ``.git``
+def _ours(labels: dict[str, str] | None, token: str, root: Path) -> bool:
+    """Whether a container with ``labels`` is the spare ``token`` whose folder is in the
+    state folder ``root`` (:data:`LABEL_SPARE_HOME`): a copy of a repository's ``.git``
     (another user's, say) names the same tokens as the original, whose spares it must
     never claim or remove."""
-    labels = (state.get("Config") or {}).get("Labels") or {}
+    labels = labels or {}
     return bool(token) and labels.get(LABEL_SPARE) == token \
-        and labels.get(LABEL_REPO) == repo_path
+        and labels.get(LABEL_SPARE_HOME) == str(root)
 
 
-def _running_spare(container_id: str, token: str, repo_path: str) -> bool:
-    """Whether ``container_id`` runs and is the spare ``token`` of the repository at
-    ``repo_path`` (a stopped one is removed; another's is never touched)."""
+def _running_spare(container_id: str, token: str, root: Path) -> bool:
+    """Whether ``container_id`` runs and is the spare ``token`` of the state folder
+    ``root`` (a stopped one is removed; another's is never touched)."""
     import docker.errors
 
     from git_iterare.sandbox.engine_client import client
@@ -409,7 +415,7 @@ def _running_spare(container_id: str, token: str, repo_path: str) -> bool:
         state = client().api.inspect_container(container_id)
     except (docker.errors.DockerException, IterareError, OSError):
         return False
-    if not _ours(state, token, repo_path):
+    if not _ours((state.get("Config") or {}).get("Labels"), token, root):
         return False  # not the spare: never removed here
     if (state.get("State") or {}).get("Running"):
         return True
@@ -432,9 +438,9 @@ def container_name(token: str) -> str:
     return f"iterare-{PREFIX}{token}-net"
 
 
-def _remove_spare_container(token: str, repo_path: str) -> bool:
-    """Remove the container of spare ``token`` of the repository at ``repo_path`` (found
-    by name, checked by its labels: :func:`_ours`); whether there was one. Best effort."""
+def _remove_spare_container(token: str, root: Path) -> bool:
+    """Remove the container of spare ``token`` of the state folder ``root`` (found by
+    name, checked by its labels: :func:`_ours`); whether there was one. Best effort."""
     import docker.errors
 
     from git_iterare.sandbox.engine_client import client
@@ -443,7 +449,7 @@ def _remove_spare_container(token: str, repo_path: str) -> bool:
         state = client().api.inspect_container(container_name(token))
     except (docker.errors.DockerException, IterareError, OSError):
         return False
-    if not _ours(state, token, repo_path):
+    if not _ours((state.get("Config") or {}).get("Labels"), token, root):
         return False
     _remove_container(str(state.get("Id")))
     return True
@@ -493,11 +499,11 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
         except OSError:  # another process took it meanwhile
             continue
         if stale and (taken := take_folder(folder, f"sweep-{folder.name}")) is not None:
-            _remove_spare_container(folder.name[len(PREFIX):], spec.repo_path)
+            _remove_spare_container(folder.name[len(PREFIX):], root)
             _remove_placeholders(taken)
             shutil.rmtree(taken, ignore_errors=True)
-    _sweep_unstarted(spec.repo_path)
-    _sweep_leftovers(root, spec.repo_path)
+    _sweep_unstarted(root)
+    _sweep_leftovers(root)
     container = None
     token, folder, spare_spec = new_folder(spec)
     try:
@@ -518,8 +524,8 @@ def make(spec: SandboxSpec, seconds: int) -> str | None:
     return str(container.id)
 
 
-def _sweep_unstarted(repo_path: str) -> None:
-    """Remove spare containers of the repository at ``repo_path`` that were made but never
+def _sweep_unstarted(root: Path) -> None:
+    """Remove spare containers of the state folder ``root`` that were made but never
     started (a :func:`make` cut short; one that ran and ended is removed by the engine,
     and a claimed one is a run's sidecar, never left merely created)."""
     import docker.errors
@@ -528,7 +534,8 @@ def _sweep_unstarted(repo_path: str) -> None:
 
     with contextlib.suppress(docker.errors.DockerException, IterareError, OSError):
         for found in client().api.containers(all=True, filters={
-                "label": [LABEL_SPARE, f"{LABEL_REPO}={repo_path}"], "status": ["created"]}):
+                "label": [LABEL_SPARE, f"{LABEL_SPARE_HOME}={root}"],
+                "status": ["created"]}):
             if time.time() - float(found.get("Created") or 0) > SWEEP_AFTER:  # not being made
                 _remove_container(found["Id"])
 
@@ -538,13 +545,13 @@ def remove_all(root: Path, repo_path: str) -> int:
     name and checked by label), and the spare containers of the repository at
     ``repo_path`` whose folder is gone (nobody can claim them); return how many
     containers were removed. Spares already claimed are runs' sidecars and stay."""
-    _sweep_leftovers(root, repo_path)
+    _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
         taken = take_folder(folder, f"sweep-{folder.name}")
         if taken is None:
             continue
-        removed += _remove_spare_container(folder.name[len(PREFIX):], repo_path)
+        removed += _remove_spare_container(folder.name[len(PREFIX):], root)
         _remove_placeholders(taken)
         shutil.rmtree(taken, ignore_errors=True)
     return removed + _remove_orphans(root, repo_path)
@@ -571,6 +578,8 @@ def _remove_orphans(root: Path, repo_path: str) -> int:
         for found in found_spares:
             token = ((found.get("Labels") or {}).get(LABEL_SPARE) or "")
             named = [n.lstrip("/") for n in found.get("Names") or ()]
+            if not _ours(found.get("Labels"), token, root):
+                continue  # another state folder's (a copy of this .git, or GIT_DIR)
             if container_name(token) not in named or found["Id"] in joined:
                 continue  # claimed: a run's sidecar now
             if any(n.endswith(f"{PREFIX}{token}") for n in names):
