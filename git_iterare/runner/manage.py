@@ -469,9 +469,6 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
         OperationFailed: the run is active (without ``force``), or has unmerged work and
             ``force`` is not given.
     """
-    from git_iterare import sandbox
-    from git_iterare.runner.teardown import cleanup_run
-    from git_iterare.runner.workspace import open_run
     from git_iterare.runs.status import ACTIVE, CLEANED
 
     record = settle(repo, record)
@@ -490,8 +487,34 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
                                   hint=f"stop it first (`git iterare stop {record.id}`) or "
                                        f"use --force")
         record = stop(repo, record.id)
+    from git_iterare.runner.paths import run_lock
+
+    # Two cleanups of one run at once: the second waits, then finds it cleaned.
+    with run_lock(repo, record.id):
+        record = _store(repo).get(record.id)
+        if record.status == CLEANED:
+            _drop_lock(repo, record.id)  # made anew when the first had removed it
+            return record
+        return _remove_run(repo, record, force=force)
+
+
+def _drop_lock(repo: Repo, run_id: str) -> None:
+    """Remove the lock file of a cleaned run: it is never finished again."""
+    (state_dir(repo, run_id).parent / f"{run_id}.lock").unlink(missing_ok=True)
+
+
+def _remove_run(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
+    """:func:`cleanup` of a run that is no longer active, under its lock.
+
+    Raises:
+        OperationFailed: as :func:`cleanup`.
+    """
+    from git_iterare import sandbox
     from git_iterare.runner.finish import has_worktree
+    from git_iterare.runner.teardown import cleanup_run
+    from git_iterare.runner.workspace import open_run
     from git_iterare.runs import legacy
+    from git_iterare.runs.status import CLEANED
 
     merged = merge_holds(repo, record)
     from git_iterare.runner.placement import placement_of
@@ -528,8 +551,7 @@ def cleanup(repo: Repo, record: RunRecord, *, force: bool) -> RunRecord:
             placement.clear(record)  # what its placement keeps there
     shutil.rmtree(state_dir(repo, record.id), ignore_errors=True)
     done = _store(repo).transition(record.id, CLEANED, worktree=None, container=None)
-    # Its lock last: a cleaned run is never finished again, so nobody needs it.
-    (state_dir(repo, record.id).parent / f"{record.id}.lock").unlink(missing_ok=True)
+    _drop_lock(repo, record.id)  # last: a cleaned run is never finished again
     return done
 
 
