@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_iterare import ui
+from git_iterare.errors import OperationFailed
 from git_iterare.git.repo import Repo
 from git_iterare.runner.paths import state_dir
 from git_iterare.runner.placement.base import PlacementKind, RunTrees
@@ -60,7 +61,13 @@ def reclaim_if_foreign(record: RunRecord, trees: Sequence[Path], out_dir: Path,
     """:func:`reclaim` when one of ``trees`` or ``out_dir`` is not the user's: an
     interrupted launch, or a process killed meanwhile, can leave the trees with the
     agent's uid, which the sidecar gives them before the agent starts, and ``out_dir``
-    with root. Unprivileged, the user could then neither commit nor remove them."""
+    with root. Unprivileged, the user could then neither commit nor remove them.
+
+    Raises:
+        OperationFailed: a tree's folder is not the user's to look into (another user's
+            repository, reached through a copy of its ``.git`` or ``GIT_WORK_TREE``): its
+            trees are never given to this user.
+    """
     for path in (*trees, out_dir):
         try:
             if os.lstat(path).st_uid != os.getuid():
@@ -68,6 +75,10 @@ def reclaim_if_foreign(record: RunRecord, trees: Sequence[Path], out_dir: Path,
                 return
         except FileNotFoundError:
             continue
+        except PermissionError:
+            raise OperationFailed(f"cannot look at {path} of run {record.id}: permission "
+                                  "denied", hint="run it as the user whose repository "
+                                                 "this is") from None
 
 
 class Local:
