@@ -417,3 +417,17 @@ def test_placeholders_behind_a_symlinked_folder_are_left(tmp_path: Path) -> None
     (copy / "spare-aaaa" / "trees").write_text(f"{copy.parent / 'live' / '.spare-aaaa'}\n")
     spare._remove_placeholders(copy / "spare-aaaa")
     assert (original.parent / "live" / ".spare-aaaa").is_dir()
+
+
+def test_cleanup_leaves_the_spares_of_a_state_folder_of_another_user(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's repository reached through ``GIT_DIR`` or ``GIT_COMMON_DIR``: its
+    spares are its owner's, whatever their labels say."""
+    root = tmp_path / "state"
+    folder = _waiting(root, _spec(root))
+    removed: list[str] = []
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder(removed))
+    monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: removed.append("o"))
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(root).st_uid + 1)
+    assert spare.remove_all(root, "/repo") == 0
+    assert removed == [] and (folder / "spare.json").is_file()

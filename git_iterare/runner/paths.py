@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from git_iterare import marks
+from git_iterare.errors import OperationFailed
 from git_iterare.git.repo import Repo
 
 
@@ -30,10 +31,19 @@ def run_lock(repo: Repo, run_id: str) -> Iterator[None]:
 
     Finishing a run happens in whichever process sees its end first; the lock makes the
     second one wait and then find the run already finished.
+
+    Raises:
+        OperationFailed: the lock file is not this user's to open (another user's
+            repository, reached through ``GIT_DIR`` or ``GIT_COMMON_DIR``).
     """
     folder = repo.common_dir / "iterare" / "state"
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = marks.hold(folder / f"{run_id}.lock")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = marks.hold(folder / f"{run_id}.lock")
+    except PermissionError as exc:
+        raise OperationFailed(f"cannot lock run {run_id}: {exc.filename or folder}: "
+                              "permission denied",
+                              hint="run it as the user whose repository this is") from None
     try:
         yield
     finally:

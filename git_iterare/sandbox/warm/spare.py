@@ -544,7 +544,17 @@ def remove_all(root: Path, repo_path: str) -> int:
     """Remove every spare waiting in ``root`` (folders, and their containers, found by
     name and checked by label), and the spare containers of the repository at
     ``repo_path`` whose folder is gone (nobody can claim them); return how many
-    containers were removed. Spares already claimed are runs' sidecars and stay."""
+    containers were removed. Spares already claimed are runs' sidecars and stay; nothing
+    is removed when ``root`` is not this user's (another user's repository, reached
+    through ``GIT_DIR`` or ``GIT_COMMON_DIR``: its spares are its owner's)."""
+    try:
+        owner = os.stat(root).st_uid
+    except FileNotFoundError:
+        owner = os.getuid()  # none waits; the orphan sweep checks each spare's label
+    except OSError:
+        return 0
+    if owner != os.getuid():
+        return 0
     _sweep_leftovers(root)
     removed = 0
     for folder, _info in list(_spares(root)):
