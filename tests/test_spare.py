@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -431,3 +432,34 @@ def test_cleanup_leaves_the_spares_of_a_state_folder_of_another_user(
     monkeypatch.setattr(os, "getuid", lambda: os.stat(root).st_uid + 1)
     assert spare.remove_all(root, "/repo") == 0
     assert removed == [] and (folder / "spare.json").is_file()
+
+
+def test_cleanup_removes_placeholders_whose_spare_folder_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "state"
+    spec = _spec(root)
+    gone = _waiting(root, spec, token="aaaa")
+    _waiting(root, spec, token="bbbb")
+    claimed = _waiting(root, spec, token="cccc")
+    claimed.rename(root / "claim-r-2-spare-cccc")  # being claimed right now
+    shutil.rmtree(gone)  # by hand, or by a process killed meanwhile
+    (tmp_path / "gitdirs" / ".spare-aaaa.gitfile").touch()
+    (tmp_path / "live" / ".spare-dddd").mkdir()
+    (tmp_path / "live" / ".spare-dddd" / "work").touch()  # not empty: kept
+    monkeypatch.setattr(spare, "_remove_spare_container", _recorder([]))
+    monkeypatch.setattr(spare, "_remove_orphans", lambda root, repo_path: 0)
+    monkeypatch.setattr(spare, "_sweep_leftovers", lambda root: None)
+
+    def left() -> list[str]:
+        return sorted(p.name for p in (*(tmp_path / "live").iterdir(),
+                                       *(tmp_path / "gitdirs").iterdir()))
+
+    # Made just now, they might be a new spare's: left. (bbbb's folder, which names no
+    # trees here, is swept: its placeholders are strays from now on.)
+    spare.remove_all(root, "/repo")
+    assert left() == [".spare-aaaa", ".spare-aaaa", ".spare-aaaa.gitfile", ".spare-bbbb",
+                      ".spare-bbbb", ".spare-cccc", ".spare-cccc", ".spare-dddd"]
+    later = time.time() + 2 * spare.SWEEP_AFTER
+    monkeypatch.setattr("time.time", lambda: later)
+    spare.remove_all(root, "/repo")
+    assert left() == [".spare-cccc", ".spare-cccc", ".spare-dddd"]

@@ -564,7 +564,38 @@ def remove_all(root: Path, repo_path: str) -> int:
         removed += _remove_spare_container(folder.name[len(PREFIX):], root)
         _remove_placeholders(taken)
         shutil.rmtree(taken, ignore_errors=True)
+    _remove_stray_placeholders(root)
     return removed + _remove_orphans(root, repo_path)
+
+
+def _remove_stray_placeholders(root: Path) -> None:
+    """Remove the empty placeholder trees (``.spare-<token>``) beside the state folder
+    ``root`` that no spare folder in it names by its token any more (``spare-<token>``, or
+    being claimed or swept): left when a spare's folder was removed by hand or by a
+    process killed meanwhile. A spare's folder is made before its placeholders, and its
+    placeholders are renamed or removed before its folder goes; one made after ``root``
+    was read is younger than :data:`SWEEP_AFTER`, and left."""
+    try:
+        tokens = {e.name.rsplit(PREFIX, 1)[1] for e in os.scandir(root) if PREFIX in e.name}
+    except OSError:
+        return
+    folders: list[str] = []
+    with contextlib.suppress(OSError):
+        folders = [e.path for e in os.scandir(root.parent)  # where run trees live
+                   if e.is_dir(follow_symlinks=False) and e.name != root.name]
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                token = entry.name[len(f".{PREFIX}"):].split(".", 1)[0]
+                if not entry.name.startswith(f".{PREFIX}") or token in tokens:
+                    continue
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_ctime < time.time() - SWEEP_AFTER:
+                        if entry.is_dir(follow_symlinks=False):
+                            os.rmdir(entry.path)  # only when empty
+                        elif entry.is_file(follow_symlinks=False) \
+                                and entry.stat(follow_symlinks=False).st_size == 0:
+                            os.unlink(entry.path)
 
 
 def _remove_orphans(root: Path, repo_path: str) -> int:
