@@ -346,12 +346,17 @@ def _remove_placeholders(folder: Path) -> None:
             continue
         if (home / named.parent.name).is_symlink():
             continue  # a copy's folder that leads elsewhere: not this spare's
-        path = home / named.parent.name / named.name
-        with contextlib.suppress(OSError):
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            elif path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
-                path.unlink()
+        _remove_if_empty(home / named.parent.name / named.name)
+
+
+def _remove_if_empty(path: Path) -> None:
+    """Remove the placeholder ``path`` when it is still as made: an empty folder or an
+    empty file (never a symlink, never followed); best effort."""
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()  # only when empty
+        elif path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+            path.unlink()
 
 
 def labels(spec: SandboxSpec, token: str) -> dict[str, str]:
@@ -589,13 +594,9 @@ def _remove_stray_placeholders(root: Path) -> None:
                 token = entry.name[len(f".{PREFIX}"):].split(".", 1)[0]
                 if not entry.name.startswith(f".{PREFIX}") or token in tokens:
                     continue
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # gone meanwhile: the next one
                     if entry.stat(follow_symlinks=False).st_ctime < time.time() - SWEEP_AFTER:
-                        if entry.is_dir(follow_symlinks=False):
-                            os.rmdir(entry.path)  # only when empty
-                        elif entry.is_file(follow_symlinks=False) \
-                                and entry.stat(follow_symlinks=False).st_size == 0:
-                            os.unlink(entry.path)
+                        _remove_if_empty(Path(entry.path))
 
 
 def _remove_orphans(root: Path, repo_path: str) -> int:
